@@ -1,0 +1,124 @@
+"""Choices and settings as frozen dataclasses and str Enums, parsed once from user words."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ootd.errors import UsageError
+
+
+class ModelType(StrEnum):
+    HD = "hd"  # half-body model (VITON-HD): upper-body garments only
+    DC = "dc"  # full-body model (Dress Code): upper, lower, dress
+
+
+class Category(StrEnum):
+    UPPER = "upper"
+    LOWER = "lower"
+    DRESS = "dress"
+
+    @property
+    def mask_name(self) -> str:
+        """The name the masking rules use (SPEC section 8)."""
+        return {"upper": "upper_body", "lower": "lower_body", "dress": "dresses"}[self.value]
+
+    @property
+    def prompt_word(self) -> str:
+        """The word the dc model's text encoder is given (SPEC section 3)."""
+        return {"upper": "upperbody", "lower": "lowerbody", "dress": "dress"}[self.value]
+
+    @classmethod
+    def parse(cls, value: str | Category) -> Category:
+        """Accept our names, the original's names and its 0/1/2 indices."""
+        if isinstance(value, Category):
+            return value
+        key = str(value).strip().lower().replace("-", "_")
+        aliases = {
+            "upper": cls.UPPER, "upperbody": cls.UPPER, "upper_body": cls.UPPER, "0": cls.UPPER,
+            "lower": cls.LOWER, "lowerbody": cls.LOWER, "lower_body": cls.LOWER, "1": cls.LOWER,
+            "dress": cls.DRESS, "dresses": cls.DRESS, "2": cls.DRESS,
+        }
+        if key not in aliases:
+            raise UsageError(f"unknown category {value!r}: use upper, lower or dress")
+        return aliases[key]
+
+
+def default_model_type(category: Category) -> ModelType:
+    """hd for upper-body garments (its training set), dc for everything else."""
+    return ModelType.HD if category is Category.UPPER else ModelType.DC
+
+
+def check_model_category(model_type: ModelType, category: Category) -> None:
+    if model_type is ModelType.HD and category is not Category.UPPER:
+        raise UsageError(
+            f"the hd model only does upper-body garments; use --model-type dc for category {category.value}"
+        )
+
+
+@dataclass(frozen=True)
+class Resolution:
+    width: int
+    height: int
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return (self.width, self.height)
+
+    def __str__(self) -> str:
+        return f"{self.width}x{self.height}"
+
+
+RESOLUTIONS = {"384x512": Resolution(384, 512), "768x1024": Resolution(768, 1024)}
+PREPROCESS_RESOLUTION = Resolution(384, 512)  # pose, parsing and the mask always work here (SPEC 2)
+
+
+def parse_resolution(value: str | tuple[int, int] | Resolution) -> Resolution:
+    if isinstance(value, Resolution):
+        res = value
+    elif isinstance(value, tuple | list):
+        res = Resolution(int(value[0]), int(value[1]))
+    else:
+        key = str(value).strip().lower().replace("×", "x")
+        if key not in RESOLUTIONS:
+            raise UsageError(f"unknown resolution {value!r}: use 384x512 or 768x1024 (width x height)")
+        res = RESOLUTIONS[key]
+    if res not in RESOLUTIONS.values():
+        raise UsageError(f"unsupported resolution {res}: use 384x512 or 768x1024 (width x height)")
+    return res
+
+
+class SchedulerName(StrEnum):
+    UNIPC = "unipc"  # the original's
+    DPMPP = "dpmpp"  # DPM-Solver++ multistep
+    DDIM = "ddim"
+    EULER = "euler"
+
+    @classmethod
+    def parse(cls, value: str | SchedulerName) -> SchedulerName:
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise UsageError(f"unknown scheduler {value!r}: use one of {', '.join(s.value for s in cls)}") from None
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """What one call of the pipeline does besides its inputs."""
+
+    num_samples: int = 1  # images per call, each from its own noise
+    steps: int = 20  # denoising steps
+    guidance_scale: float = 2.0  # image guidance; off below 1.0 (as the original)
+    seed: int | None = None  # None: a random seed, reported back
+    resolution: Resolution = RESOLUTIONS["768x1024"]
+    scheduler: SchedulerName = SchedulerName.UNIPC
+
+    def validate(self) -> None:
+        if not 1 <= self.num_samples <= 64:
+            raise UsageError(f"samples must be between 1 and 64, got {self.num_samples}")
+        if not 1 <= self.steps <= 1000:
+            raise UsageError(f"steps must be between 1 and 1000, got {self.steps}")
+        if not 0.0 <= self.guidance_scale <= 50.0:
+            raise UsageError(f"scale must be between 0 and 50, got {self.guidance_scale}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise UsageError(f"seed must be a non-negative 64-bit integer, got {self.seed}")

@@ -1,0 +1,41 @@
+"""Error types. Every failure a user can cause or fix is one of these, so the CLI can print one line."""
+
+from __future__ import annotations
+
+
+class OotdError(Exception):
+    """Base class: a failure with a message meant for the user (exit code 1)."""
+
+    exit_code = 1
+
+
+class UsageError(OotdError):
+    """The request itself is wrong: bad option value, impossible combination (exit code 2)."""
+
+    exit_code = 2
+
+
+class InputImageError(OotdError):
+    """An input image is missing, unreadable or unusable."""
+
+    exit_code = 2
+
+
+class CheckpointError(OotdError):
+    """A checkpoint file is missing, truncated or not what the layout expects."""
+
+
+class NoPersonError(OotdError):
+    """Pose estimation found nobody in the person image."""
+
+
+class OutputError(OotdError):
+    """Outputs cannot be written (folder not writable, file exists without --overwrite)."""
+
+
+class DeviceError(OotdError):
+    """The requested device or precision cannot be used here."""
+
+
+class OutOfMemoryError(OotdError):
+    """The device ran out of memory even after re-planning."""

@@ -1,0 +1,186 @@
+"""Build each component from its own subfolder of the released tree with stock classes.
+
+The released `model_index.json` names the original's own Python modules for the UNets, so the
+folder is never handed to `DiffusionPipeline.from_pretrained`; every component is loaded on its
+own, and every failure becomes a CheckpointError that names the file and how to get it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ootd.checkpoints import Layout, find_weights, require_file
+from ootd.config import ModelType
+from ootd.errors import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_FILES = ("vocab.json", "merges.txt")
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Keep load reports, per-key notices and deprecation warnings out of the terminal unless -v."""
+    if logging.getLogger("ootd").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    import diffusers.utils.logging as dlog
+    import transformers.utils.logging as tlog
+
+    saved = (dlog.get_verbosity(), tlog.get_verbosity())
+    dlog.set_verbosity_error()
+    tlog.set_verbosity_error()
+    dlog.disable_progress_bar()
+    tlog.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        dlog.set_verbosity(saved[0])
+        tlog.set_verbosity(saved[1])
+        dlog.enable_progress_bar()
+        tlog.enable_progress_bar()
+
+
+def _variant(weights: Path) -> str | None:
+    return "fp16" if ".fp16." in weights.name else None
+
+
+def _format_kwargs(weights: Path) -> dict:
+    """Point the loader at the file we found, so it does not go looking for other formats."""
+    return {"variant": _variant(weights), "use_safetensors": weights.suffix == ".safetensors"}
+
+
+def _load(what: str, weights: Path, layout: Layout, fn):  # noqa: ANN001, ANN202
+    try:
+        with quiet_libraries():
+            return fn()
+    except CheckpointError:
+        raise
+    except Exception as exc:  # any loader failure is a bad checkpoint file from the user's point of view
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"cannot load the {what} from {weights}: {reason[:300]}; the file may be truncated or corrupt, "
+            f"re-download it ({layout.how_to_get()})"
+        ) from exc
+
+
+def load_tokenizer(layout: Layout):  # noqa: ANN201
+    from transformers import CLIPTokenizer
+
+    for name in TOKENIZER_FILES:
+        require_file(layout.tokenizer / name, layout)
+    return _load("tokenizer", layout.tokenizer, layout, lambda: CLIPTokenizer.from_pretrained(layout.tokenizer))
+
+
+def load_text_encoder(layout: Layout, dtype: torch.dtype):  # noqa: ANN201
+    from transformers import CLIPTextModel
+
+    weights = find_weights(layout.text_encoder, "transformers", layout)
+    return _load(
+        "text encoder", weights, layout,
+        lambda: CLIPTextModel.from_pretrained(layout.text_encoder, dtype=dtype, **_format_kwargs(weights)),
+    )
+
+
+def load_image_encoder(layout: Layout, dtype: torch.dtype):  # noqa: ANN201
+    from transformers import CLIPVisionModelWithProjection
+
+    weights = find_weights(layout.clip, "transformers", layout)
+    return _load(
+        "CLIP image encoder", weights, layout,
+        lambda: CLIPVisionModelWithProjection.from_pretrained(layout.clip, dtype=dtype, **_format_kwargs(weights)),
+    )
+
+
+def load_image_processor(layout: Layout):  # noqa: ANN201
+    try:  # the PIL-based processor is the one the original ran (newer ones may use torchvision)
+        from transformers import CLIPImageProcessorPil as Processor
+    except ImportError:
+        from transformers import CLIPImageProcessor as Processor
+
+    config = require_file(layout.clip / "preprocessor_config.json", layout)
+    return _load("CLIP image processor", config, layout, lambda: Processor.from_pretrained(layout.clip))
+
+
+def load_vae(layout: Layout, dtype: torch.dtype):  # noqa: ANN201
+    from diffusers import AutoencoderKL
+
+    weights = find_weights(layout.vae, "diffusers", layout)
+    return _load(
+        "VAE", weights, layout,
+        lambda: AutoencoderKL.from_pretrained(layout.vae, torch_dtype=dtype, **_format_kwargs(weights)),
+    )
+
+
+def load_unet(folder: Path, layout: Layout, dtype: torch.dtype, what: str):  # noqa: ANN201
+    """Stock UNet2DConditionModel: the released UNets keep the stock parameters under custom class names."""
+    from diffusers import UNet2DConditionModel
+
+    weights = find_weights(folder, "diffusers", layout)
+    return _load(
+        what, weights, layout,
+        lambda: UNet2DConditionModel.from_pretrained(folder, torch_dtype=dtype, **_format_kwargs(weights)),
+    )
+
+
+def load_scheduler_config(layout: Layout) -> dict:
+    """The scheduler config as the original sees it: read by the class the pipeline folder names.
+
+    Keys absent from the file take that class's defaults (e.g. PNDM's "leading" spacing),
+    which is what the released weights were used with (SPEC section 4).
+    """
+    import diffusers
+
+    config_file = require_file(layout.scheduler / "scheduler_config.json", layout)
+    index_file = require_file(layout.model_index, layout)
+    try:
+        index = json.loads(index_file.read_text())
+        class_name = index.get("scheduler", [None, "PNDMScheduler"])[1]
+    except (json.JSONDecodeError, AttributeError, IndexError, TypeError) as exc:
+        raise CheckpointError(f"cannot parse {index_file}: {exc}; {layout.how_to_get()}") from exc
+    cls = getattr(diffusers, str(class_name), None)
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        raise CheckpointError(f"{index_file} names an unknown scheduler class {class_name!r}")
+    base = _load("scheduler config", config_file, layout, lambda: cls.from_pretrained(layout.scheduler))
+    return dict(base.config)
+
+
+@dataclass
+class Components:
+    """Every network and helper object one try-on needs."""
+
+    tokenizer: object
+    text_encoder: torch.nn.Module
+    image_encoder: torch.nn.Module
+    image_processor: object
+    vae: torch.nn.Module
+    unet_garm: torch.nn.Module
+    unet_vton: torch.nn.Module
+    scheduler_config: dict
+
+
+def load_components(root: Path, model_type: ModelType, dtypes: dict[str, torch.dtype]) -> Components:
+    """Load every component of one model type (hd or dc) onto the CPU in the given dtypes."""
+    layout = Layout(Path(root))
+    if not layout.root.is_dir():
+        raise CheckpointError(f"checkpoints folder {layout.root} does not exist; {layout.how_to_get()}")
+    return Components(
+        tokenizer=load_tokenizer(layout),
+        text_encoder=load_text_encoder(layout, dtypes["text_encoder"]),
+        image_encoder=load_image_encoder(layout, dtypes["image_encoder"]),
+        image_processor=load_image_processor(layout),
+        vae=load_vae(layout, dtypes["vae"]),
+        unet_garm=load_unet(layout.unet_garm(model_type), layout, dtypes["unet"], "garment UNet"),
+        unet_vton=load_unet(layout.unet_vton(model_type), layout, dtypes["unet"], "try-on UNet"),
+        scheduler_config=load_scheduler_config(layout),
+    )
