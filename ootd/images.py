@@ -1,0 +1,413 @@
+"""Input images in, try-on images out: validation, normalisation, 3:4 framing and atomic saving.
+
+Everything a user can get wrong about an image file becomes one `InputImageError` line naming the file, and
+every output is written so that a crash or a full disk never leaves a half-written PNG behind.
+
+Mask images (role "mask") load as mode "L", white = the region to repaint. A mask with a transparency channel
+that actually carries information (some pixel not fully opaque) is read from that channel: painted (opaque)
+pixels are the region, whatever their colour. This is how masks drawn in an editor on a transparent layer come
+out; a mask without transparency (or with a fully opaque alpha) is read from its brightness.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import struct
+import unicodedata
+import warnings
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
+
+from ootd.errors import InputImageError, OutputError
+
+logger = logging.getLogger(__name__)
+
+MIN_SIDE = 64  # smaller than this cannot be a usable person or garment photo
+MAX_PIXELS = 50_000_000  # checked from the header, before any decoding (a 50 MP RGB image is 150 MB)
+ROLES = ("person", "garment", "mask")
+# Formats tried when opening. Restricting them keeps Pillow from handing a file that merely claims to be,
+# say, PostScript to an external interpreter (EPS goes through Ghostscript). JPEG covers MPO (phones).
+FORMATS = ("PNG", "JPEG", "WEBP", "AVIF", "BMP", "TIFF", "GIF", "PPM")
+FitMode = Literal["pad", "crop", "stretch"]
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, zlib.error, IndexError, TypeError)
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def load_image(path: str | Path, role: str) -> Image.Image:
+    """Open, fully decode and normalise an input image (RGB for person/garment, L for masks).
+
+    Fully decoding here (rather than lazily later) means a truncated file fails now, with the file's name,
+    instead of deep inside preprocessing.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    path = Path(path)
+
+    def fail(problem: str) -> InputImageError:
+        return InputImageError(f"{role} image {path}: {_one_line(problem)}")
+
+    if not path.exists():
+        raise fail("file not found")
+    if path.is_dir():
+        raise fail("is a directory, not an image file")
+    with _decoded(path, fail) as im:
+        try:
+            return _normalise(im, role)
+        except (OSError, ValueError) as exc:  # e.g. a mode Pillow cannot convert
+            raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
+
+
+@contextmanager
+def _decoded(path: Path, fail: Callable[[str], InputImageError]) -> Iterator[Image.Image]:
+    """The open, fully decoded image; every way a file can be unreadable becomes one `fail` line."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            im = Image.open(path, formats=_open_formats())
+            try:
+                _check_header_size(im, fail)
+                im.load()
+            except BaseException:
+                im.close()
+                raise
+    except InputImageError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise fail(f"image too large to load safely ({exc})") from None
+    except UnidentifiedImageError:
+        raise fail(
+            "not an image file (or not a supported format: PNG, JPEG, WebP, AVIF, BMP, TIFF, GIF, PPM)"
+        ) from None
+    except PermissionError:
+        raise fail("permission denied") from None
+    except MemoryError:
+        raise fail("not enough memory to decode it") from None
+    except _DECODE_ERRORS as exc:  # Pillow's plugins raise all of these on malformed data
+        raise fail(f"corrupt or truncated image ({exc})") from None
+    with im:
+        yield im
+
+
+def _open_formats() -> list[str]:
+    """FORMATS this Pillow build can open (AVIF support depends on the build)."""
+    Image.init()
+    return [name for name in FORMATS if name in Image.OPEN]
+
+
+def _check_header_size(im: Image.Image, fail: Callable[[str], InputImageError]) -> None:
+    """Reject tiny and enormous images from the header alone, before any pixel is decoded."""
+    width, height = im.size
+    if width * height > MAX_PIXELS:
+        raise fail(
+            f"image too large: {width}x{height} = {width * height / 1e6:.0f} megapixels "
+            f"(limit {MAX_PIXELS / 1e6:.0f}); downscale it first"
+        )
+    if min(width, height) < MIN_SIDE:
+        raise fail(f"image too small: {width}x{height} (each side must be at least {MIN_SIDE} px)")
+
+
+def _normalise(im: Image.Image, role: str) -> Image.Image:
+    """Apply EXIF orientation and convert any mode to RGB (or L for masks); returns a detached copy."""
+    try:
+        oriented = ImageOps.exif_transpose(im)
+    except Exception as exc:  # a malformed EXIF block should not reject an otherwise fine photo
+        logger.warning("ignoring unreadable EXIF orientation: %s", _one_line(exc))
+        oriented = im
+    if oriented is None:  # older Pillow with in_place semantics
+        oriented = im
+    out = _to_mask(oriented) if role == "mask" else _to_rgb(oriented)
+    if out is im:
+        out = im.copy()
+    out.info = {}  # drop source metadata (EXIF, ICC): the pixels are already normalised
+    return out
+
+
+def _has_alpha(im: Image.Image) -> bool:
+    return im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info
+
+
+def _high_bit_to_l(im: Image.Image) -> Image.Image:
+    """16-bit (I;16*) and 32-bit int (I) grayscale to 8 bits by scaling, not clipping as `convert("L")` does.
+
+    Pillow opens 8-bit grayscale as L, so an I/I;16 image holds values up to 65535 (16-bit PNG/TIFF).
+    Float (F) images are assumed to be 0..1 when their maximum is at most 1, else 0..255.
+    """
+    arr = np.asarray(im)
+    if im.mode == "F":
+        arr = arr.astype(np.float64)
+        scale = 255.0 if np.nanmax(arr, initial=0.0) <= 1.0 else 1.0
+        out = np.clip(np.nan_to_num(arr) * scale, 0, 255)
+    else:
+        out = np.clip(arr.astype(np.float64), 0, 65535) / 257.0
+    return Image.fromarray(np.round(out).astype(np.uint8), mode="L")
+
+
+def _to_rgb(im: Image.Image) -> Image.Image:
+    if im.mode == "RGB" and "transparency" not in im.info:
+        return im
+    if im.mode.startswith("I") or im.mode == "F":
+        return _high_bit_to_l(im).convert("RGB")
+    if _has_alpha(im):
+        rgba = im.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    if im.mode == "1":
+        return im.convert("L").convert("RGB")
+    return im.convert("RGB")  # L, P, CMYK (Pillow undoes Adobe inversion when decoding), YCbCr, LAB, HSV
+
+
+def _to_mask(im: Image.Image) -> Image.Image:
+    if im.mode.startswith("I") or im.mode == "F":
+        return _high_bit_to_l(im)
+    if _has_alpha(im):
+        alpha = im.convert("RGBA").getchannel("A")
+        if alpha.getextrema()[0] < 255:  # the alpha channel carries the mask
+            return alpha
+        return im.convert("RGBA").convert("L")
+    if im.mode == "L":
+        return im
+    return im.convert("L")
+
+
+# ---------------------------------------------------------------------------------------------- framing
+
+
+@dataclass(frozen=True)
+class FitInfo:
+    """How `fit_to_aspect` framed an image, so an output at that framing can be mapped back.
+
+    box: for "pad", the content rectangle inside the fitted image (left, top, right, bottom);
+    for "crop", the rectangle of the original that was kept; for "stretch", the whole fitted image.
+    """
+
+    mode: str
+    original_size: tuple[int, int]
+    size: tuple[int, int]
+    box: tuple[int, int, int, int]
+
+
+def _edge_colour(im: Image.Image, side: str) -> tuple[int, ...]:
+    """Median colour of the outermost pixel row/column on one side: a flat fill matching a plain backdrop."""
+    arr = np.asarray(im)
+    strip = {"left": arr[:, 0], "right": arr[:, -1], "top": arr[0], "bottom": arr[-1]}[side]
+    strip = strip.reshape(strip.shape[0], -1)
+    return tuple(int(v) for v in np.median(strip, axis=0).round())
+
+
+def _fill(colour: tuple[int, ...] | int, mode: str) -> tuple[int, ...] | int:
+    if mode in ("L", "1", "I", "F", "P"):
+        return colour if isinstance(colour, int) else int(colour[0])
+    if isinstance(colour, int):
+        return (colour,) * len(mode)
+    return tuple(colour)
+
+
+def fit_to_aspect(
+    image: Image.Image,
+    size: tuple[int, int] = (768, 1024),
+    mode: FitMode = "pad",
+    pad_color: Literal["edge"] | tuple[int, ...] | int = "edge",
+    resample: int | None = None,
+) -> tuple[Image.Image, FitInfo]:
+    """Bring any image to `size` (width, height), by default 3:4, without distorting it unless asked.
+
+    pad: scale to fit and fill the borders (with the median colour of the image edge it extends, or a given
+    colour); crop: scale to cover and cut the centre; stretch: plain resize (what the original does).
+    `resample` None uses Pillow's default filter, as the original's resize; pass NEAREST for masks.
+    """
+    width, height = int(size[0]), int(size[1])
+    if width <= 0 or height <= 0:
+        raise ValueError(f"size must be positive, got {size}")
+    src_w, src_h = image.size
+    kwargs = {} if resample is None else {"resample": resample}
+
+    if mode == "stretch":
+        out = image.resize((width, height), **kwargs)
+        return out, FitInfo("stretch", (src_w, src_h), (width, height), (0, 0, width, height))
+
+    if mode == "crop":
+        scale = max(width / src_w, height / src_h)
+        crop_w = min(src_w, round(width / scale))
+        crop_h = min(src_h, round(height / scale))
+        left = (src_w - crop_w) // 2
+        top = (src_h - crop_h) // 2
+        box = (left, top, left + crop_w, top + crop_h)
+        out = image.resize((width, height), box=box, **kwargs)
+        return out, FitInfo("crop", (src_w, src_h), (width, height), box)
+
+    if mode != "pad":
+        raise ValueError(f"mode must be pad, crop or stretch, got {mode!r}")
+    scale = min(width / src_w, height / src_h)
+    content_w = max(1, min(width, round(src_w * scale)))
+    content_h = max(1, min(height, round(src_h * scale)))
+    left = (width - content_w) // 2
+    top = (height - content_h) // 2
+    box = (left, top, left + content_w, top + content_h)
+    content = image.resize((content_w, content_h), **kwargs) if (content_w, content_h) != image.size else image
+
+    horizontal = content_w < width  # padding on the left and right
+    sides = ("left", "right") if horizontal else ("top", "bottom")
+    if pad_color == "edge":
+        colours = [_edge_colour(content, side) for side in sides]
+    else:
+        colours = [pad_color, pad_color]
+    canvas = Image.new(image.mode, (width, height), _fill(colours[0], image.mode))
+    if image.mode == "P" and image.getpalette() is not None:
+        canvas.putpalette(image.getpalette())
+    second = (box[2], 0, width, height) if horizontal else (0, box[3], width, height)
+    if second[0] < second[2] and second[1] < second[3]:
+        canvas.paste(_fill(colours[1], image.mode), second)
+    canvas.paste(content, box[:2])
+    return canvas, FitInfo("pad", (src_w, src_h), (width, height), box)
+
+
+def restore_framing(output: Image.Image, info: FitInfo, resample: int | None = None) -> Image.Image:
+    """Map an output made at the fitted framing back to the original's framing.
+
+    pad: cut the padding away and resize to the original size. stretch: resize to the original size.
+    crop: what was cut off is gone, so this returns the kept region at its original pixel size.
+    The output may be at another resolution than `info.size` (e.g. 384x512 vs 768x1024): the box is scaled.
+    """
+    kwargs = {} if resample is None else {"resample": resample}
+    if info.mode == "stretch":
+        return output.resize(info.original_size, **kwargs)
+    if info.mode == "crop":
+        left, top, right, bottom = info.box
+        return output.resize((right - left, bottom - top), **kwargs)
+    if info.mode != "pad":
+        raise ValueError(f"unknown framing mode {info.mode!r}")
+    sx = output.width / info.size[0]
+    sy = output.height / info.size[1]
+    left, top, right, bottom = info.box
+    box = (left * sx, top * sy, right * sx, bottom * sy)
+    return output.resize(info.original_size, box=box, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+
+
+def _sanitise_stem(stem: str, limit: int = 80) -> str:
+    """ASCII letters, digits, '-', '.', '_' only; accents folded; no leading dot; never empty."""
+    folded = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode("ascii")
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "_", folded)
+    clean = re.sub(r"_{2,}", "_", clean).strip("._")  # "__" is the separator between the parts
+    return clean[:limit] or "image"
+
+
+def output_name(person_path: str | Path, garment_path: str | Path, index: int) -> str:
+    """`<person stem>__<garment stem>__<i>.png`: one name per pair and sample, stable across runs."""
+    if int(index) < 0:
+        raise ValueError(f"index must be non-negative, got {index}")
+    person = _sanitise_stem(Path(person_path).stem)
+    garment = _sanitise_stem(Path(garment_path).stem)
+    return f"{person}__{garment}__{int(index)}.png"
+
+
+def check_output_dir(path: str | Path) -> Path:
+    """Create the output folder if needed and prove it is writable, before any slow work starts."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"output folder {path} exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create output folder {path}: {_one_line(exc.strerror or exc)}") from None
+    probe = path / f".ootd-write-test-{secrets.token_hex(6)}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"output folder {path} is not writable: {_one_line(exc.strerror or exc)}") from None
+    return path
+
+
+def _png_info(metadata: dict[str, str]) -> PngImagePlugin.PngInfo:
+    info = PngImagePlugin.PngInfo()
+    for key, value in metadata.items():
+        key = str(key)
+        if not 1 <= len(key) <= 79 or not key.isprintable():
+            raise ValueError(f"PNG text keys must be 1-79 printable characters, got {key!r}")
+        info.add_text(key, str(value))  # Pillow switches to iTXt when the value is not Latin-1
+    return info
+
+
+def save_png_atomic(
+    image: Image.Image, path: str | Path, metadata: dict[str, str] | None = None, overwrite: bool = False
+) -> Path:
+    """Write a PNG (with text metadata: settings, seed) so that `path` is either complete or absent.
+
+    The bytes go to a hidden temporary file in the same folder, are flushed to disk, then renamed over
+    `path` in one step; on any failure the temporary file is removed. Without `overwrite` an existing file is
+    never replaced (also not one that appears while we write).
+    """
+    path = Path(path)
+    folder = path.parent
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {path}: output folder {folder} does not exist or is not a folder")
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder")
+    if path.exists() and not overwrite:
+        raise OutputError(f"{path} already exists; use --overwrite to replace it")
+    pnginfo = _png_info(metadata or {})
+    tmp = folder / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # the umask applies, as for any file
+    except OSError as exc:
+        raise OutputError(f"cannot write to output folder {folder}: {_one_line(exc.strerror or exc)}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            image.save(handle, format="PNG", pnginfo=pnginfo)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            _rename_no_clobber(tmp, path)
+    except OutputError:
+        _remove_quietly(tmp)
+        raise
+    except OSError as exc:
+        _remove_quietly(tmp)
+        raise OutputError(f"cannot write {path}: {_one_line(exc.strerror or exc)}") from None
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    logger.debug("saved %s", path)
+    return path
+
+
+def _rename_no_clobber(tmp: Path, path: Path) -> None:
+    """Rename without replacing an existing file: a hard link fails if `path` exists; fall back to a check."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise OutputError(f"{path} already exists; use --overwrite to replace it") from None
+    except OSError:  # file systems without hard links (FAT, some network mounts)
+        if path.exists():
+            raise OutputError(f"{path} already exists; use --overwrite to replace it") from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("could not remove temporary file %s: %s", path, exc)
