@@ -169,8 +169,9 @@ class Components:
     scheduler_config: dict
 
 
-def load_components(root: Path, model_type: ModelType, dtypes: dict[str, torch.dtype]) -> Components:
+def load_components(root: Path, model_type: ModelType | str, dtypes: dict[str, torch.dtype]) -> Components:
     """Load every component of one model type (hd or dc) onto the CPU in the given dtypes."""
+    model_type = ModelType(model_type)
     layout = Layout(Path(root))
     if not layout.root.is_dir():
         raise CheckpointError(f"checkpoints folder {layout.root} does not exist; {layout.how_to_get()}")

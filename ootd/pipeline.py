@@ -30,10 +30,14 @@ from ootd.config import (
 from ootd.device import DeviceInfo, Precision, choose_precision, detect_device
 from ootd.errors import UsageError
 from ootd.fusion import TryOnFusion, capture_block_inputs
+from ootd.images import FitInfo
 from ootd.loading import Components, load_components
 from ootd.schedulers import build_scheduler
 
 logger = logging.getLogger(__name__)
+
+FULL_RESOLUTION = Resolution(768, 1024)  # inputs are framed here first, as the original resizes to it
+FIT_MODES = ("pad", "crop", "stretch")
 
 ImageInput = Image.Image | str | Path
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -53,12 +57,31 @@ class TryOnResult:
 
 
 @dataclass
-class _Prepared:
-    person: Image.Image  # at the working resolution
-    garment: Image.Image
-    mask: Image.Image  # "L", 255 inside
+class PersonInputs:
+    """The person side of a try-on, reusable across garments."""
+
+    category: Category
+    resolution: Resolution
+    person: Image.Image  # at the working resolution, framed 3:4
+    mask: Image.Image  # "L", 255 inside, working resolution
     masked_person: Image.Image
+    fit: FitInfo
     intermediates: dict[str, Image.Image]
+    person_latents: torch.Tensor  # masked person, unscaled
+    original_latents: torch.Tensor  # person, times the VAE scaling factor
+    timings: dict[str, float]
+
+
+@dataclass
+class GarmentInputs:
+    """The garment side of a try-on, reusable across people."""
+
+    category: Category
+    resolution: Resolution
+    garment: Image.Image
+    prompt: torch.Tensor  # [1, L, D]
+    features: dict[str, torch.Tensor]  # garment UNet block inputs, batch [garment, zeros]
+    timings: dict[str, float]
 
 
 def _as_image(value: ImageInput, role: str) -> Image.Image:
@@ -73,6 +96,16 @@ def masked_person_image(person: Image.Image, mask: Image.Image) -> Image.Image:
     """The person with every masked pixel replaced by gray 127 (SPEC section 2)."""
     gray = Image.new("RGB", person.size, (127, 127, 127))
     return Image.composite(gray, person, mask)
+
+
+def grow_mask(mask: Image.Image, pixels: int) -> Image.Image:
+    """Dilate a binary mask by `pixels` (for users who want a looser mask)."""
+    if pixels <= 0:
+        return mask
+    import cv2
+
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * pixels + 1, 2 * pixels + 1))
+    return Image.fromarray(cv2.dilate(np.asarray(mask), kernel), mode="L")
 
 
 def binarize_mask(mask: Image.Image) -> Image.Image:
@@ -92,14 +125,16 @@ class TryOnPipeline:
         precision: Precision,
         attention: AttentionFn = sdpa_attention,
         checkpoints_dir: Path | None = None,
-        preprocessor=None,  # noqa: ANN001 - pose + parsing + mask maker; None means a mask is required
+        preprocessor=None,  # noqa: ANN001 - pose + parsing + mask maker; loaded lazily when None
+        parsing_provider: str = "cpu",
     ) -> None:
         self.components = components
         self.model_type = model_type
         self.device = device
         self.precision = precision
         self.checkpoints_dir = checkpoints_dir
-        self.preprocessor = preprocessor
+        self._preprocessor = preprocessor
+        self.parsing_provider = parsing_provider
         self.image_processor = VaeImageProcessor(vae_scale_factor=8)
         self.fusion = TryOnFusion(components.unet_vton, attention)
         self.load_seconds = 0.0
@@ -120,6 +155,7 @@ class TryOnPipeline:
         dtype: str | torch.dtype | None = None,
         attention: AttentionFn | None = None,
         preprocessor=None,  # noqa: ANN001
+        parsing_provider: str = "cpu",
     ) -> TryOnPipeline:
         """Load every component of the hd or dc model from a checkpoints tree in the released layout."""
         start = time.perf_counter()
@@ -137,9 +173,24 @@ class TryOnPipeline:
         }
         components = load_components(Path(checkpoints_dir), model_type, dtypes)
         pipe = cls(components, model_type, info, precision, attention or sdpa_attention,
-                   Path(checkpoints_dir), preprocessor)
+                   Path(checkpoints_dir), preprocessor, parsing_provider)
         pipe.load_seconds = time.perf_counter() - start
         return pipe
+
+    # -- preprocessing stage (lazy) ----------------------------------------------------------------
+
+    @property
+    def preprocessor(self):  # noqa: ANN201
+        """Pose + parsing, loaded on first use (a run with a mask never loads them)."""
+        if self._preprocessor is None:
+            if self.checkpoints_dir is None:
+                raise UsageError("no mask given and no checkpoints folder for pose/parsing: pass a mask")
+            from ootd.preprocessing import Preprocessor
+
+            self._preprocessor = Preprocessor.from_checkpoints(
+                self.checkpoints_dir, self.device.torch_device, self.parsing_provider
+            )
+        return self._preprocessor
 
     # -- the call ---------------------------------------------------------------------------------
 
@@ -157,72 +208,129 @@ class TryOnPipeline:
         seed: int | None = None,
         resolution: tuple[int, int] | str | Resolution = (768, 1024),
         scheduler: str | SchedulerName = "unipc",
+        fit: str = "pad",
+        mask_grow: int = 0,
         progress: Progress | None = None,
     ) -> TryOnResult:
-        timings: dict[str, float | list[float]] = {}
-        tick = time.perf_counter()
+        """One try-on: `num_samples` pictures of the person wearing the garment."""
+        settings = self.settings(num_samples, steps, guidance_scale, seed, resolution, scheduler)
+        person_inputs = self.prepare_person(person, category, mask=mask, resolution=settings.resolution,
+                                            fit=fit, mask_grow=mask_grow)
+        garment_inputs = self.prepare_garment(garment, category, resolution=settings.resolution, fit=fit)
+        return self.generate(person_inputs, garment_inputs, settings, progress=progress)
 
-        # 1. validate
-        category = Category.parse(category)
-        check_model_category(self.model_type, category)
+    @staticmethod
+    def settings(num_samples: int = 1, steps: int = 20, guidance_scale: float = 2.0, seed: int | None = None,
+                 resolution: tuple[int, int] | str | Resolution = (768, 1024),
+                 scheduler: str | SchedulerName = "unipc") -> SamplingSettings:
+        """Validated sampling settings; a random seed is drawn (and later reported) when none is given."""
         settings = SamplingSettings(
             num_samples=num_samples, steps=steps, guidance_scale=guidance_scale,
             seed=seed if seed is not None else secrets.randbelow(2**32),
             resolution=parse_resolution(resolution), scheduler=SchedulerName.parse(scheduler),
         )
         settings.validate()
-        person_img = _as_image(person, "person")
-        garment_img = _as_image(garment, "garment")
-        mask_img = _as_image(mask, "mask") if mask is not None else None
+        return settings
 
-        # 2. inputs at the working resolution, mask and masked person
+    @torch.inference_mode()
+    def prepare_person(
+        self, person: ImageInput, category: str | Category, *, mask: ImageInput | None = None,
+        resolution: tuple[int, int] | str | Resolution = (768, 1024), fit: str = "pad", mask_grow: int = 0,
+    ) -> PersonInputs:
+        """Everything that depends on the person only: framing, mask, masked person, their latents.
+        Batch work reuses it across garments."""
+        category = Category.parse(category)
+        check_model_category(self.model_type, category)
+        resolution = parse_resolution(resolution)
+        if fit not in FIT_MODES:
+            raise UsageError(f"unknown fit {fit!r}: use {', '.join(FIT_MODES)}")
+        if mask_grow < 0:
+            raise UsageError(f"mask grow must be >= 0 pixels, got {mask_grow}")
+        timings: dict[str, float] = {}
         t = time.perf_counter()
-        prepared = self._prepare_inputs(person_img, garment_img, mask_img, category, settings.resolution)
+        person_img = _as_image(person, "person")
+        mask_img = _as_image(mask, "mask") if mask is not None else None
+        from ootd.images import fit_to_aspect
+
+        full, fit_info = fit_to_aspect(person_img, FULL_RESOLUTION.size, fit, pad_color="edge")
+        intermediates: dict[str, Image.Image] = {}
+        if mask_img is None:
+            made = self.preprocessor(full, category, self.model_type, grow=mask_grow)
+            mask_img, intermediates = made.mask, dict(made.intermediates)
+        else:
+            mask_img, _ = fit_to_aspect(mask_img, FULL_RESOLUTION.size, fit, pad_color=0, resample=Image.NEAREST)
+            mask_img = grow_mask(binarize_mask(mask_img), mask_grow * FULL_RESOLUTION.height // 512)
+        person_r = full if resolution == FULL_RESOLUTION else full.resize(resolution.size)
+        mask_r = binarize_mask(mask_img.resize(resolution.size, Image.NEAREST))
+        masked = masked_person_image(person_r, mask_r)
+        intermediates["mask"] = mask_r
+        intermediates["masked_person"] = masked
         timings["preprocess"] = time.perf_counter() - t
 
-        # 3. conditioning
         t = time.perf_counter()
-        prompt = self._conditioning(prepared.garment, category)
+        person_latents, original_latents = self._encode([masked, person_r])
+        original_latents = original_latents * self.components.vae.config.scaling_factor
+        timings["encode_person"] = time.perf_counter() - t
+        return PersonInputs(category, resolution, person_r, mask_r, masked, fit_info, intermediates,
+                            person_latents, original_latents, timings)
+
+    @torch.inference_mode()
+    def prepare_garment(
+        self, garment: ImageInput, category: str | Category, *,
+        resolution: tuple[int, int] | str | Resolution = (768, 1024), fit: str = "pad",
+    ) -> GarmentInputs:
+        """Everything that depends on the garment only: prompt embeddings, latents, garment UNet features.
+        Batch work reuses it across people."""
+        category = Category.parse(category)
+        check_model_category(self.model_type, category)
+        resolution = parse_resolution(resolution)
+        from ootd.images import fit_to_aspect
+
+        timings: dict[str, float] = {}
+        garment_img = _as_image(garment, "garment")
+        full, _ = fit_to_aspect(garment_img, FULL_RESOLUTION.size, fit, pad_color="edge")
+        garment_r = full if resolution == FULL_RESOLUTION else full.resize(resolution.size)
+        t = time.perf_counter()
+        prompt = self._conditioning(garment_r, category)
         timings["conditioning"] = time.perf_counter() - t
-
-        # 4. VAE encodes
         t = time.perf_counter()
-        garment_latents, person_latents, original_latents = self._encode(prepared)
-        timings["encode"] = time.perf_counter() - t
-
-        # 5. garment UNet once
+        (garment_latents,) = self._encode([garment_r])
+        timings["encode_garment"] = time.perf_counter() - t
         t = time.perf_counter()
-        guidance = settings.guidance_scale >= 1.0
-        features = self._garment_features(garment_latents, prompt, guidance)
+        features = self._garment_features(garment_latents, prompt)
         timings["garment_unet"] = time.perf_counter() - t
+        return GarmentInputs(category, resolution, garment_r, prompt, features, timings)
 
-        # 6. scheduler, timesteps, initial noise
+    @torch.inference_mode()
+    def generate(self, person: PersonInputs, garment: GarmentInputs, settings: SamplingSettings,
+                 progress: Progress | None = None) -> TryOnResult:
+        """The denoising loop and decode for one prepared person and garment."""
+        if person.resolution != settings.resolution or garment.resolution != settings.resolution:
+            raise UsageError("person, garment and settings were prepared at different resolutions")
+        if person.category is not garment.category:
+            raise UsageError("person and garment were prepared for different categories")
+        timings: dict[str, float | list[float]] = {**person.timings, **garment.timings}
+        tick = time.perf_counter()
         sched = build_scheduler(settings.scheduler, self.components.scheduler_config)
         sched.set_timesteps(settings.steps, device=self.device.torch_device)
-        noise = self._initial_noise(settings, original_latents.shape[-2:])
+        noise = self._initial_noise(settings, person.original_latents.shape[-2:])
         latents = noise * sched.init_noise_sigma
-
-        # 7. denoising loop
-        t = time.perf_counter()
         latents, step_times = self._denoise(
-            sched, latents, noise, prompt, features, person_latents, original_latents,
-            self._latent_mask(prepared.mask, original_latents.shape[-2:]), settings, progress,
+            sched, latents, noise, garment.prompt, garment.features, person.person_latents,
+            person.original_latents, self._latent_mask(person.mask, person.original_latents.shape[-2:]),
+            settings, progress,
         )
-        timings["denoise"] = time.perf_counter() - t
+        timings["denoise"] = time.perf_counter() - tick
         timings["steps"] = step_times
-        del features
-
-        # 8. decode
         t = time.perf_counter()
-        images = self._decode(latents, progress)
+        images = [self._restore_framing(img, person.fit) for img in self._decode(latents, progress)]
         timings["decode"] = time.perf_counter() - t
-        timings["total"] = time.perf_counter() - tick
-
+        timings["total"] = sum(v for k, v in timings.items() if isinstance(v, float) and k != "total")
         return TryOnResult(
-            images=images, mask=prepared.mask, masked_person=prepared.masked_person, seed=settings.seed,
-            timings=timings, intermediates=prepared.intermediates,
+            images=images, mask=person.mask, masked_person=person.masked_person, seed=settings.seed,
+            timings=timings, intermediates=dict(person.intermediates),
             settings={
-                "model_type": self.model_type.value, "category": category.value,
+                "model_type": self.model_type.value, "category": person.category.value,
                 "samples": str(settings.num_samples), "steps": str(settings.steps),
                 "scale": str(settings.guidance_scale), "seed": str(settings.seed),
                 "resolution": str(settings.resolution), "scheduler": settings.scheduler.value,
@@ -231,21 +339,14 @@ class TryOnPipeline:
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def _prepare_inputs(
-        self, person: Image.Image, garment: Image.Image, mask: Image.Image | None,
-        category: Category, resolution: Resolution,
-    ) -> _Prepared:
-        """Resize (PIL default filter, as the original), make or take the mask, gray out the masked area."""
-        intermediates: dict[str, Image.Image] = {}
-        person_r = person.resize(resolution.size)
-        garment_r = garment.resize(resolution.size)
-        if mask is None:
-            if self.preprocessor is None:
-                raise UsageError("no mask given and pose/parsing preprocessing is not available: pass a mask")
-            mask, intermediates = self.preprocessor(person, category, self.model_type)
-        mask_r = binarize_mask(mask.resize(resolution.size, Image.NEAREST))
-        masked = masked_person_image(person_r, mask_r)
-        return _Prepared(person_r, garment_r, mask_r, masked, intermediates)
+    @staticmethod
+    def _restore_framing(image: Image.Image, fit: FitInfo) -> Image.Image:
+        """Cut the padding away again when the person was padded to 3:4."""
+        if fit.mode != "pad" or fit.box == (0, 0, *fit.size):
+            return image
+        sx, sy = image.width / fit.size[0], image.height / fit.size[1]
+        left, top, right, bottom = fit.box
+        return image.crop((round(left * sx), round(top * sy), round(right * sx), round(bottom * sy)))
 
     def _conditioning(self, garment: Image.Image, category: Category) -> torch.Tensor:
         c = self.components
@@ -254,24 +355,18 @@ class TryOnPipeline:
         )
         return embeds.to(self.device.torch_device, self.precision.unet)
 
-    def _encode(self, prepared: _Prepared) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Garment and masked-person latents unscaled, the original person's scaled (SPEC section 4);
-        one batched VAE call for the three images."""
+    def _encode(self, images: list[Image.Image]) -> tuple[torch.Tensor, ...]:
+        """VAE latents (mode of the posterior, unscaled) of several images in one batched call."""
         vae = self.components.vae
-        pixels = torch.cat(
-            [self.image_processor.preprocess(img) for img in (prepared.garment, prepared.masked_person,
-                                                              prepared.person)]
-        ).to(self.device.torch_device, self.precision.vae)
-        latents = vae.encode(pixels).latent_dist.mode().to(self.precision.unet)
-        garment, person, original = latents.chunk(3)
-        return garment, person, original * vae.config.scaling_factor
+        pixels = torch.cat([self.image_processor.preprocess(img) for img in images])
+        # NCHW-contiguous: oneDNN's path for the processor's channels-last view is ~1e-3 off in fp32
+        pixels = pixels.to(self.device.torch_device, self.precision.vae).contiguous()
+        return vae.encode(pixels).latent_dist.mode().to(self.precision.unet).chunk(len(images))
 
-    def _garment_features(
-        self, garment_latents: torch.Tensor, prompt: torch.Tensor, guidance: bool
-    ) -> dict[str, torch.Tensor]:
-        """Run the garment UNet once at timestep 0 on [garment, zeros] (just [garment] without guidance);
-        the features are shared by every sample."""
-        batch = torch.cat([garment_latents, torch.zeros_like(garment_latents)]) if guidance else garment_latents
+    def _garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Run the garment UNet once at timestep 0 on [garment, zeros] (the zeros serve the unconditional
+        half of guidance); the features are shared by every sample."""
+        batch = torch.cat([garment_latents, torch.zeros_like(garment_latents)])
         with capture_block_inputs(self.components.unet_garm) as features:
             self.components.unet_garm(
                 batch, 0, encoder_hidden_states=prompt.expand(batch.shape[0], -1, -1), return_dict=False

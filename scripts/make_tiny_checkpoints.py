@@ -141,7 +141,7 @@ def write_vae(folder: Path) -> None:
     vae = AutoencoderKL(
         in_channels=3, out_channels=3, latent_channels=4,
         down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(8, 16, 32, 32), layers_per_block=1, norm_num_groups=8, sample_size=64,
+        block_out_channels=(8, 8, 16, 16), layers_per_block=1, norm_num_groups=4, sample_size=64,
     )
     folder.mkdir(parents=True, exist_ok=True)
     _write_json(folder / "config.json", dict(vae.config))
@@ -153,8 +153,9 @@ def write_unet(folder: Path, in_channels: int, class_name: str) -> None:
 
     unet = UNet2DConditionModel(
         sample_size=64, in_channels=in_channels, out_channels=4, layers_per_block=1,
-        block_out_channels=(32, 64), down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=HIDDEN,
+        # attention one level down from the real model's first level keeps the tests' attention cheap
+        block_out_channels=(32, 64), down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=HIDDEN,
         attention_head_dim=2, norm_num_groups=32,
     )
     unet.save_pretrained(folder, safe_serialization=True)
@@ -212,10 +213,13 @@ def write_parsing_onnx(path: Path, num_classes: int, input_size: int, rng: np.ra
 
 
 def write_body_pose(path: Path) -> None:
-    from preprocess.pose import BodyPoseNet
+    """The real architecture's keys and shapes; each tensor one random value broadcast over its
+    shape, so the file is a few KB instead of the released 209 MB."""
+    from preprocess.pose import expected_state_dict_shapes
 
+    state = {key: (torch.randn(()) * 0.05).expand(shape) for key, shape in expected_state_dict_shapes().items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(BodyPoseNet().state_dict(), path)
+    torch.save(state, path)
 
 
 def make_tiny_checkpoints(out: Path, seed: int = 0) -> Path:

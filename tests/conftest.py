@@ -1,0 +1,56 @@
+"""Shared fixtures: one tiny random-weight checkpoints tree per test session, example inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+
+def _load_script(name: str):  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def make_tiny():  # noqa: ANN201
+    """The generator function, for tests that need a tree of their own to damage."""
+    return _load_script("make_tiny_checkpoints").make_tiny_checkpoints
+
+
+@pytest.fixture(scope="session")
+def tiny_tree(tmp_path_factory: pytest.TempPathFactory, make_tiny) -> Path:  # noqa: ANN001
+    """A complete checkpoints tree in the released layout, tiny random weights. Do not modify it."""
+    return make_tiny(tmp_path_factory.mktemp("checkpoints"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def example_images() -> dict[str, Path]:
+    return {
+        "person": EXAMPLES / "person.png",
+        "tshirt": EXAMPLES / "tshirt.png",
+        "trousers": EXAMPLES / "trousers.png",
+        "mask": EXAMPLES / "person_mask_upper.png",
+    }
+
+
+@pytest.fixture(scope="session")
+def pipe_hd(tiny_tree: Path):  # noqa: ANN201
+    from ootd import TryOnPipeline
+
+    return TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def pipe_dc(tiny_tree: Path):  # noqa: ANN201
+    from ootd import TryOnPipeline
+
+    return TryOnPipeline.from_pretrained(tiny_tree, model_type="dc", device="cpu")
