@@ -152,7 +152,11 @@ def load_scheduler_config(layout: Layout) -> dict:
     if cls is None or not hasattr(cls, "from_pretrained"):
         raise CheckpointError(f"{index_file} names an unknown scheduler class {class_name!r}")
     base = _load("scheduler config", config_file, layout, lambda: cls.from_pretrained(layout.scheduler))
-    return dict(base.config)
+    config = dict(base.config)
+    # diffusers marks the keys that took the reading class's defaults and drops them when another class
+    # reads the config; the original's diffusers kept them, so the defaults must stay.
+    config.pop("_use_default_values", None)
+    return config
 
 
 @dataclass

@@ -8,6 +8,7 @@ half, the three images are encoded one by one, and the loop is spelled out step 
 
 from __future__ import annotations
 
+import inspect
 import types
 
 import numpy as np
@@ -92,8 +93,11 @@ def reference_latents(tree, image_person, image_garment, image_mask, num_samples
     for block in vton_blocks:
         block.forward = _reference_block_forward(block, shared)
 
-    base = PNDMScheduler.from_pretrained(tree / "ootd" / "scheduler")
-    sched = UniPCMultistepScheduler.from_config(base.config, final_sigmas_type="sigma_min")
+    # the original's diffusers handed every key PNDM had read (its defaults included) to UniPC
+    base = dict(PNDMScheduler.from_pretrained(tree / "ootd" / "scheduler").config)
+    accepted = set(inspect.signature(UniPCMultistepScheduler.__init__).parameters)
+    sched = UniPCMultistepScheduler(**{k: v for k, v in base.items() if k in accepted}, final_sigmas_type="sigma_min")
+    assert sched.config.timestep_spacing == "leading"
     sched.set_timesteps(steps)
     noise = torch.randn((num_samples, 4, 64, 48), generator=torch.manual_seed(seed))
     latents = noise * sched.init_noise_sigma
