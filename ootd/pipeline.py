@@ -16,7 +16,7 @@ from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.torch_utils import randn_tensor
 from PIL import Image
 
-from ootd.attention import AttentionFn, sdpa_attention
+from ootd.attention import AttentionFn, build_attention, install_attention, patch_sdpa, sdpa_attention
 from ootd.conditioning import prompt_embeddings
 from ootd.config import (
     Category,
@@ -27,7 +27,16 @@ from ootd.config import (
     check_model_category,
     parse_resolution,
 )
-from ootd.device import DeviceInfo, Precision, choose_precision, detect_device
+from ootd.device import (
+    DeviceInfo,
+    Precision,
+    apply_environment,
+    choose_precision,
+    detect_device,
+    load_profile,
+    peek_device,
+    runtime_environment,
+)
 from ootd.errors import UsageError
 from ootd.fusion import TryOnFusion, capture_block_inputs
 from ootd.images import FitInfo
@@ -136,7 +145,10 @@ class TryOnPipeline:
         self._preprocessor = preprocessor
         self.parsing_provider = parsing_provider
         self.image_processor = VaeImageProcessor(vae_scale_factor=8)
+        self.attention = attention
         self.fusion = TryOnFusion(components.unet_vton, attention)
+        # every other attention module of the UNets and the VAE through the same backend
+        install_attention([components.unet_garm, components.unet_vton, components.vae], attention)
         self.load_seconds = 0.0
         torch_device = device.torch_device
         for module in self._modules():
@@ -153,29 +165,52 @@ class TryOnPipeline:
         model_type: str | ModelType = "hd",
         device: str | None = None,
         dtype: str | torch.dtype | None = None,
-        attention: AttentionFn | None = None,
+        attention: str | AttentionFn = "auto",
         preprocessor=None,  # noqa: ANN001
         parsing_provider: str = "cpu",
+        profile: str | Path | None = None,
     ) -> TryOnPipeline:
-        """Load every component of the hd or dc model from a checkpoints tree in the released layout."""
+        """Load every component of the hd or dc model from a checkpoints tree in the released layout.
+
+        `device` None picks the best available; `dtype` None follows the device profile (fp32 on CPU);
+        `attention` is a backend name (auto, flash, sdpa, chunked, math) or an attention function;
+        `profile` a TOML file overriding the device profile from configs/profiles/.
+        """
         start = time.perf_counter()
         try:
             model_type = ModelType(str(getattr(model_type, "value", model_type)).lower())
         except ValueError:
             raise UsageError(f"unknown model type {model_type!r}: use hd or dc") from None
+        # runtime settings (allocator, kernels) must be in place before torch initialises the device
+        apply_environment(runtime_environment(peek_device(device), torch.__version__))
         info = detect_device(device)
+        device_profile = load_profile(info, Path(profile) if profile else None)
         if isinstance(dtype, torch.dtype):
             dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
-        precision = choose_precision(info, dtype or "auto")
+        precision = choose_precision(info, dtype or "auto", device_profile)
+        if isinstance(attention, str):
+            attention = build_attention(attention, info, precision.unet, profile=device_profile)
         dtypes = {
             "unet": precision.unet, "vae": precision.vae,
             "text_encoder": precision.text_encoder, "image_encoder": precision.image_encoder,
         }
         components = load_components(Path(checkpoints_dir), model_type, dtypes)
-        pipe = cls(components, model_type, info, precision, attention or sdpa_attention,
-                   Path(checkpoints_dir), preprocessor, parsing_provider)
+        pipe = cls(components, model_type, info, precision, attention, Path(checkpoints_dir), preprocessor,
+                   parsing_provider)
         pipe.load_seconds = time.perf_counter() - start
         return pipe
+
+    def describe(self) -> dict[str, object]:
+        """Device, precision and attention backend, for --json, --explain and logs."""
+        describe_attention = getattr(self.attention, "describe", None)
+        return {
+            "device": str(self.device.torch_device), "device_name": self.device.name, "arch": self.device.arch,
+            "vendor": self.device.vendor, "model_type": self.model_type.value,
+            "precision": {k: str(v).removeprefix("torch.") for k, v in vars(self.precision).items()},
+            "attention": describe_attention() if callable(describe_attention) else getattr(
+                self.attention, "__name__", type(self.attention).__name__),
+            "parsing_providers": self._preprocessor.parsing_providers if self._preprocessor is not None else None,
+        }
 
     # -- preprocessing stage (lazy) ----------------------------------------------------------------
 
@@ -350,9 +385,10 @@ class TryOnPipeline:
 
     def _conditioning(self, garment: Image.Image, category: Category) -> torch.Tensor:
         c = self.components
-        embeds = prompt_embeddings(
-            garment, category, self.model_type, c.tokenizer, c.text_encoder, c.image_processor, c.image_encoder
-        )
+        with patch_sdpa(self.attention):  # the CLIP encoders call torch's SDPA directly
+            embeds = prompt_embeddings(
+                garment, category, self.model_type, c.tokenizer, c.text_encoder, c.image_processor, c.image_encoder
+            )
         return embeds.to(self.device.torch_device, self.precision.unet)
 
     def _encode(self, images: list[Image.Image]) -> tuple[torch.Tensor, ...]:
