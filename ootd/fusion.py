@@ -100,6 +100,18 @@ class TryOnFusion:
             self.processors[name] = processor
 
     @contextlib.contextmanager
+    def rows(self, sample_index: torch.Tensor) -> Iterator[None]:
+        """Temporarily map a partial try-on batch (e.g. one guidance half) to its garment batch items."""
+        saved = {name: p.sample_index for name, p in self.processors.items()}
+        for processor in self.processors.values():
+            processor.sample_index = sample_index
+        try:
+            yield
+        finally:
+            for name, processor in self.processors.items():
+                processor.sample_index = saved[name]
+
+    @contextlib.contextmanager
     def garment(self, features: dict[str, torch.Tensor], sample_index: torch.Tensor) -> Iterator[None]:
         """Garment keys/values for every block while active; `sample_index[i]` is the garment batch
         item that try-on batch item i attends to."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -16,7 +19,14 @@ from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.torch_utils import randn_tensor
 from PIL import Image
 
-from ootd.attention import AttentionFn, build_attention, install_attention, patch_sdpa, sdpa_attention
+from ootd.attention import (
+    AttentionFn,
+    ChunkedBackend,
+    build_attention,
+    install_attention,
+    patch_sdpa,
+    sdpa_attention,
+)
 from ootd.conditioning import prompt_embeddings
 from ootd.config import (
     Category,
@@ -37,10 +47,11 @@ from ootd.device import (
     peek_device,
     runtime_environment,
 )
-from ootd.errors import UsageError
+from ootd.errors import OutOfMemoryError, UsageError
 from ootd.fusion import TryOnFusion, capture_block_inputs
 from ootd.images import FitInfo
 from ootd.loading import Components, load_components
+from ootd.memory import ModelSizes, Plan, apply_plan_to_vae, gib, make_plan
 from ootd.schedulers import build_scheduler
 
 logger = logging.getLogger(__name__)
@@ -50,6 +61,7 @@ FIT_MODES = ("pad", "crop", "stretch")
 
 ImageInput = Image.Image | str | Path
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
+T = TypeVar("T")
 
 
 @dataclass
@@ -136,6 +148,7 @@ class TryOnPipeline:
         checkpoints_dir: Path | None = None,
         preprocessor=None,  # noqa: ANN001 - pose + parsing + mask maker; loaded lazily when None
         parsing_provider: str = "cpu",
+        max_memory: int | None = None,
     ) -> None:
         self.components = components
         self.model_type = model_type
@@ -150,9 +163,13 @@ class TryOnPipeline:
         # every other attention module of the UNets and the VAE through the same backend
         install_attention([components.unet_garm, components.unet_vton, components.vae], attention)
         self.load_seconds = 0.0
-        torch_device = device.torch_device
+        self.max_memory = max_memory  # bytes a call may use; None: the device's free memory less a margin
+        self.plan: Plan | None = None  # the plan of the latest call
+        self._sizes: ModelSizes | None = None
+        self._offload = "none"
         for module in self._modules():
-            module.to(torch_device).eval().requires_grad_(False)
+            module.eval().requires_grad_(False)
+        self._place_models("none")
 
     def _modules(self) -> list[torch.nn.Module]:
         c = self.components
@@ -169,6 +186,7 @@ class TryOnPipeline:
         preprocessor=None,  # noqa: ANN001
         parsing_provider: str = "cpu",
         profile: str | Path | None = None,
+        max_memory: int | None = None,
     ) -> TryOnPipeline:
         """Load every component of the hd or dc model from a checkpoints tree in the released layout.
 
@@ -196,9 +214,92 @@ class TryOnPipeline:
         }
         components = load_components(Path(checkpoints_dir), model_type, dtypes)
         pipe = cls(components, model_type, info, precision, attention, Path(checkpoints_dir), preprocessor,
-                   parsing_provider)
+                   parsing_provider, max_memory)
+        pipe.profile = device_profile
         pipe.load_seconds = time.perf_counter() - start
         return pipe
+
+    # -- memory plan --------------------------------------------------------------------------------
+
+    def make_plan(self, resolution: Resolution, num_samples: int, guidance: bool,
+                  max_memory: int | None = None) -> Plan:
+        """The memory plan for a call (ootd/memory.py decides; this only gathers its inputs)."""
+        if self._sizes is None:
+            self._sizes = ModelSizes.from_components(self.components)
+        attention_name = str(getattr(self.attention, "label", "custom"))
+        return make_plan(self.device, resolution.size, num_samples, guidance, self.precision.unet, attention_name,
+                         self._sizes, max_memory if max_memory is not None else self.max_memory,
+                         vae_dtype=self.precision.vae, profile=getattr(self, "profile", None))
+
+    def apply_plan(self, plan: Plan) -> None:
+        """Put the plan's choices into effect: chunk budget, VAE slicing/tiling, where the models live."""
+        for backend in getattr(self.attention, "backends", ()):
+            if isinstance(backend, ChunkedBackend):
+                backend.budget_bytes = plan.attention_budget_bytes
+        apply_plan_to_vae(self.components.vae, plan)
+        self._place_models(plan.offload)
+        self.plan = plan
+
+    def _place_models(self, offload: str) -> None:
+        """none: everything on the device. model: only the try-on UNet stays; the others visit the device for
+        their stage. sequential: accelerate streams each layer's weights to the device as it runs."""
+        device = self.device.torch_device
+        if offload == self._offload and offload != "none":
+            return
+        if offload == "sequential":
+            from accelerate import cpu_offload
+
+            for module in self._modules():
+                module.to("cpu")
+                cpu_offload(module, execution_device=device)
+        else:
+            for module in self._modules():
+                stays = offload == "none" or module is self.components.unet_vton
+                module.to(device if stays else "cpu")
+        self._offload = offload
+
+    @contextlib.contextmanager
+    def _stage(self, *modules: torch.nn.Module) -> Iterator[None]:
+        """Bring offloaded models to the device for one stage, and send them back after it."""
+        visiting = [m for m in modules if self._offload == "model" and m is not self.components.unet_vton]
+        for module in visiting:
+            module.to(self.device.torch_device)
+        try:
+            yield
+        finally:
+            for module in visiting:
+                module.to("cpu")
+
+    def _retry_on_oom(self, stage: str, fn: Callable[[], T]) -> T:
+        """Run a stage; on a device out-of-memory error free what can be freed, re-plan with half the budget
+        and try once more. A second one is a clear error that shows the plan that failed."""
+        try:
+            return fn()
+        except torch.OutOfMemoryError as first:
+            plan = self.plan
+            self._free_memory()
+            if plan is None:
+                raise OutOfMemoryError(f"out of memory during {stage}: {str(first).splitlines()[0]}") from first
+            smaller = plan.halved()
+            logger.warning("out of memory during %s; retrying once with half the memory budget (%s)",
+                           stage, gib(smaller.budget_bytes))
+            self.apply_plan(smaller)
+            try:
+                return fn()
+            except torch.OutOfMemoryError as second:
+                self._free_memory()
+                raise OutOfMemoryError(
+                    f"out of memory during {stage} again after re-planning with half the budget; "
+                    f"plan that failed: {smaller.to_dict()}; try --max-memory lower, fewer --samples or "
+                    f"--resolution 384x512"
+                ) from second
+
+    def _free_memory(self) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        elif self.device.type == "mps":
+            torch.mps.empty_cache()
 
     def describe(self) -> dict[str, object]:
         """Device, precision and attention backend, for --json, --explain and logs."""
@@ -210,6 +311,7 @@ class TryOnPipeline:
             "attention": describe_attention() if callable(describe_attention) else getattr(
                 self.attention, "__name__", type(self.attention).__name__),
             "parsing_providers": self._preprocessor.parsing_providers if self._preprocessor is not None else None,
+            "plan": self.plan.to_dict() if self.plan is not None else None,
         }
 
     # -- preprocessing stage (lazy) ----------------------------------------------------------------
@@ -303,7 +405,9 @@ class TryOnPipeline:
         timings["preprocess"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        person_latents, original_latents = self._encode([masked, person_r])
+        if self.plan is None or self.plan.request is None or self.plan.request.resolution != resolution.size:
+            self.apply_plan(self.make_plan(resolution, 1, True))
+        person_latents, original_latents = self._retry_on_oom("encode", lambda: self._encode([masked, person_r]))
         original_latents = original_latents * self.components.vae.config.scaling_factor
         timings["encode_person"] = time.perf_counter() - t
         return PersonInputs(category, resolution, person_r, mask_r, masked, fit_info, intermediates,
@@ -329,10 +433,12 @@ class TryOnPipeline:
         prompt = self._conditioning(garment_r, category)
         timings["conditioning"] = time.perf_counter() - t
         t = time.perf_counter()
-        (garment_latents,) = self._encode([garment_r])
+        if self.plan is None or self.plan.request is None or self.plan.request.resolution != resolution.size:
+            self.apply_plan(self.make_plan(resolution, 1, True))
+        (garment_latents,) = self._retry_on_oom("encode", lambda: self._encode([garment_r]))
         timings["encode_garment"] = time.perf_counter() - t
         t = time.perf_counter()
-        features = self._garment_features(garment_latents, prompt)
+        features = self._retry_on_oom("garment UNet", lambda: self._garment_features(garment_latents, prompt))
         timings["garment_unet"] = time.perf_counter() - t
         return GarmentInputs(category, resolution, garment_r, prompt, features, timings)
 
@@ -345,20 +451,23 @@ class TryOnPipeline:
         if person.category is not garment.category:
             raise UsageError("person and garment were prepared for different categories")
         timings: dict[str, float | list[float]] = {**person.timings, **garment.timings}
+        self.apply_plan(self.make_plan(settings.resolution, settings.num_samples, settings.guidance_scale >= 1.0))
         tick = time.perf_counter()
-        sched = build_scheduler(settings.scheduler, self.components.scheduler_config)
-        sched.set_timesteps(settings.steps, device=self.device.torch_device)
-        noise = self._initial_noise(settings, person.original_latents.shape[-2:])
-        latents = noise * sched.init_noise_sigma
-        latents, step_times = self._denoise(
-            sched, latents, noise, garment.prompt, garment.features, person.person_latents,
-            person.original_latents, self._latent_mask(person.mask, person.original_latents.shape[-2:]),
-            settings, progress,
-        )
+        latent_mask = self._latent_mask(person.mask, person.original_latents.shape[-2:])
+
+        def denoise() -> tuple[torch.Tensor, list[float]]:
+            sched = build_scheduler(settings.scheduler, self.components.scheduler_config)
+            sched.set_timesteps(settings.steps, device=self.device.torch_device)
+            noise = self._initial_noise(settings, person.original_latents.shape[-2:])
+            return self._denoise(sched, noise * sched.init_noise_sigma, noise, garment.prompt, garment.features,
+                                 person.person_latents, person.original_latents, latent_mask, settings, progress)
+
+        latents, step_times = self._retry_on_oom("denoising", denoise)
         timings["denoise"] = time.perf_counter() - tick
         timings["steps"] = step_times
         t = time.perf_counter()
-        images = [self._restore_framing(img, person.fit) for img in self._decode(latents, progress)]
+        decoded = self._retry_on_oom("decode", lambda: self._decode(latents, progress))
+        images = [self._restore_framing(img, person.fit) for img in decoded]
         timings["decode"] = time.perf_counter() - t
         timings["total"] = sum(v for k, v in timings.items() if isinstance(v, float) and k != "total")
         return TryOnResult(
@@ -385,7 +494,7 @@ class TryOnPipeline:
 
     def _conditioning(self, garment: Image.Image, category: Category) -> torch.Tensor:
         c = self.components
-        with patch_sdpa(self.attention):  # the CLIP encoders call torch's SDPA directly
+        with self._stage(c.text_encoder, c.image_encoder), patch_sdpa(self.attention):  # CLIP calls SDPA directly
             embeds = prompt_embeddings(
                 garment, category, self.model_type, c.tokenizer, c.text_encoder, c.image_processor, c.image_encoder
             )
@@ -397,13 +506,18 @@ class TryOnPipeline:
         pixels = torch.cat([self.image_processor.preprocess(img) for img in images])
         # NCHW-contiguous: oneDNN's path for the processor's channels-last view is ~1e-3 off in fp32
         pixels = pixels.to(self.device.torch_device, self.precision.vae).contiguous()
-        return vae.encode(pixels).latent_dist.mode().to(self.precision.unet).chunk(len(images))
+        with self._stage(vae):
+            if self.plan is None or self.plan.vae_encode_batched:
+                latents = vae.encode(pixels).latent_dist.mode()
+            else:
+                latents = torch.cat([vae.encode(p[None]).latent_dist.mode() for p in pixels])
+        return latents.to(self.precision.unet).chunk(len(images))
 
     def _garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
         """Run the garment UNet once at timestep 0 on [garment, zeros] (the zeros serve the unconditional
         half of guidance); the features are shared by every sample."""
         batch = torch.cat([garment_latents, torch.zeros_like(garment_latents)])
-        with capture_block_inputs(self.components.unet_garm) as features:
+        with self._stage(self.components.unet_garm), capture_block_inputs(self.components.unet_garm) as features:
             self.components.unet_garm(
                 batch, 0, encoder_hidden_states=prompt.expand(batch.shape[0], -1, -1), return_dict=False
             )
@@ -441,7 +555,7 @@ class TryOnPipeline:
                 model_in = torch.cat([latents] * copies) if guidance else latents
                 model_in = sched.scale_model_input(model_in, t)
                 model_in = torch.cat([model_in, person_batch], dim=1)
-                pred = unet(model_in, t, encoder_hidden_states=prompt_batch, return_dict=False)[0]
+                pred = self._unet_vton(unet, model_in, t, prompt_batch, sample_index, guidance)
                 if guidance:
                     cond, uncond = pred.chunk(2)
                     pred = uncond + settings.guidance_scale * (cond - uncond)
@@ -457,14 +571,23 @@ class TryOnPipeline:
                     progress("denoise", i + 1, len(timesteps))
         return latents, step_times
 
+    def _unet_vton(self, unet: torch.nn.Module, model_in: torch.Tensor, t: torch.Tensor, prompt: torch.Tensor,
+                   sample_index: torch.Tensor, guidance: bool) -> torch.Tensor:
+        """The try-on UNet on the whole guidance batch, or on its two halves when the plan says memory is short."""
+        if not (guidance and self.plan is not None and self.plan.guidance_split):
+            return unet(model_in, t, encoder_hidden_states=prompt, return_dict=False)[0]
+        preds = []
+        for part, index in zip(model_in.chunk(2), sample_index.chunk(2), strict=True):
+            with self.fusion.rows(index):
+                preds.append(unet(part, t, encoder_hidden_states=prompt[: part.shape[0]], return_dict=False)[0])
+        return torch.cat(preds)
+
     def _decode(self, latents: torch.Tensor, progress: Progress | None) -> list[Image.Image]:
-        """One sample at a time: the whole batch at once is what makes the original's decode peak."""
+        """VAE decode; the plan switches the VAE's own slicing (one image at a time) and tiling on."""
         vae = self.components.vae
-        images: list[Image.Image] = []
-        for i in range(latents.shape[0]):
-            z = (latents[i : i + 1] / vae.config.scaling_factor).to(self.precision.vae)
-            pixels = vae.decode(z, return_dict=False)[0]
-            images += self.image_processor.postprocess(pixels.float(), output_type="pil")
-            if progress is not None:
-                progress("decode", i + 1, latents.shape[0])
+        with self._stage(vae):
+            pixels = vae.decode((latents / vae.config.scaling_factor).to(self.precision.vae), return_dict=False)[0]
+        images = self.image_processor.postprocess(pixels.float(), output_type="pil")
+        if progress is not None:
+            progress("decode", len(images), len(images))
         return images
