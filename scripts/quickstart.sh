@@ -6,13 +6,7 @@
 #   bash scripts/quickstart.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${OOTD_VENV:-.venv}
-[ -x "$VENV/bin/python" ] || "${PYTHON:-python3}" -m venv "$VENV"
-# shellcheck disable=SC1091
-. "$VENV/bin/activate"
-python -m pip install -q --upgrade pip
-python -m pip install -q "torch==${OOTD_TORCH_VERSION:-2.13.0}"
-python -m pip install -q -e .
+. scripts/setup_env.sh
 
 CKPT=${OOTD_CHECKPOINTS:-checkpoints}
 if ootd checkpoints verify "$CKPT" --quiet >/dev/null 2>&1; then
