@@ -1,0 +1,158 @@
+#!/usr/bin/env python
+"""The original OOTDiffusion `run/run_ootd.py` command line, running on ootd.
+
+    python run/run_ootd.py --model_path person.jpg --cloth_path shirt.jpg --model_type hd --category 0 \\
+        --scale 2.0 --step 20 --sample 4 --seed -1 --gpu_id 0
+
+Same flags, same defaults and the same files as the original: `./images_output/out_<model_type>_<i>.png` and
+`./images_output/mask.jpg` (the masked person). Like the original it replaces those files on every run (scripts
+that read the fixed names keep working), but never silently: each replaced file is named on stderr. For
+never-overwrite naming, use `ootd run`.
+
+Differences that fix the original's defects: works on ROCm, CPU and MPS (`--gpu_id` picks a GPU only when there
+is one); checkpoints are found from any working directory (`--checkpoints`, $OOTD_CHECKPOINTS, ./checkpoints,
+then the repository's checkpoints/); "no person detected" is an error message, not an IndexError; files are
+written atomically. Extensions: --checkpoints, --output_dir, --resolution, --device, --mask_path, --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # runnable from a source checkout without installing
+    sys.path.insert(1, str(REPO_ROOT))
+
+logger = logging.getLogger("ootd.run_ootd")
+
+OUTPUT_DIR = "images_output"  # the original's fixed folder (relative to the working directory)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="run ootd (the original run_ootd.py flags, on ootd)")
+    parser.add_argument("--gpu_id", "-g", type=int, default=0, help="GPU index (ignored without a GPU)")
+    parser.add_argument("--model_path", type=str, required=True, help="person photo")
+    parser.add_argument("--cloth_path", type=str, required=True, help="garment photo")
+    parser.add_argument("--model_type", type=str, default="hd", help="hd (upper body only) or dc")
+    parser.add_argument("--category", "-c", type=str, default="0",
+                        help="0 upperbody, 1 lowerbody, 2 dress (words accepted too)")
+    parser.add_argument("--scale", type=float, default=2.0, help="image guidance scale")
+    parser.add_argument("--step", type=int, default=20, help="denoising steps")
+    parser.add_argument("--sample", type=int, default=4, help="number of images")
+    parser.add_argument("--seed", type=int, default=-1, help="random seed; -1 draws one (and prints it)")
+    extra = parser.add_argument_group("ootd extensions")
+    extra.add_argument("--checkpoints", type=Path, default=None,
+                       help="checkpoints folder (default: $OOTD_CHECKPOINTS, ./checkpoints, <repo>/checkpoints)")
+    extra.add_argument("--output_dir", type=Path, default=Path(OUTPUT_DIR), help="output folder")
+    extra.add_argument("--resolution", type=str, default="768x1024", help="768x1024 (original) or 384x512")
+    extra.add_argument("--device", type=str, default=None, help="cpu, cuda:N or mps (overrides --gpu_id)")
+    extra.add_argument("--mask_path", type=Path, default=None, help="use this mask instead of pose + parsing")
+    extra.add_argument("--debug", action="store_true", help="print tracebacks")
+    return parser
+
+
+def default_checkpoints() -> Path:
+    """$OOTD_CHECKPOINTS, else ./checkpoints if present, else the repository's checkpoints/ (the original
+    only worked when started from its run/ folder)."""
+    env = os.environ.get("OOTD_CHECKPOINTS")
+    if env:
+        return Path(env)
+    here = Path("checkpoints")
+    return here if here.is_dir() else REPO_ROOT / "checkpoints"
+
+
+def _device(args: argparse.Namespace) -> str | None:
+    if args.device:
+        return args.device
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda:{args.gpu_id}"
+    logger.info("no CUDA/ROCm GPU: --gpu_id %d ignored", args.gpu_id)
+    return None
+
+
+def _save_jpeg_atomic(image, path: Path) -> None:  # noqa: ANN001
+    """The original's mask.jpg, written so that it is complete or absent."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            image.convert("RGB").save(handle, format="JPEG")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _announce_replaced(paths: list[Path]) -> None:
+    for path in paths:
+        if path.exists():
+            print(f"replacing {path} (fixed output names, as the original script)", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> None:
+    from ootd.batch import Pair, RunConfig, check_checkpoints_present, describe_pipeline, no_person_error, png_metadata
+    from ootd.cli import load_pipeline
+    from ootd.config import Category, ModelType, SamplingSettings, parse_resolution
+    from ootd.errors import NoPersonError, UsageError
+    from ootd.images import check_output_dir, load_image, save_png_atomic
+
+    # cheap checks first, as `ootd run` does
+    try:
+        model_type = ModelType(args.model_type.strip().lower())
+    except ValueError:
+        raise UsageError(f"model_type must be 'hd' or 'dc', got {args.model_type!r}") from None
+    category = Category.parse(args.category)
+    if model_type is ModelType.HD and category is not Category.UPPER:
+        raise UsageError("model_type 'hd' requires category 0 (upperbody); use --model_type dc")
+    seed = args.seed if args.seed >= 0 else secrets.randbelow(2**32)
+    sampling = SamplingSettings(num_samples=args.sample, steps=args.step, guidance_scale=args.scale, seed=seed,
+                                resolution=parse_resolution(args.resolution))
+    sampling.validate()
+    person = load_image(args.model_path, "person")
+    garment = load_image(args.cloth_path, "garment")
+    mask = load_image(args.mask_path, "mask") if args.mask_path is not None else None
+    checkpoints = args.checkpoints if args.checkpoints is not None else default_checkpoints()
+    check_checkpoints_present(checkpoints, [model_type], need_preprocess=mask is None)
+    output = check_output_dir(args.output_dir)
+    # "stretch": the original resizes both photos to 768x1024 whatever their shape
+    config = RunConfig(checkpoints=checkpoints, output=output, sampling=sampling, model_type=model_type,
+                       device=_device(args), fit="stretch", overwrite=True)
+    outputs = [output / f"out_{model_type.value}_{i}.png" for i in range(args.sample)]
+    mask_file = output / "mask.jpg"
+
+    pipe = load_pipeline(config, model_type)
+    pair = Pair(Path(args.model_path), Path(args.cloth_path), category, args.mask_path)
+    try:
+        person_inputs = pipe.prepare_person(person, category, mask=mask, resolution=sampling.resolution,
+                                            fit=config.fit)
+    except NoPersonError as exc:
+        raise no_person_error(pair.person, exc) from None
+    garment_inputs = pipe.prepare_garment(garment, category, resolution=sampling.resolution, fit=config.fit)
+    result = pipe.generate(person_inputs, garment_inputs, sampling)
+    info = describe_pipeline(pipe, config)
+
+    _announce_replaced([mask_file, *outputs])
+    _save_jpeg_atomic(result.masked_person, mask_file)
+    for i, (image, path) in enumerate(zip(result.images, outputs, strict=True)):
+        save_png_atomic(image, path, png_metadata(result, pair, config, info, sample=i), overwrite=True)
+        print(path)
+    print(f"seed: {result.seed}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from ootd.cli import cli_logging, guarded
+
+    with cli_logging(verbose=args.debug, quiet=False):
+        return guarded(lambda: run(args), debug=args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
