@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 . scripts/setup_env.sh
 
 CKPT=${OOTD_CHECKPOINTS:-checkpoints}
-if ootd checkpoints verify "$CKPT" --quiet >/dev/null 2>&1; then
+if ootd checkpoints verify "$CKPT" --models hd --quiet >/dev/null 2>&1; then
   echo "Using the checkpoints in $CKPT."
   ootd run --model examples/person.png --cloth examples/tshirt.png --category upper \
     --checkpoints "$CKPT" --output outputs/quickstart --seed 1 --overwrite
