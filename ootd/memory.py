@@ -51,6 +51,9 @@ CPU_ATTENTION_FRACTION, CPU_ATTENTION_CAP = 0.1, 1 * GIB
 # Tensors the estimate cannot see: allocator rounding and fragmentation, convolution workspaces (GPU).
 GPU_OVERHEAD = 1.2
 CPU_OVERHEAD = 1.05
+# Images in the largest batched VAE encode: the pipeline encodes [masked person, person] together and the
+# garment on its own.
+ENCODE_BATCH = 2
 # Resident memory of the Python process itself on CPU (interpreter, torch and its libraries).
 CPU_RUNTIME_BYTES = 600 * MIB
 
@@ -432,11 +435,11 @@ def estimate(
     features = int(garment_items * tokens * sizes.garment_features * size)
     kv = int(garment_items * tokens * sizes.garment_kv * size)
 
-    encode_images = 1 if vae_slicing else 3
+    encode_images = 1 if vae_slicing else ENCODE_BATCH
     encode_px = _vae_pixels(width, height, vae_tiling, sizes.vae_tile)
     vae_attn_tokens = encode_px // (f * f)
     encode_act = int(encode_images * encode_px * sizes.vae_encode_activation * vae_size
-                     + 3 * 3 * width * height * vae_size  # the three input images
+                     + 3 * 3 * width * height * vae_size  # the three input images in pixels
                      + attention_workspace(attention, encode_images, sizes.vae_attn_heads, vae_attn_tokens,
                                            vae_attn_tokens, vae_dtype or dtype, attention_budget_bytes))
     decode_images = 1 if vae_slicing else num_samples

@@ -1,0 +1,122 @@
+"""Benchmark: the report of a tiny run, the original formulation, FLOP counting, the CLI and GPU scripts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from ootd.bench import (
+    UNET_CONFIG_TINY,
+    PeakMemory,
+    count_step_flops,
+    original_formulation,
+    run_bench,
+    run_matrix,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return run_bench(random_weights="tiny", resolution=(384, 512), num_samples=1, steps=1, compare_original=True,
+                     count_flops=True, flops_samples=4, flops_resolution=(384, 512))
+
+
+def test_report_is_well_formed(report: dict) -> None:
+    for key in ("machine", "versions", "config", "load_seconds", "plan", "plan_text", "ours", "original", "ratio",
+                "memory", "flops", "images_max_abs_diff"):
+        assert key in report, key
+    json.dumps(report, default=str)
+    for label in ("ours", "original"):
+        run = report[label]
+        for stage in ("conditioning", "encode", "garment_unet", "denoise", "decode", "total", "wall", "s_per_it"):
+            assert run[stage] > 0, (label, stage)
+        assert len(run["steps"]) == 1 and all(s > 0 for s in run["steps"])
+        assert run["cpu"] > 0 and len(run["stages"]["cpu"]["denoise"]) == 1
+        assert run["peak_memory"] > 0
+    assert report["load_seconds"] > 0
+    assert all(report["ratio"][k] > 0 for k in ("step", "call", "step_cpu", "call_cpu"))
+    mem = report["memory"]
+    assert mem["estimated_peak"] == report["plan"]["estimate"]["peak"] and mem["measured_peak"] > 0
+    assert set(mem["stages"]) == {"conditioning", "encode", "garment_unet", "denoise", "decode"}
+    assert report["plan"]["fits"]
+
+
+def test_original_formulation_gives_the_same_pictures(report: dict) -> None:
+    """Person queries against [person; garment] keys (ours) = full 2N attention keeping N (the original)."""
+    assert report["images_max_abs_diff"] < 2e-2
+
+
+def test_flops_ours_fewer(report: dict) -> None:
+    flops = report["flops"]
+    assert 0 < flops["ours_step"] < flops["original_step"]
+    # garment UNet: ours on [garment, zeros], the original on 2 x 4 samples
+    assert flops["original_garment_unet"] == pytest.approx(4 * flops["ours_garment_unet"])
+    assert flops["ratio_step"] == pytest.approx(flops["original_step"] / flops["ours_step"])
+
+
+def test_flops_of_the_released_architecture_on_meta() -> None:
+    """The figures the issue quotes: about 33.8 vs 52.7 TFLOP per step (4 samples, 768x1024, guidance)."""
+    flops = count_step_flops(num_samples=4, resolution=(768, 1024))
+    assert flops["ours_step"] / 1e12 == pytest.approx(33.8, abs=0.1)
+    assert flops["original_step"] / 1e12 == pytest.approx(52.7, abs=0.1)
+
+
+def test_original_formulation_restores_the_unet() -> None:
+    from diffusers import UNet2DConditionModel
+
+    from ootd.fusion import TryOnFusion, transformer_blocks
+
+    unet = UNet2DConditionModel(in_channels=8, **UNET_CONFIG_TINY)
+    TryOnFusion(unet)
+    before = {k: type(v) for k, v in unet.attn_processors.items()}
+    blocks = transformer_blocks(unet)
+    with original_formulation(unet, {name: torch.zeros(1, 4, 32) for name in blocks}):
+        assert all("forward" in vars(b) for b in blocks.values())
+    assert {k: type(v) for k, v in unet.attn_processors.items()} == before
+    assert not any("forward" in vars(b) for b in blocks.values())
+
+
+def test_peak_memory_meter() -> None:
+    meter = PeakMemory(torch.device("cpu"))
+    meter.reset()
+    big = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB
+    assert meter.read() >= 64 << 20
+    del big
+    assert meter.current() > 0
+
+
+def test_matrix_skips_what_cannot_run() -> None:
+    out = run_matrix(random_weights="tiny", device="cpu", dtypes=("fp32", "fp16"), attentions=("flash", "chunked"),
+                     resolution=(384, 512), num_samples=1, steps=1, original=False, count_flops=False,
+                     warmup=False)
+    assert [(r["dtype"], r["attention"]) for r in out["runs"]] == [("fp32", "chunked")]
+    run = out["runs"][0]
+    assert run["ours"]["s_per_it"] > 0 and "original" not in run
+    assert run["memory"]["estimated_peak"] > 0
+    reasons = {(s["dtype"], s.get("attention")) for s in out["skipped"]}
+    assert ("fp32", "flash") in reasons and ("fp16", None) in reasons  # no flash-attn, no fp16 on CPU
+
+
+def test_cli_plan_only_json(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("bench_pipeline", REPO / "scripts" / "bench_pipeline.py")
+    assert spec is not None and spec.loader is not None
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    assert cli.main(["--plan-only", "--device", "cpu", "--samples", "4", "--max-memory-gib", "12", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert plan["budget_bytes"] == 12 * 2**30 and plan["request"]["num_samples"] == 4
+    assert plan["fits"] and plan["offload"] == "none"
+
+
+def test_gpu_check_script_is_valid_bash() -> None:
+    script = REPO / "scripts" / "gpu_check.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "pip install" not in text and "--matrix" in text
