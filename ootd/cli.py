@@ -269,7 +269,8 @@ MaxMemoryOpt = Annotated[str | None, typer.Option("--max-memory", help="Memory a
                                                   "(default: free device memory less a margin).",
                                                   rich_help_panel=_HARDWARE, show_default=False)]
 ProviderOpt = Annotated[str, typer.Option("--parsing-provider", help="ONNX Runtime provider for human parsing: "
-                                          "auto, cpu, migraphx, rocm or cuda.", rich_help_panel=_HARDWARE)]
+                                          "cpu (default, as the original), auto (MIGraphX, ROCm, CUDA, then CPU), "
+                                          "migraphx, rocm or cuda.", rich_help_panel=_HARDWARE)]
 CheckpointsOpt = Annotated[Path | None, typer.Option("--checkpoints", help="Checkpoints folder. Default: "
                                                      "$OOTD_CHECKPOINTS or ./checkpoints.", rich_help_panel=_INPUTS,
                                                      show_default=False)]
@@ -515,7 +516,7 @@ def run_command(
     attention: AttentionOpt = "auto",
     device: DeviceOpt = None,
     max_memory: MaxMemoryOpt = None,
-    parsing_provider: ProviderOpt = "auto",
+    parsing_provider: ProviderOpt = "cpu",
     output: OutputOpt = Path("outputs"),
     save_intermediates: IntermediatesOpt = False,
     overwrite: OverwriteOpt = False,
@@ -690,7 +691,7 @@ def batch_command(
     attention: AttentionOpt = "auto",
     device: DeviceOpt = None,
     max_memory: MaxMemoryOpt = None,
-    parsing_provider: ProviderOpt = "auto",
+    parsing_provider: ProviderOpt = "cpu",
     shard: Annotated[str | None, typer.Option("--shard", help="Run only shard K of N (K/N, from 0), e.g. one per "
                                               "GPU.", rich_help_panel=_HARDWARE, show_default=False)] = None,
     output: OutputOpt = Path("outputs"),
