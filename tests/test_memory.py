@@ -77,7 +77,10 @@ def test_big_devices_need_no_savings() -> None:
     for name in ("gpu24", "gpu48", "unified128", "cpu"):
         for resolution in RESOLUTIONS:
             plan = make_plan(DEVICES[name], resolution, 4, True, dtype_for(DEVICES[name]), "sdpa", RELEASED_SIZES)
-            assert plan.fits and savings(plan) == (0, 0, 0, 0), (name, resolution)
+            expected = (0, 0, 0, 0)
+            if name == "cpu" and resolution == (768, 1024):
+                expected = (0, 1, 0, 0)  # fp32: decoding 4 images at once would not fit in 22 GiB with the weights
+            assert plan.fits and savings(plan) == expected, (name, resolution)
 
 
 def test_full_resolution_four_samples_fp16_fits_on_8_gib() -> None:
