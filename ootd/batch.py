@@ -64,6 +64,8 @@ class RunConfig:
     mask_grow: int = 0  # extra pixels (at 512 px height) added around the mask
     save_intermediates: bool = False  # pose, parsing, mask, masked person next to the outputs
     overwrite: bool = False  # replace existing outputs (else: run refuses, batch skips/keeps them)
+    channels_last: bool | None = None  # None: the device profile's choice
+    compile: bool | None = None  # torch.compile the try-on UNet; None: the device profile's choice
 
     def model_type_for(self, category: Category) -> ModelType:
         """The model for a category: the forced one (if compatible) or the default (hd upper, dc otherwise)."""

@@ -35,7 +35,7 @@ import torch
 from PIL import Image
 
 from ootd.config import Category, ModelType, parse_resolution
-from ootd.device import DeviceInfo, Precision, choose_precision, detect_device
+from ootd.device import DeviceInfo, Precision, SpeedOptions, choose_precision, choose_speed, detect_device
 from ootd.errors import UsageError
 from ootd.fusion import capture_block_inputs, transformer_blocks
 from ootd.loading import Components, load_components, quiet_libraries
@@ -48,6 +48,7 @@ from ootd.memory import (
     apply_plan_to_vae,
     make_plan,
 )
+from ootd.speed import as_memory_format, temporary_memory_format, uncompiled
 
 logger = logging.getLogger(__name__)
 
@@ -270,7 +271,8 @@ def stage_meter(meter: PeakMemory, modules: dict[str, torch.nn.Module]) -> Itera
             record.cpu.setdefault(_label, []).append(time.process_time() - cpu0)
             record.peaks[_label] = max(record.peaks.get(_label, 0), meter.read())
 
-        handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+        # always_call: the garment UNet stops early by raising from a hook once its features are captured
+        handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post, always_call=True)]
     try:
         yield record
     finally:
@@ -335,7 +337,19 @@ def run_original(components: Components, model_type: ModelType, device: DeviceIn
                  scheduler: str = "unipc", resolution: tuple[int, int] = (768, 1024),
                  ) -> tuple[list[Image.Image], dict[str, Any]]:
     """One call as the original computes it (see the module docstring), on our components. Inputs are resized
-    to `resolution` as the original does. Returns the images and the same timings keys as TryOnResult."""
+    to `resolution` as the original does. Returns the images and the same timings keys as TryOnResult.
+    The networks run as the original runs them: default memory layout, not compiled."""
+    c = components
+    with temporary_memory_format([c.unet_garm, c.unet_vton, c.vae], False), uncompiled(c.unet_vton):
+        return _run_original(components, model_type, device, precision, person, garment, mask, category,
+                             num_samples=num_samples, steps=steps, guidance_scale=guidance_scale, seed=seed,
+                             scheduler=scheduler, resolution=resolution)
+
+
+def _run_original(components: Components, model_type: ModelType, device: DeviceInfo, precision: Precision,
+                  person: Image.Image, garment: Image.Image, mask: Image.Image, category: str, *,
+                  num_samples: int, steps: int, guidance_scale: float, seed: int, scheduler: str,
+                  resolution: tuple[int, int]) -> tuple[list[Image.Image], dict[str, Any]]:
     from diffusers.image_processor import VaeImageProcessor
     from diffusers.utils.torch_utils import randn_tensor
 
@@ -443,10 +457,12 @@ def run_original(components: Components, model_type: ModelType, device: DeviceIn
 
 def compare_steps(components: Components, device: DeviceInfo, precision: Precision, *,
                   resolution: tuple[int, int] = (768, 1024), num_samples: int = 1, guidance: bool = True,
-                  repeats: int = 2, attention: Any = None, log: Log | None = None) -> dict[str, Any]:
+                  repeats: int = 2, attention: Any = None, speed: SpeedOptions | None = None,
+                  log: Log | None = None) -> dict[str, Any]:
     """Try-on UNet calls (the whole cost of a denoising step), ours and the original's, alternating, on the
     same random latents and the same garment features: per-step figures that a changing background load
-    (a shared machine) affects alike. Reports wall and process-CPU seconds of every call."""
+    (a shared machine) affects alike. Reports wall and process-CPU seconds of every call. Ours runs with
+    `speed` (memory layout, compile), the original in the default layout, eagerly, as the original does."""
     from ootd.fusion import TryOnFusion
 
     say = log or (lambda line: logger.info("%s", line))
@@ -486,11 +502,15 @@ def compare_steps(components: Components, device: DeviceInfo, precision: Precisi
             say(f"  {label} UNet call: {wall:.2f} s wall, {cpu:.2f} s CPU (load {_load()})")
 
         prompts = prompt.expand(batch, -1, -1)
+        speed = speed or SpeedOptions()
+        ours_sample = as_memory_format(sample, speed.channels_last)
         for _ in range(repeats):
-            with fusion.garment(features, sample_index):
-                timed("ours", lambda: c.unet_vton(sample, timestep, encoder_hidden_states=prompts,
+            with fusion.garment(features, sample_index), \
+                    temporary_memory_format([c.unet_vton], speed.channels_last):
+                timed("ours", lambda: c.unet_vton(ours_sample, timestep, encoder_hidden_states=prompts,
                                                   return_dict=False)[0])
-            with original_formulation(c.unet_vton, batch_features):
+            with original_formulation(c.unet_vton, batch_features), uncompiled(c.unet_vton), \
+                    temporary_memory_format([c.unet_vton], False):
                 timed("original", lambda: c.unet_vton(sample, timestep, encoder_hidden_states=prompts,
                                                       return_dict=False)[0])
         result["max_abs_diff"] = float((outputs["ours"].float() - outputs["original"].float()).abs().max())
@@ -674,6 +694,8 @@ def run_bench(
     seed: int = 0,
     scheduler: str = "unipc",
     max_memory: int | None = None,
+    channels_last: bool | None = None,
+    compile: bool | None = None,
     compare_original: bool = False,
     count_flops: bool = False,
     flops_samples: int = 4,
@@ -692,8 +714,9 @@ def run_bench(
     Models: `checkpoints` (a released-layout tree), `random_weights` ("full" or "tiny"), or `components`
     already built (the matrix run reuses them). `warmup` first runs each formulation once with one step (GPU
     kernels, cuDNN/oneDNN primitives), untimed. `step_repeats` > 0 adds `compare_steps` (alternating UNet
-    calls, ours vs original). `threads` sets torch's CPU threads (1 makes CPU-time figures immune to other
-    processes' load). `log` gets one line per finished part (for live output).
+    calls, ours vs original). `channels_last` and `compile` (None: the device profile's choice) apply to ours
+    only; the original formulation runs in the default layout, eagerly. `threads` sets torch's CPU threads
+    (1 makes CPU-time figures immune to other processes' load). `log` gets one line per finished part (for live output).
     """
     say = log or (lambda line: logger.info("%s", line))
     sources = sum(x is not None for x in (checkpoints, random_weights, components))
@@ -705,6 +728,7 @@ def run_bench(
     flops_res = parse_resolution(flops_resolution).size
     info = detect_device(device)  # before the weights are loaded: the plan's budget is what is free now
     precision = choose_precision(info, dtype)
+    speed = choose_speed(info, channels_last=channels_last, compile=compile)
     mtype = ModelType(str(model_type).lower())
     report: dict[str, Any] = {
         "machine": machine(info), "versions": versions(),
@@ -712,7 +736,8 @@ def run_bench(
                    "random_weights": random_weights, "model_type": mtype.value, "dtype": str(precision.unet),
                    "vae_dtype": str(precision.vae), "attention": attention, "resolution": list(res),
                    "num_samples": num_samples, "steps": steps, "guidance_scale": guidance_scale, "seed": seed,
-                   "scheduler": scheduler, "max_memory": max_memory},
+                   "scheduler": scheduler, "max_memory": max_memory,
+                   "channels_last": speed.channels_last, "compile": speed.compile},
     }
     meter = PeakMemory(info.torch_device)
     report["memory_before_load"] = meter.current()
@@ -740,7 +765,7 @@ def run_bench(
     from ootd.pipeline import TryOnPipeline
 
     attention_fn = _attention_fn(attention, info, precision.unet, plan.attention_budget_bytes)
-    pipe = TryOnPipeline(components, mtype, info, precision, attention=attention_fn)
+    pipe = TryOnPipeline(components, mtype, info, precision, attention=attention_fn, speed=speed)
     apply_plan_to_vae(components.vae, plan)
     report["memory_after_load"] = meter.current()
     person, garment, mask = synthetic_inputs(seed=seed)
@@ -810,7 +835,7 @@ def run_bench(
         say(f"alternating try-on UNet calls, ours vs original, {step_repeats} each")
         report["steps_compare"] = compare_steps(components, info, precision, resolution=res, num_samples=num_samples,
                                                 guidance=guidance, repeats=step_repeats, attention=attention_fn,
-                                                log=say)
+                                                speed=speed, log=say)
         sc = report["steps_compare"]
         say(f"UNet call original / ours: {sc['ratio_wall']:.2f}x wall, {sc['ratio_cpu']:.2f}x CPU "
             f"(max abs diff {sc['max_abs_diff']:.2e})")

@@ -90,9 +90,12 @@ class DeviceProfile:
     environment_miopen_find_mode: str = "FAST"  # MIOPEN_FIND_MODE on RDNA ("" to leave unset)
     environment_expandable_segments_min_torch: str | None = None  # None: never set the allocator conf
     environment_expandable_segments_min_rocm: str | None = None  # ROCm builds older than this: not set
+    # [speed]
+    speed_channels_last: bool = False  # UNets and VAE in channels_last (NHWC) memory format
+    speed_compile: bool = False  # torch.compile the try-on UNet (pays a compile on the first call)
 
 
-_SECTIONS = ("precision", "attention", "vae", "environment")
+_SECTIONS = ("precision", "attention", "vae", "environment", "speed")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _NATIVE_AMD_ARCHS = ("gfx1100", "gfx1101", "gfx1151", "gfx942")  # archs with a profile: never HSA_OVERRIDE
 
@@ -196,6 +199,27 @@ def choose_precision(info: DeviceInfo, precision: str = "auto", profile: DeviceP
         raise DeviceError(f"fp16 is not supported on {info.arch} ({profile.name} profile): use fp32 or bf16")
     vae = torch.float32 if dtype is torch.float16 and profile.precision_vae_fp16_overflows else dtype
     return Precision(unet=dtype, vae=vae, text_encoder=dtype, image_encoder=dtype)
+
+
+@dataclass(frozen=True)
+class SpeedOptions:
+    """Choices that change how fast the networks run, never what they compute (beyond float rounding)."""
+
+    channels_last: bool = False
+    compile: bool = False
+
+
+def choose_speed(info: DeviceInfo, profile: DeviceProfile | None = None, *, channels_last: bool | None = None,
+                 compile: bool | None = None) -> SpeedOptions:
+    """The profile's defaults, overridden by what the user asked for. No shipped profile turns either on:
+    on the CPU channels_last makes a step ~5% faster but PyTorch's CPU GroupNorm kernel for NHWC input
+    accumulates in one float32 pass (errors up to ~1e-3 at VAE sizes instead of ~1e-6), and compile takes
+    minutes for no measured gain (docs/benchmarks.md)."""
+    profile = profile or load_profile(info)
+    return SpeedOptions(
+        channels_last=profile.speed_channels_last if channels_last is None else channels_last,
+        compile=profile.speed_compile if compile is None else compile,
+    )
 
 
 def attention_order(info: DeviceInfo, profile: DeviceProfile | None = None) -> tuple[str, ...]:

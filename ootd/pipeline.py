@@ -40,8 +40,10 @@ from ootd.config import (
 from ootd.device import (
     DeviceInfo,
     Precision,
+    SpeedOptions,
     apply_environment,
     choose_precision,
+    choose_speed,
     detect_device,
     load_profile,
     peek_device,
@@ -53,6 +55,7 @@ from ootd.images import FitInfo
 from ootd.loading import Components, load_components
 from ootd.memory import ModelSizes, Plan, apply_plan_to_vae, gib, make_plan
 from ootd.schedulers import build_scheduler
+from ootd.speed import as_memory_format, compile_error, compile_module, is_compile_failure, set_memory_format
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +152,7 @@ class TryOnPipeline:
         preprocessor=None,  # noqa: ANN001 - pose + parsing + mask maker; loaded lazily when None
         parsing_provider: str = "cpu",
         max_memory: int | None = None,
+        speed: SpeedOptions | None = None,
     ) -> None:
         self.components = components
         self.model_type = model_type
@@ -170,6 +174,10 @@ class TryOnPipeline:
         for module in self._modules():
             module.eval().requires_grad_(False)
         self._place_models("none")
+        self.speed = speed or SpeedOptions()
+        set_memory_format([components.unet_garm, components.unet_vton, components.vae], self.speed.channels_last)
+        if self.speed.compile:
+            compile_module(components.unet_vton)  # the network that runs every step
 
     def _modules(self) -> list[torch.nn.Module]:
         c = self.components
@@ -187,12 +195,15 @@ class TryOnPipeline:
         parsing_provider: str = "cpu",
         profile: str | Path | None = None,
         max_memory: int | None = None,
+        channels_last: bool | None = None,
+        compile: bool | None = None,
     ) -> TryOnPipeline:
         """Load every component of the hd or dc model from a checkpoints tree in the released layout.
 
         `device` None picks the best available; `dtype` None follows the device profile (fp32 on CPU);
         `attention` is a backend name (auto, flash, sdpa, chunked, math) or an attention function;
-        `profile` a TOML file overriding the device profile from configs/profiles/.
+        `profile` a TOML file overriding the device profile from configs/profiles/; `channels_last` and
+        `compile` None follow the profile.
         """
         start = time.perf_counter()
         try:
@@ -213,8 +224,9 @@ class TryOnPipeline:
             "text_encoder": precision.text_encoder, "image_encoder": precision.image_encoder,
         }
         components = load_components(Path(checkpoints_dir), model_type, dtypes)
+        speed = choose_speed(info, device_profile, channels_last=channels_last, compile=compile)
         pipe = cls(components, model_type, info, precision, attention, Path(checkpoints_dir), preprocessor,
-                   parsing_provider, max_memory)
+                   parsing_provider, max_memory, speed)
         pipe.profile = device_profile
         pipe.load_seconds = time.perf_counter() - start
         return pipe
@@ -310,6 +322,7 @@ class TryOnPipeline:
             "precision": {k: str(v).removeprefix("torch.") for k, v in vars(self.precision).items()},
             "attention": describe_attention() if callable(describe_attention) else getattr(
                 self.attention, "__name__", type(self.attention).__name__),
+            "channels_last": self.speed.channels_last, "compile": self.speed.compile,
             "parsing_providers": self._preprocessor.parsing_providers if self._preprocessor is not None else None,
             "plan": self.plan.to_dict() if self.plan is not None else None,
         }
@@ -504,8 +517,9 @@ class TryOnPipeline:
         """VAE latents (mode of the posterior, unscaled) of several images in one batched call."""
         vae = self.components.vae
         pixels = torch.cat([self.image_processor.preprocess(img) for img in images])
-        # NCHW-contiguous: oneDNN's path for the processor's channels-last view is ~1e-3 off in fp32
-        pixels = pixels.to(self.device.torch_device, self.precision.vae).contiguous()
+        # dense in the chosen layout: the processor's output is a channels-last view, and PyTorch's CPU GroupNorm
+        # kernel for channels-last input is ~1e-3 off in fp32 (one-pass float32 statistics)
+        pixels = as_memory_format(pixels.to(self.device.torch_device, self.precision.vae), self.speed.channels_last)
         with self._stage(vae):
             if self.plan is None or self.plan.vae_encode_batched:
                 latents = vae.encode(pixels).latent_dist.mode()
@@ -516,11 +530,11 @@ class TryOnPipeline:
     def _garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
         """Run the garment UNet once at timestep 0 on [garment, zeros] (the zeros serve the unconditional
         half of guidance); the features are shared by every sample."""
-        batch = torch.cat([garment_latents, torch.zeros_like(garment_latents)])
-        with self._stage(self.components.unet_garm), capture_block_inputs(self.components.unet_garm) as features:
-            self.components.unet_garm(
-                batch, 0, encoder_hidden_states=prompt.expand(batch.shape[0], -1, -1), return_dict=False
-            )
+        batch = as_memory_format(torch.cat([garment_latents, torch.zeros_like(garment_latents)]),
+                                 self.speed.channels_last)
+        unet = self.components.unet_garm
+        with self._stage(unet), capture_block_inputs(unet, stop_early=True) as features:
+            unet(batch, 0, encoder_hidden_states=prompt.expand(batch.shape[0], -1, -1), return_dict=False)
         return dict(features)
 
     def _initial_noise(self, settings: SamplingSettings, latent_hw: torch.Size) -> torch.Tensor:
@@ -554,7 +568,7 @@ class TryOnPipeline:
                 start = time.perf_counter()
                 model_in = torch.cat([latents] * copies) if guidance else latents
                 model_in = sched.scale_model_input(model_in, t)
-                model_in = torch.cat([model_in, person_batch], dim=1)
+                model_in = as_memory_format(torch.cat([model_in, person_batch], dim=1), self.speed.channels_last)
                 pred = self._unet_vton(unet, model_in, t, prompt_batch, sample_index, guidance)
                 if guidance:
                     cond, uncond = pred.chunk(2)
@@ -574,6 +588,17 @@ class TryOnPipeline:
     def _unet_vton(self, unet: torch.nn.Module, model_in: torch.Tensor, t: torch.Tensor, prompt: torch.Tensor,
                    sample_index: torch.Tensor, guidance: bool) -> torch.Tensor:
         """The try-on UNet on the whole guidance batch, or on its two halves when the plan says memory is short."""
+        try:
+            return self._unet_vton_batches(unet, model_in, t, prompt, sample_index, guidance)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            if self.speed.compile and is_compile_failure(exc):
+                raise compile_error(exc) from exc
+            raise
+
+    def _unet_vton_batches(self, unet: torch.nn.Module, model_in: torch.Tensor, t: torch.Tensor,
+                           prompt: torch.Tensor, sample_index: torch.Tensor, guidance: bool) -> torch.Tensor:
         if not (guidance and self.plan is not None and self.plan.guidance_split):
             return unet(model_in, t, encoder_hidden_states=prompt, return_dict=False)[0]
         preds = []
@@ -586,7 +611,9 @@ class TryOnPipeline:
         """VAE decode; the plan switches the VAE's own slicing (one image at a time) and tiling on."""
         vae = self.components.vae
         with self._stage(vae):
-            pixels = vae.decode((latents / vae.config.scaling_factor).to(self.precision.vae), return_dict=False)[0]
+            latents = as_memory_format((latents / vae.config.scaling_factor).to(self.precision.vae),
+                                       self.speed.channels_last)
+            pixels = vae.decode(latents, return_dict=False)[0]
         images = self.image_processor.postprocess(pixels.float(), output_type="pil")
         if progress is not None:
             progress("decode", len(images), len(images))

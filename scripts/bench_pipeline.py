@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scheduler", default="unipc")
     p.add_argument("--max-memory-gib", type=float, default=None, help="plan for this budget instead of free memory")
+    p.add_argument("--channels-last", dest="channels_last", action="store_true", default=None,
+                   help="ours in channels_last layout (default: the device profile's choice)")
+    p.add_argument("--no-channels-last", dest="channels_last", action="store_false")
+    p.add_argument("--compile", action="store_true", default=None, help="torch.compile our try-on UNet")
     p.add_argument("--compare-original", action="store_true", help="also run the original formulation")
     p.add_argument("--no-ours", action="store_true", help="skip our pipeline (with --compare-original)")
     p.add_argument("--no-call", action="store_true", help="skip the whole calls (with --step-repeats)")
@@ -117,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                            device=args.device, dtype=args.dtype, attention=args.attention,
                            resolution=args.resolution, num_samples=args.samples, steps=args.steps,
                            guidance_scale=args.scale, seed=args.seed, scheduler=args.scheduler,
-                           max_memory=max_memory, compare_original=args.compare_original and not args.no_call,
+                           max_memory=max_memory, channels_last=args.channels_last, compile=args.compile,
+                           compare_original=args.compare_original and not args.no_call,
                            run_ours=not (args.no_ours or args.no_call), warmup=args.warmup,
                            step_repeats=args.step_repeats, threads=args.threads,
                            count_flops=args.flops, flops_samples=args.flops_samples,

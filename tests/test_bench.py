@@ -120,3 +120,24 @@ def test_gpu_check_script_is_valid_bash() -> None:
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
     assert "pip install" not in text and "--matrix" in text
+
+
+def test_speed_options_apply_to_ours_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--channels-last changes ours; the original formulation still runs in the default layout, eagerly."""
+    import ootd.bench as bench
+
+    layouts: list[bool] = []
+    real = bench._run_original
+
+    def spy(components, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        conv = components.unet_vton.conv_in.weight
+        layouts.append(conv.is_contiguous() and components.unet_vton._compiled_call_impl is None)
+        return real(components, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "_run_original", spy)
+    out = run_bench(random_weights="tiny", resolution=(384, 512), num_samples=1, steps=1, channels_last=True,
+                    compare_original=True, step_repeats=1)
+    assert out["config"]["channels_last"] is True and out["config"]["compile"] is False
+    assert layouts == [True]
+    assert out["steps_compare"]["max_abs_diff"] < 1e-3
+    assert out["images_max_abs_diff"] < 2e-2

@@ -219,3 +219,29 @@ def test_doctor_runs(tmp_path: Path, tiny_tree: Path) -> None:
     assert missing.exit_code == 1
     report = json.loads(missing.stdout)
     assert report["can_run"] is False and any(i["section"] == "checkpoints" for i in report["items"])
+
+
+def test_speed_flags_reach_the_pipeline(tmp_path: Path, tiny_tree: Path, example_images: dict[str, Path]) -> None:
+    """--channels-last through the real loader: reported in --json and applied to the models."""
+    result = invoke("run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper",
+                    "--mask", example_images["mask"], "--checkpoints", tiny_tree, "-o", tmp_path, "--seed", "3",
+                    "--channels-last", "--json", "--explain", *RUN)
+    assert result.exit_code == 0, result.output
+    describe = json.loads(result.stdout)["describe"]
+    assert describe["channels_last"] is True and describe["compile"] is False
+    config = cli.build_config(
+        checkpoints=tiny_tree, output=tmp_path, model_type=None, samples=1, steps=1, scale=2.0, seed=1,
+        resolution="384x512", scheduler="unipc", precision="auto", attention="auto", device="cpu",
+        parsing_provider="cpu", max_memory=None, fit="pad", mask_grow=0, save_intermediates=False,
+        overwrite=False, channels_last=False, compile=True,
+    )
+    assert (config.channels_last, config.compile) == (False, True)
+    default = cli.build_config(
+        checkpoints=tiny_tree, output=tmp_path, model_type=None, samples=1, steps=1, scale=2.0, seed=1,
+        resolution="384x512", scheduler="unipc", precision="auto", attention="auto", device="cpu",
+        parsing_provider="cpu", max_memory=None, fit="pad", mask_grow=0, save_intermediates=False, overwrite=False,
+    )
+    assert (default.channels_last, default.compile) == (None, None)  # the device profile decides
+    for command in ("run", "batch", "bench"):
+        help_text = invoke(command, "--help").stdout
+        assert "--channels-last" in help_text and "--compile" in help_text, command

@@ -21,7 +21,8 @@ class Dispatcher:
     (e.g. no fused SDPA kernel took the input). Each (backend, reason) is logged once per dispatcher at
     warning level, so a fallback is visible but does not flood the log. Other exceptions (out of memory,
     shape bugs) propagate: falling back on those would hide real problems or trade them for a slower one.
-    `used` counts calls served per backend name, for reports.
+    `used` counts eager calls served per backend name, for reports (calls inside a torch.compile'd graph are
+    decided once, while tracing, and not counted).
     """
 
     def __init__(self, backends: Sequence[Backend], label: str = "custom") -> None:
@@ -59,7 +60,8 @@ class Dispatcher:
                 except BackendUnavailable as exc:
                     reason = str(exc)
                 else:
-                    self.used[backend.name] += 1
+                    if not torch.compiler.is_compiling():  # a counter in a compiled graph would recompile it
+                        self.used[backend.name] += 1
                     return out
             reasons.append(f"{backend.name}: {reason}")
             self._pass_over(backend, reason)
