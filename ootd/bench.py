@@ -875,13 +875,19 @@ def run_matrix(
     count_flops: bool = True,
     time_limit: float | None = None,
     warmup: bool = True,
+    speed_variants: Sequence[str] = (),
     log: Log | None = None,
     on_update: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Every (dtype, attention backend) pair on the same random weights, plus the original formulation per
     dtype: s/it, whole call and peak memory next to the estimate. Backends that cannot run here are recorded
-    as skipped; runs that would start after `time_limit` seconds are skipped too. `on_update` gets the report
-    so far after every run (to save partial results if the whole is cut short)."""
+    as skipped; runs that would start after `time_limit` seconds are skipped too. `speed_variants`
+    ("channels_last", "compile") add, per dtype, a run of the first backend that ran with that option on (the
+    compile run comes last: its compiled UNet stays with the components). `on_update` gets the report so far
+    after every run (to save partial results if the whole is cut short)."""
+    unknown = set(speed_variants) - {"channels_last", "compile"}
+    if unknown:
+        raise UsageError(f"unknown speed variants {sorted(unknown)}: use channels_last, compile")
     say = log or (lambda line: logger.info("%s", line))
     start = time.perf_counter()
     info = detect_device(device)
@@ -906,9 +912,16 @@ def run_matrix(
             continue
         components = build_random_components(random_weights, precision, info.torch_device)
         first = True
-        for attention in attentions:
+        ran: list[str] = []
+        variants = [(a, {}) for a in attentions]
+        variants += [(None, {v: True}) for v in ("channels_last", "compile") if v in speed_variants]
+        for attention, options in variants:
+            if attention is None:  # a speed option, on the first backend that ran
+                if not ran:
+                    continue
+                attention = ran[0]
             if time_limit is not None and time.perf_counter() - start > time_limit:
-                out["skipped"].append({"dtype": dtype, "attention": attention, "reason": "time limit"})
+                out["skipped"].append({"dtype": dtype, "attention": attention, **options, "reason": "time limit"})
                 continue
             try:
                 _attention_fn(attention, info, precision.unet, 1 << 30)
@@ -916,17 +929,23 @@ def run_matrix(
                 out["skipped"].append({"dtype": dtype, "attention": attention, "reason": str(exc)})
                 say(f"{dtype} {attention}: skipped ({exc})")
                 continue
-            say(f"{dtype} {attention} ...")
+            say(f"{dtype} {attention}{''.join(f' {k}' for k in options)} ...")
             try:
                 report = run_bench(components=components, device=device, dtype=dtype, attention=attention,
                                    resolution=resolution, num_samples=num_samples, steps=steps,
+                                   channels_last=options.get("channels_last", False),
+                                   compile=options.get("compile", False),
                                    compare_original=original and first, warmup=warmup, log=say)
             except torch.OutOfMemoryError as exc:
-                out["skipped"].append({"dtype": dtype, "attention": attention, "reason": f"out of memory: {exc}"})
+                out["skipped"].append({"dtype": dtype, "attention": attention, **options,
+                                       "reason": f"out of memory: {exc}"})
                 continue
             first = False
-            out["runs"].append({"dtype": dtype, "attention": attention, **{k: report[k] for k in report if k in (
-                "ours", "original", "ratio", "memory", "plan", "images_max_abs_diff", "attention_used")}})
+            if not options:
+                ran.append(attention)
+            out["runs"].append({"dtype": dtype, "attention": attention, "channels_last": bool(options.get(
+                "channels_last")), "compile": bool(options.get("compile")), **{k: report[k] for k in report if k in (
+                    "ours", "original", "ratio", "memory", "plan", "images_max_abs_diff", "attention_used")}})
             update()
         del components
         if info.type == "cuda":

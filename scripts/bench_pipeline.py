@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="every --dtypes x --attentions pair plus the original per dtype (random weights)")
     p.add_argument("--dtypes", default="bf16,fp16")
     p.add_argument("--attentions", default="flash,sdpa,chunked")
+    p.add_argument("--speed-variants", default="",
+                   help="matrix: also run these options on the first backend, e.g. channels_last,compile")
     p.add_argument("--time-limit", type=float, default=None, help="matrix: start no run after this many seconds")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON report to this file")
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                             attentions=[a for a in args.attentions.split(",") if a],
                             resolution=args.resolution, num_samples=args.samples, steps=args.steps,
                             original=True, count_flops=args.flops, time_limit=args.time_limit, log=log,
+                            speed_variants=[v for v in args.speed_variants.split(",") if v],
                             on_update=lambda partial: _save(args.out, partial))
     else:
         if args.checkpoints is None and args.random_weights is None:

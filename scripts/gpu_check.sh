@@ -7,7 +7,8 @@
 # 768x1024, 4 samples, guidance on, bf16 and fp16: s/it, whole call and peak memory
 # (torch.cuda.max_memory_allocated, per stage too) for each attention backend that can run here
 # (flash needs flash-attn installed; it is skipped otherwise), the same for the original formulation
-# (once per dtype), the memory planner's estimate next to each measured peak, and FLOPs per step.
+# (once per dtype), the memory planner's estimate next to each measured peak, FLOPs per step, and per dtype
+# the first backend again with channels_last and then with torch.compile (time limit permitting).
 #
 # It installs nothing: it uses the Python environment it is started in (the repo is put on PYTHONPATH).
 # Works on NVIDIA (CUDA) and AMD (ROCm) builds of PyTorch.
@@ -38,6 +39,6 @@ mkdir -p "$(dirname "$RESULT")"
 
 timeout --signal=INT 470 "$PYTHON" "$REPO/scripts/bench_pipeline.py" --matrix --random-weights full \
     --dtypes bf16,fp16 --attentions flash,sdpa,chunked --resolution 768x1024 --samples 4 --steps "$STEPS" \
-    --flops --time-limit "$TIME_LIMIT" --out "$RESULT"
+    --speed-variants channels_last,compile --flops --time-limit "$TIME_LIMIT" --out "$RESULT"
 
 echo "gpu_check: wrote $RESULT" >&2

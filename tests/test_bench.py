@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from ootd.bench import (
     run_bench,
     run_matrix,
 )
+from ootd.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,6 +106,16 @@ def test_matrix_skips_what_cannot_run() -> None:
     assert ("fp32", "flash") in reasons and ("fp16", None) in reasons  # no flash-attn, no fp16 on CPU
 
 
+def test_matrix_speed_variants_rerun_the_first_backend() -> None:
+    out = run_matrix(random_weights="tiny", device="cpu", dtypes=("fp32",), attentions=("flash", "chunked", "sdpa"),
+                     resolution=(384, 512), num_samples=1, steps=1, original=False, count_flops=False,
+                     warmup=False, speed_variants=("channels_last",))
+    runs = [(r["attention"], r["channels_last"], r["compile"]) for r in out["runs"]]
+    assert runs == [("chunked", False, False), ("sdpa", False, False), ("chunked", True, False)]
+    with pytest.raises(UsageError, match="unknown speed variants"):
+        run_matrix(random_weights="tiny", device="cpu", speed_variants=("turbo",))
+
+
 def test_cli_plan_only_json(capsys: pytest.CaptureFixture[str]) -> None:
     spec = importlib.util.spec_from_file_location("bench_pipeline", REPO / "scripts" / "bench_pipeline.py")
     assert spec is not None and spec.loader is not None
@@ -141,3 +153,17 @@ def test_speed_options_apply_to_ours_only(monkeypatch: pytest.MonkeyPatch) -> No
     assert layouts == [True]
     assert out["steps_compare"]["max_abs_diff"] < 1e-3
     assert out["images_max_abs_diff"] < 2e-2
+
+
+def test_speed_options_script_on_tiny_weights() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speed_options.py"), "--random-weights", "tiny",
+                           "--resolution", "384x512", "--samples", "1", "--repeats", "1", "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out["variants"]) == {"default", "channels_last"}
+    assert all(v["median_wall"] > 0 for v in out["variants"].values())
+    assert out["variants"]["channels_last"]["max_abs_diff_vs_first"] < 1e-3
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speed_options.py"), "--variants", "turbo"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert bad.returncode == 2 and "variants must be among" in bad.stderr
