@@ -269,7 +269,7 @@ MaxMemoryOpt = Annotated[str | None, typer.Option("--max-memory", help="Memory a
                                                   "(default: free device memory less a margin).",
                                                   rich_help_panel=_HARDWARE, show_default=False)]
 ChannelsLastOpt = Annotated[bool | None, typer.Option("--channels-last/--no-channels-last", help="Run the UNets and "
-                                                     "the VAE in channels_last memory layout: ~5% faster steps on "
+                                                     "the VAE in channels_last memory layout: 4-5% faster steps on "
                                                      "the CPU, slightly less precise (default: the device profile's "
                                                      "choice, off everywhere).",
                                                      rich_help_panel=_HARDWARE, show_default=False)]

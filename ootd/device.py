@@ -212,9 +212,9 @@ class SpeedOptions:
 def choose_speed(info: DeviceInfo, profile: DeviceProfile | None = None, *, channels_last: bool | None = None,
                  compile: bool | None = None) -> SpeedOptions:
     """The profile's defaults, overridden by what the user asked for. No shipped profile turns either on:
-    on the CPU channels_last makes a step ~5% faster but PyTorch's CPU GroupNorm kernel for NHWC input
+    on the CPU channels_last makes a step 4-5% faster but PyTorch's CPU GroupNorm kernel for NHWC input
     accumulates in one float32 pass (errors up to ~1e-3 at VAE sizes instead of ~1e-6), and compile takes
-    minutes for no measured gain (docs/benchmarks.md)."""
+    minutes for ~2% per step (docs/benchmarks.md)."""
     profile = profile or load_profile(info)
     return SpeedOptions(
         channels_last=profile.speed_channels_last if channels_last is None else channels_last,
