@@ -167,3 +167,12 @@ def test_speed_options_script_on_tiny_weights() -> None:
     bad = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speed_options.py"), "--variants", "turbo"],
                          capture_output=True, text=True, timeout=60, cwd=REPO)
     assert bad.returncode == 2 and "variants must be among" in bad.stderr
+
+
+def test_weights_mmap_script_on_a_tiny_unet() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_weights_mmap.py"), "--tiny", "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"before", "loaded", "start_up", "all_read", "channels_last", "weights_mib"}
+    assert 0 < out["before"] <= out["all_read"]
