@@ -273,9 +273,10 @@ ChannelsLastOpt = Annotated[bool | None, typer.Option("--channels-last/--no-chan
                                                      "the CPU, slightly less precise (default: the device profile's "
                                                      "choice, off everywhere).",
                                                      rich_help_panel=_HARDWARE, show_default=False)]
-CompileOpt = Annotated[bool, typer.Option("--compile", help="torch.compile the try-on UNet: the first call compiles "
-                                          "for minutes; then each step may be faster (measure with ootd bench).",
-                                          rich_help_panel=_HARDWARE)]
+CompileOpt = Annotated[bool | None, typer.Option("--compile/--no-compile", help="torch.compile the try-on UNet: the "
+                                                 "first call compiles for minutes; then each step may be faster "
+                                                 "(measure with ootd bench). Default: the device profile's choice, "
+                                                 "off everywhere.", rich_help_panel=_HARDWARE, show_default=False)]
 ProviderOpt = Annotated[str, typer.Option("--parsing-provider", help="ONNX Runtime provider for human parsing: "
                                           "cpu (default, as the original), auto (MIGraphX, ROCm, CUDA, then CPU), "
                                           "migraphx, rocm or cuda.", rich_help_panel=_HARDWARE)]
@@ -330,7 +331,7 @@ def build_config(
     *, checkpoints: Path | None, output: Path, model_type: str | None, samples: int, steps: int, scale: float,
     seed: int | None, resolution: str, scheduler: str, precision: str, attention: str, device: str | None,
     parsing_provider: str, max_memory: str | None, fit: str, mask_grow: int, save_intermediates: bool,
-    overwrite: bool, channels_last: bool | None = None, compile: bool = False,
+    overwrite: bool, channels_last: bool | None = None, compile: bool | None = None,
 ) -> RunConfig:
     """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here."""
     from ootd.checkpoints import default_checkpoints_dir
@@ -357,8 +358,7 @@ def build_config(
         attention=_choice(attention, ATTENTION_CHOICES, "attention backend"),
         parsing_provider=_choice(parsing_provider, PARSING_PROVIDERS, "parsing provider"),
         max_memory=parse_size(max_memory), fit=_choice(fit, FIT_MODES, "fit mode"), mask_grow=mask_grow,
-        save_intermediates=save_intermediates, overwrite=overwrite, channels_last=channels_last,
-        compile=True if compile else None,
+        save_intermediates=save_intermediates, overwrite=overwrite, channels_last=channels_last, compile=compile,
     )
 
 
@@ -527,7 +527,7 @@ def run_command(
     device: DeviceOpt = None,
     max_memory: MaxMemoryOpt = None,
     channels_last: ChannelsLastOpt = None,
-    compile: CompileOpt = False,
+    compile: CompileOpt = None,
     parsing_provider: ProviderOpt = "cpu",
     output: OutputOpt = Path("outputs"),
     save_intermediates: IntermediatesOpt = False,
@@ -704,7 +704,7 @@ def batch_command(
     device: DeviceOpt = None,
     max_memory: MaxMemoryOpt = None,
     channels_last: ChannelsLastOpt = None,
-    compile: CompileOpt = False,
+    compile: CompileOpt = None,
     parsing_provider: ProviderOpt = "cpu",
     shard: Annotated[str | None, typer.Option("--shard", help="Run only shard K of N (K/N, from 0), e.g. one per "
                                               "GPU.", rich_help_panel=_HARDWARE, show_default=False)] = None,
@@ -997,7 +997,7 @@ def bench_command(
     device: DeviceOpt = None,
     max_memory: MaxMemoryOpt = None,
     channels_last: ChannelsLastOpt = None,
-    compile: CompileOpt = False,
+    compile: CompileOpt = None,
     compare_original: Annotated[bool, typer.Option("--compare-original", help="Also time the original "
                                                    "formulation on the same weights.")] = False,
     flops: Annotated[bool, typer.Option("--flops", help="Count FLOPs per denoising step.")] = False,
@@ -1030,8 +1030,8 @@ def bench_command(
         report = _call_with_known(
             bench.run_bench, **source, model_type=model_type, device=device, dtype=precision, attention=attention,
             resolution=resolution, num_samples=samples, steps=steps, guidance_scale=scale, seed=seed,
-            scheduler=scheduler, max_memory=parse_size(max_memory), channels_last=channels_last,
-            compile=True if compile else None, compare_original=compare_original,
+            scheduler=scheduler, max_memory=parse_size(max_memory), channels_last=channels_last, compile=compile,
+            compare_original=compare_original,
             count_flops=flops, profile=profile, log=say,
         )
     if save is not None:

@@ -284,7 +284,8 @@ class TryOnPipeline:
 
     def _retry_on_oom(self, stage: str, fn: Callable[[], T]) -> T:
         """Run a stage; on a device out-of-memory error free what can be freed, re-plan with half the budget
-        and try once more. A second one is a clear error that shows the plan that failed."""
+        and try once more. A second one is a clear error that shows the plan that failed. A torch.compile
+        failure becomes a one-line error too."""
         try:
             return fn()
         except torch.OutOfMemoryError as first:
@@ -305,6 +306,10 @@ class TryOnPipeline:
                     f"plan that failed: {smaller.to_dict()}; try --max-memory lower, fewer --samples or "
                     f"--resolution 384x512"
                 ) from second
+        except Exception as exc:
+            if is_compile_failure(exc):
+                raise compile_error(exc) from exc
+            raise
 
     def _free_memory(self) -> None:
         gc.collect()
@@ -588,17 +593,6 @@ class TryOnPipeline:
     def _unet_vton(self, unet: torch.nn.Module, model_in: torch.Tensor, t: torch.Tensor, prompt: torch.Tensor,
                    sample_index: torch.Tensor, guidance: bool) -> torch.Tensor:
         """The try-on UNet on the whole guidance batch, or on its two halves when the plan says memory is short."""
-        try:
-            return self._unet_vton_batches(unet, model_in, t, prompt, sample_index, guidance)
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as exc:
-            if self.speed.compile and is_compile_failure(exc):
-                raise compile_error(exc) from exc
-            raise
-
-    def _unet_vton_batches(self, unet: torch.nn.Module, model_in: torch.Tensor, t: torch.Tensor,
-                           prompt: torch.Tensor, sample_index: torch.Tensor, guidance: bool) -> torch.Tensor:
         if not (guidance and self.plan is not None and self.plan.guidance_split):
             return unet(model_in, t, encoder_hidden_states=prompt, return_dict=False)[0]
         preds = []

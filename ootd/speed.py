@@ -55,10 +55,8 @@ def _is_channels_last(module: torch.nn.Module) -> bool:
 
 def compile_module(module: torch.nn.Module) -> None:
     """torch.compile the module's forward in place (compiled on its first call, per input shape)."""
-    if getattr(module, "_ootd_compiled", False):
-        return
-    module.compile(dynamic=False)
-    module._ootd_compiled = True  # type: ignore[attr-defined]
+    if getattr(module, "_compiled_call_impl", None) is None:
+        module.compile(dynamic=False)
 
 
 @contextlib.contextmanager

@@ -32,13 +32,8 @@ people=$1
 garments=$2
 shift 2
 
-if [[ -n "${OOTD:-}" ]]; then
-    read -r -a ootd_cmd <<< "$OOTD"
-elif command -v ootd > /dev/null 2>&1; then
-    ootd_cmd=(ootd)
-else
-    ootd_cmd=(python -m ootd)
-fi
+# shellcheck source=scripts/ootd_command.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ootd_command.sh"
 
 cmd=("${ootd_cmd[@]}" batch
     --models "$people" --cloths "$garments"

@@ -30,13 +30,8 @@ pairs=$1
 shift
 out=${OUT:-outputs/batch}
 
-if [[ -n "${OOTD:-}" ]]; then
-    read -r -a ootd_cmd <<< "$OOTD"
-elif command -v ootd > /dev/null 2>&1; then
-    ootd_cmd=(ootd)
-else
-    ootd_cmd=(python -m ootd)
-fi
+# shellcheck source=scripts/ootd_command.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ootd_command.sh"
 
 if [[ -z "${GPU_VAR:-}" ]]; then
     if [[ -e /dev/kfd ]] || command -v rocm-smi > /dev/null 2>&1; then

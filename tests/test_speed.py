@@ -155,7 +155,7 @@ def test_compile_failures_become_one_line_errors(pipe_hd: TryOnPipeline, example
         raise TorchDynamoException("backend 'inductor' failed\ndetails")
 
     monkeypatch.setattr(pipe_hd, "speed", SpeedOptions(channels_last=True, compile=True))
-    monkeypatch.setattr(pipe_hd, "_unet_vton_batches", broken)
+    monkeypatch.setattr(pipe_hd, "_unet_vton", broken)
     with pytest.raises(DeviceError, match=r"torch.compile failed \(backend 'inductor' failed\); run without") as err:
         pipe_hd(example_images["person"], example_images["tshirt"], "upper", mask=example_images["mask"], steps=1,
                 seed=1, resolution=(384, 512))
