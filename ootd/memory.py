@@ -507,7 +507,7 @@ class Plan:
     vae_slicing: bool
     vae_tiling: bool
     offload: str  # "none" | "model" | "sequential"
-    estimate: dict[str, int]
+    estimate: dict[str, int] = field(hash=False)  # follows from the choices above; a dict cannot be hashed
     fits: bool
     request: PlanRequest | None = field(default=None, repr=False, compare=False)
 

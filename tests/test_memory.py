@@ -128,6 +128,15 @@ def test_halved_halves_the_budget() -> None:
     assert half.halved().budget_bytes == plan.budget_bytes // 4
 
 
+def test_plans_hash_and_compare_by_their_choices() -> None:
+    plan = make_plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
+    same = make_plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
+    half = plan.halved()
+    assert plan == same and hash(plan) == hash(same)
+    assert plan != half
+    assert len({plan, same, half}) == 2  # usable as dict keys / in sets, e.g. to cache per plan
+
+
 def test_unknown_memory_plans_without_savings() -> None:
     mps = DeviceInfo(type="mps", vendor="apple", arch="mps", name="Apple MPS", unified_memory=True)
     plan = make_plan(mps, (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES)
