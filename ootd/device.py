@@ -24,7 +24,15 @@ from ootd.errors import DeviceError
 
 logger = logging.getLogger(__name__)
 
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "configs" / "profiles"
+
+
+def _profiles_dir() -> Path:
+    """configs/profiles of the source tree; an installed wheel carries the same files as ootd/profiles."""
+    packaged = Path(__file__).resolve().parent / "profiles"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "configs" / "profiles"
+
+
+PROFILES_DIR = _profiles_dir()
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 MIB = 1 << 20
 

@@ -1,0 +1,53 @@
+"""An installed wheel (not only an editable install) carries what ootd reads at run time: the device profiles."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    # a copy of the sources, so that no build/ folder left in the tree by an earlier build can stand in
+    source = out / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "checkpoints",
+        ".tiny-checkpoints", "outputs", "images_output"))
+    # no build isolation: the environment's setuptools builds it, without the network
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(out), str(source)], capture_output=True, text=True)
+    if proc.returncode != 0 and "No module named" in proc.stderr and "setuptools" in proc.stderr:
+        pytest.skip("this environment has no setuptools to build a wheel with")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (path,) = out.glob("ootd-*.whl")
+    return path
+
+
+def test_wheel_carries_every_device_profile(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {p.name for p in (ROOT / "configs" / "profiles").glob("*.toml")}
+    assert shipped and {f"ootd/profiles/{name}" for name in shipped} <= names
+
+
+def test_installed_wheel_finds_its_profiles(wheel: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = ("import ootd.device as d; from ootd.device import DeviceInfo, load_profile;"
+            "print(d.__file__); print(d.PROFILES_DIR);"
+            "print(load_profile(DeviceInfo(type='cpu')).name)")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    module, profiles, name = proc.stdout.split()
+    assert Path(module).is_relative_to(site)  # the installed copy, not the source tree
+    assert Path(profiles) == site / "ootd" / "profiles"
+    assert name == "cpu"
