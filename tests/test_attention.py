@@ -425,3 +425,77 @@ def test_install_attention_keeps_fusion_processors() -> None:
     assert modules[0].processor is special and special.attention is attention
     assert all(isinstance(m.processor, AttentionProcessor) for m in modules[1:])
     assert all(m.processor.attention is attention for m in modules[1:])
+
+
+# ------------------------------------------------------------------------------ folded cross-attention
+
+
+def _cross_attention(bias: bool, heads: int = 4, dim_head: int = 16) -> torch.nn.Module:
+    from diffusers.models.attention_processor import Attention
+
+    torch.manual_seed(3)
+    return Attention(query_dim=64, cross_attention_dim=32, heads=heads, dim_head=dim_head, bias=bias,
+                     out_bias=True).eval()
+
+
+@pytest.mark.parametrize("tokens", [1, 2, 4])
+@pytest.mark.parametrize("bias", [False, True])
+def test_folded_cross_attention_matches_stock(tokens: int, bias: bool) -> None:
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    from ootd.attention.processor import folds
+
+    attn = _cross_attention(bias)
+    gen = torch.Generator().manual_seed(tokens)
+    x, context = torch.randn(3, 50, 64, generator=gen), torch.randn(3, tokens, 32, generator=gen) * 3
+    calls: list[int] = []
+
+    def counting(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None) -> Tensor:
+        calls.append(1)
+        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+    with torch.no_grad():
+        stock = AttnProcessor2_0()(attn, x, context)
+        assert folds(attn, x, context, None)
+        ours = AttentionProcessor(counting)(attn, x, context)
+    torch.testing.assert_close(ours, stock, atol=2e-6, rtol=1e-5)
+    assert not calls  # the fold, not the attention function, served it
+    # a control: dropping a key changes the result, so the comparison above can fail
+    with torch.no_grad():
+        fewer = AttentionProcessor(counting)(attn, x, context[:, :-1]) if tokens > 1 else stock + 1
+    assert (fewer - stock).abs().max() > 1e-3
+
+
+def test_folded_cross_attention_in_half_precision() -> None:
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    attn = _cross_attention(False)
+    gen = torch.Generator().manual_seed(0)
+    x, context = torch.randn(2, 40, 64, generator=gen), torch.randn(2, 2, 32, generator=gen)
+    with torch.no_grad():
+        reference = AttnProcessor2_0()(attn, x, context)
+        attn = attn.to(torch.bfloat16)
+        ours = AttentionProcessor()(attn, x.bfloat16(), context.bfloat16())
+    assert ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours.float(), reference, atol=3e-2, rtol=3e-2)
+
+
+def test_fold_only_where_it_applies_and_pays() -> None:
+    from ootd.attention.processor import folds
+
+    attn = _cross_attention(False)  # 4 heads x 16 = 64 inner: at most 4 context tokens
+    x = torch.randn(1, 10, 64)
+    assert folds(attn, x, torch.randn(1, 4, 32), None)
+    assert not folds(attn, x, torch.randn(1, 5, 32), None)  # long context: the projections are cheaper
+    assert not folds(attn, x, torch.randn(1, 2, 32), torch.ones(1, 2, dtype=torch.bool))  # masked
+    assert not folds(attn, x, None, None)  # self-attention
+    assert not folds(attn, x.view(1, 64, 10, 1), torch.randn(1, 2, 32), None)  # 4-D input (VAE style)
+    calls: list[int] = []
+
+    def counting(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None) -> Tensor:
+        calls.append(1)
+        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+    with torch.no_grad():
+        AttentionProcessor(counting)(attn, x, torch.randn(1, 7, 32))
+    assert calls  # a long context goes through the attention function
