@@ -35,7 +35,15 @@ import torch
 from PIL import Image
 
 from ootd.config import Category, ModelType, parse_resolution
-from ootd.device import DeviceInfo, Precision, SpeedOptions, choose_precision, choose_speed, detect_device
+from ootd.device import (
+    DeviceInfo,
+    Precision,
+    SpeedOptions,
+    choose_precision,
+    choose_speed,
+    detect_device,
+    load_profile,
+)
 from ootd.errors import UsageError
 from ootd.fusion import capture_block_inputs, transformer_blocks
 from ootd.loading import Components, load_components, quiet_libraries
@@ -756,8 +764,9 @@ def run_bench(
 
     sizes = ModelSizes.from_components(components)
     guidance = guidance_scale >= 1.0
+    profile = load_profile(info)
     plan: Plan = make_plan(info, res, num_samples, guidance, precision.unet, attention, sizes, max_memory,
-                           vae_dtype=precision.vae)
+                           vae_dtype=precision.vae, profile=profile)
     report["plan"] = plan.to_dict()
     report["plan_text"] = plan.explain()
     say(plan.explain())
@@ -765,7 +774,7 @@ def run_bench(
     from ootd.pipeline import TryOnPipeline
 
     attention_fn = _attention_fn(attention, info, precision.unet, plan.attention_budget_bytes)
-    pipe = TryOnPipeline(components, mtype, info, precision, attention=attention_fn, speed=speed)
+    pipe = TryOnPipeline(components, mtype, info, precision, attention=attention_fn, speed=speed, profile=profile)
     apply_plan_to_vae(components.vae, plan)
     report["memory_after_load"] = meter.current()
     person, garment, mask = synthetic_inputs(seed=seed)

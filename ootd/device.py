@@ -93,6 +93,7 @@ class DeviceProfile:
     # [vae]
     vae_tile_above_megapixels: float = 1.0  # decode in tiles above this output size
     vae_decode_bytes_per_pixel: int = 3072  # fp16 decode activations per output pixel (estimate)
+    vae_encode_batched: bool = True  # encode [masked person, person] as one batch when memory allows
     # [environment]
     environment_aotriton_experimental: bool = False  # TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1
     environment_miopen_find_mode: str = "FAST"  # MIOPEN_FIND_MODE on RDNA ("" to leave unset)

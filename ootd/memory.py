@@ -400,6 +400,7 @@ def estimate(
     offload: str = "none",
     vae_dtype: torch.dtype | str | None = None,
     device_type: str = "cuda",
+    vae_encode_batched: bool = True,
 ) -> dict[str, int]:
     """Peak bytes of each stage of one call (keys: STAGES, plus "peak" and the parts they are made of).
 
@@ -438,7 +439,7 @@ def estimate(
     features = int(garment_items * tokens * sizes.garment_features * size)
     kv = int(garment_items * tokens * sizes.garment_kv * size)
 
-    encode_images = 1 if vae_slicing else ENCODE_BATCH
+    encode_images = ENCODE_BATCH if vae_encode_batched and not vae_slicing else 1
     encode_px = _vae_pixels(width, height, vae_tiling, sizes.vae_tile)
     vae_attn_tokens = encode_px // (f * f)
     encode_act = int(encode_images * encode_px * sizes.vae_encode_activation * vae_size
@@ -663,10 +664,13 @@ def make_plan(
         vae_dtype=_dtype_name(vae_dtype) if vae_dtype is not None else None, profile=profile,
     )
 
+    # the profile may prefer one image at a time even where a batch fits (faster on the CPU)
+    batch_encodes = profile.vae_encode_batched if profile is not None else True
+
     def numbers_for(settings: dict[str, Any]) -> dict[str, int]:
         return estimate(request.resolution, num_samples, guidance, dtype, attention, sizes,
                         attention_budget_bytes=attention_budget, vae_dtype=vae_dtype, device_type=device.type,
-                        **settings)
+                        vae_encode_batched=batch_encodes, **settings)
 
     every = {"guidance_split": guidance, "vae_slicing": True, "vae_tiling": True}
     settings: dict[str, Any] = {}
@@ -689,7 +693,7 @@ def make_plan(
     fits_budget = numbers["peak"] <= budget_bytes
     plan = Plan(
         budget_bytes=budget if budget is not None else 0, attention_budget_bytes=attention_budget,
-        guidance_split=settings["guidance_split"], vae_encode_batched=not settings["vae_slicing"],
+        guidance_split=settings["guidance_split"], vae_encode_batched=batch_encodes and not settings["vae_slicing"],
         vae_slicing=settings["vae_slicing"], vae_tiling=settings["vae_tiling"], offload=settings["offload"],
         estimate=numbers, fits=fits_budget, request=request,
     )

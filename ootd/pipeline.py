@@ -39,6 +39,7 @@ from ootd.config import (
 )
 from ootd.device import (
     DeviceInfo,
+    DeviceProfile,
     Precision,
     SpeedOptions,
     apply_environment,
@@ -153,6 +154,7 @@ class TryOnPipeline:
         parsing_provider: str = "cpu",
         max_memory: int | None = None,
         speed: SpeedOptions | None = None,
+        profile: DeviceProfile | None = None,
     ) -> None:
         self.components = components
         self.model_type = model_type
@@ -168,6 +170,7 @@ class TryOnPipeline:
         install_attention([components.unet_garm, components.unet_vton, components.vae], attention)
         self.load_seconds = 0.0
         self.max_memory = max_memory  # bytes a call may use; None: the device's free memory less a margin
+        self.profile = profile or load_profile(device)  # the device's defaults, which the memory plan reads too
         self.plan: Plan | None = None  # the plan of the latest call
         self._sizes: ModelSizes | None = None
         self._offload = "none"
@@ -226,8 +229,7 @@ class TryOnPipeline:
         components = load_components(Path(checkpoints_dir), model_type, dtypes)
         speed = choose_speed(info, device_profile, channels_last=channels_last, compile=compile)
         pipe = cls(components, model_type, info, precision, attention, Path(checkpoints_dir), preprocessor,
-                   parsing_provider, max_memory, speed)
-        pipe.profile = device_profile
+                   parsing_provider, max_memory, speed, device_profile)
         pipe.load_seconds = time.perf_counter() - start
         return pipe
 
@@ -241,7 +243,7 @@ class TryOnPipeline:
         attention_name = str(getattr(self.attention, "label", "custom"))
         return make_plan(self.device, resolution.size, num_samples, guidance, self.precision.unet, attention_name,
                          self._sizes, max_memory if max_memory is not None else self.max_memory,
-                         vae_dtype=self.precision.vae, profile=getattr(self, "profile", None))
+                         vae_dtype=self.precision.vae, profile=self.profile)
 
     def apply_plan(self, plan: Plan) -> None:
         """Put the plan's choices into effect: chunk budget, VAE slicing/tiling, where the models live."""

@@ -231,3 +231,20 @@ def test_released_constants_match_a_trace_of_the_released_architectures() -> Non
                                RELEASED_VAE_CONFIG)
     for key, value in traced.items():
         assert getattr(RELEASED_SIZES, key) == pytest.approx(value, rel=0.01), key
+
+
+def test_cpu_profile_encodes_one_image_at_a_time_and_the_estimate_follows() -> None:
+    from ootd.device import load_profile
+
+    cpu = DEVICES["cpu"]
+    profile = load_profile(cpu)
+    assert profile.vae_encode_batched is False  # measured faster on the CPU (docs/benchmarks.md)
+    plan = make_plan(cpu, (768, 1024), 1, True, torch.float32, "sdpa", RELEASED_SIZES, profile=profile)
+    batched = make_plan(cpu, (768, 1024), 1, True, torch.float32, "sdpa", RELEASED_SIZES)
+    assert plan.fits and not plan.vae_slicing  # plenty of memory: not a saving, a speed choice
+    assert not plan.vae_encode_batched and batched.vae_encode_batched
+    assert plan.estimate["encode"] < batched.estimate["encode"]
+    assert "one by one" in plan.explain()
+    gpu_plan = make_plan(DEVICES["gpu24"], (768, 1024), 1, True, torch.float16, "sdpa", RELEASED_SIZES,
+                         profile=load_profile(DEVICES["gpu24"]))
+    assert gpu_plan.vae_encode_batched

@@ -69,3 +69,26 @@ def test_second_out_of_memory_is_a_clear_error(pipe_hd, example_images, monkeypa
     with pytest.raises(OutOfMemoryError, match="again after re-planning.*plan that failed"):
         pipe_hd(example_images["person"], example_images["tshirt"], "upper", mask=example_images["mask"], steps=1,
                 seed=1, resolution=(384, 512))
+
+
+def test_encode_batching_follows_the_device_profile(pipe_hd, example_images, monkeypatch) -> None:  # noqa: ANN001
+    import dataclasses
+
+    vae = pipe_hd.components.vae
+    batches: list[int] = []
+    encode = vae.encode
+    monkeypatch.setattr(vae, "encode", lambda x, *a, **k: (batches.append(x.shape[0]), encode(x, *a, **k))[1])
+    monkeypatch.setattr(pipe_hd, "max_memory", None)
+
+    def latents() -> torch.Tensor:
+        batches.clear()
+        return _latents(pipe_hd, example_images, monkeypatch)
+
+    assert pipe_hd.profile.name == "cpu" and not pipe_hd.profile.vae_encode_batched
+    one_by_one = latents()
+    assert batches and set(batches) == {1} and not pipe_hd.plan.vae_encode_batched
+    monkeypatch.setattr(pipe_hd, "profile", dataclasses.replace(pipe_hd.profile, vae_encode_batched=True))
+    monkeypatch.setattr(pipe_hd, "plan", None)  # the person's encode reuses the last call's plan otherwise
+    batched = latents()
+    assert 2 in batches and pipe_hd.plan.vae_encode_batched  # [masked person, person] together
+    assert (one_by_one - batched).abs().max().item() < 1e-5 * max(1.0, one_by_one.abs().max().item())
