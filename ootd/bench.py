@@ -334,6 +334,22 @@ def original_formulation(unet_vton: torch.nn.Module, features: dict[str, torch.T
         unet_vton.set_attn_processor(saved)
 
 
+@contextlib.contextmanager
+def stock_attention(models: Sequence[torch.nn.Module]) -> Iterator[None]:
+    """While active, `models` run diffusers' stock attention processors (the original's: no folded
+    cross-attention, plain SDPA), and get their own processors back afterwards."""
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    saved = [m.attn_processors for m in models]
+    for model in models:
+        model.set_attn_processor(AttnProcessor2_0())
+    try:
+        yield
+    finally:
+        for model, processors in zip(models, saved, strict=True):
+            model.set_attn_processor(processors)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -348,7 +364,8 @@ def run_original(components: Components, model_type: ModelType, device: DeviceIn
     to `resolution` as the original does. Returns the images and the same timings keys as TryOnResult.
     The networks run as the original runs them: default memory layout, not compiled."""
     c = components
-    with temporary_memory_format([c.unet_garm, c.unet_vton, c.vae], False), uncompiled(c.unet_vton):
+    with temporary_memory_format([c.unet_garm, c.unet_vton, c.vae], False), uncompiled(c.unet_vton), \
+            stock_attention([c.unet_garm, c.vae]):
         return _run_original(components, model_type, device, precision, person, garment, mask, category,
                              num_samples=num_samples, steps=steps, guidance_scale=guidance_scale, seed=seed,
                              scheduler=scheduler, resolution=resolution)
@@ -551,6 +568,7 @@ def count_step_flops(unet_config: dict | None = None, *, num_samples: int = 4,
     from diffusers import UNet2DConditionModel
     from torch.utils.flop_counter import FlopCounterMode
 
+    from ootd.attention import install_attention, sdpa_attention
     from ootd.fusion import TryOnFusion
 
     cfg = dict(unet_config or RELEASED_UNET_CONFIG)
@@ -566,14 +584,18 @@ def count_step_flops(unet_config: dict | None = None, *, num_samples: int = 4,
     prompt = torch.empty(1, cross_tokens, cross, device=meta)
 
     result: dict[str, Any] = {}
+    garment_in = torch.empty(copies, 4, h, w, device=meta)
     with torch.inference_mode():
-        with FlopCounterMode(display=False) as counter, capture_block_inputs(garm) as captured:
-            garm(torch.empty(copies, 4, h, w, device=meta), 0, encoder_hidden_states=prompt.expand(copies, -1, -1),
-                 return_dict=False)
+        # stock processors first (the original's), then ours (folded cross-attention) on both UNets
+        with FlopCounterMode(display=False) as counter:
+            garm(garment_in, 0, encoder_hidden_states=prompt.expand(copies, -1, -1), return_dict=False)
+        # the original runs the same garment UNet on 2 x samples: FLOPs are linear in the batch
+        result["original_garment_unet"] = counter.get_total_flops() * batch // copies
+        install_attention([garm, vton], sdpa_attention)
+        with FlopCounterMode(display=False) as counter, capture_block_inputs(garm, stop_early=True) as captured:
+            garm(garment_in, 0, encoder_hidden_states=prompt.expand(copies, -1, -1), return_dict=False)
         features = dict(captured)
         result["ours_garment_unet"] = counter.get_total_flops()
-        # the original runs the same garment UNet on 2 x samples: FLOPs are linear in the batch
-        result["original_garment_unet"] = result["ours_garment_unet"] * batch // copies
         fusion = TryOnFusion(vton)
         sample_index = torch.arange(copies, device=meta).repeat_interleave(num_samples)
         by_op: dict[str, dict[str, int]] = {}
@@ -764,9 +786,9 @@ def run_bench(
 
     sizes = ModelSizes.from_components(components)
     guidance = guidance_scale >= 1.0
-    profile = load_profile(info)
+    device_profile = load_profile(info)
     plan: Plan = make_plan(info, res, num_samples, guidance, precision.unet, attention, sizes, max_memory,
-                           vae_dtype=precision.vae, profile=profile)
+                           vae_dtype=precision.vae, profile=device_profile)
     report["plan"] = plan.to_dict()
     report["plan_text"] = plan.explain()
     say(plan.explain())
@@ -774,7 +796,8 @@ def run_bench(
     from ootd.pipeline import TryOnPipeline
 
     attention_fn = _attention_fn(attention, info, precision.unet, plan.attention_budget_bytes)
-    pipe = TryOnPipeline(components, mtype, info, precision, attention=attention_fn, speed=speed, profile=profile)
+    pipe = TryOnPipeline(components, mtype, info, precision, attention=attention_fn, speed=speed,
+                         profile=device_profile)
     apply_plan_to_vae(components.vae, plan)
     report["memory_after_load"] = meter.current()
     person, garment, mask = synthetic_inputs(seed=seed)

@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""A/B timings of single components at full size (random weights), for choices made in the library.
+
+  cross-attention  one denoising step's cross-attention calls (the released UNet's 16 blocks at their real
+                   widths and token counts, a 2-token prompt): diffusers' stock processor against ootd's,
+                   which folds the short prompt into the projections; max abs difference of the outputs
+  vae-encode       two images encoded as one batch against one at a time (the CPU profile's choice),
+                   alternating, with the max abs difference of the latents
+
+    python scripts/bench_components.py cross-attention --resolution 768x1024 --batch 2
+    python scripts/bench_components.py cross-attention --resolution 384x512 --batch 4
+    python scripts/bench_components.py vae-encode --resolution 768x1024 --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def cross_attention(width: int, height: int, batch: int, repeats: int) -> None:
+    import torch
+    from diffusers.models.attention_processor import Attention, AttnProcessor2_0
+
+    from ootd.attention import AttentionProcessor
+    from ootd.bench import RELEASED_UNET_CONFIG
+
+    tokens = (width // 8) * (height // 8)
+    widths = RELEASED_UNET_CONFIG["block_out_channels"]
+    # (channels, tokens, blocks): 2 down + 3 up transformer blocks per level with attention, 1 in the middle
+    levels = [(c, tokens // 4**i, 5) for i, c in enumerate(widths[:3])] + [(widths[-1], tokens // 64, 1)]
+    cross = RELEASED_UNET_CONFIG["cross_attention_dim"]
+    heads = RELEASED_UNET_CONFIG["attention_head_dim"]
+    total = {"stock": 0.0, "ootd": 0.0}
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        for channels, n, blocks in levels:
+            attn = Attention(query_dim=channels, cross_attention_dim=cross, heads=heads, dim_head=channels // heads,
+                             out_bias=True).eval()
+            x, context = torch.randn(batch, n, channels), torch.randn(1, 2, cross).expand(batch, -1, -1)
+            diff = (AttnProcessor2_0()(attn, x, context) - AttentionProcessor()(attn, x, context)).abs().max()
+            stock = best_of(lambda: AttnProcessor2_0()(attn, x, context), repeats)  # noqa: B023
+            ours = best_of(lambda: AttentionProcessor()(attn, x, context), repeats)  # noqa: B023
+            total["stock"] += stock * blocks
+            total["ootd"] += ours * blocks
+            print(f"{channels:5d} channels, {n:6d} tokens, batch {batch}: stock {stock * 1e3:7.1f} ms, "
+                  f"ootd {ours * 1e3:6.1f} ms, max abs diff {diff:.1e}")
+    print(f"one step's cross-attention at {width}x{height}, batch {batch}: stock {total['stock']:.3f} s, "
+          f"ootd {total['ootd']:.3f} s")
+
+
+def vae_encode(width: int, height: int, repeats: int) -> None:
+    import torch
+    from diffusers import AutoencoderKL
+
+    from ootd.bench import RELEASED_VAE_CONFIG
+    from ootd.loading import quiet_libraries
+
+    torch.manual_seed(0)
+    with quiet_libraries():
+        vae = AutoencoderKL(**RELEASED_VAE_CONFIG).eval()
+    pixels = torch.randn(2, 3, height, width)
+    with torch.inference_mode():
+        for r in range(repeats):
+            start = time.perf_counter()
+            batched = vae.encode(pixels).latent_dist.mode()
+            mid = time.perf_counter()
+            single = torch.cat([vae.encode(p[None]).latent_dist.mode() for p in pixels])
+            end = time.perf_counter()
+            print(f"round {r + 1}: batch of 2 {mid - start:.1f} s, one at a time {end - mid:.1f} s, "
+                  f"max abs diff {(batched - single).abs().max():.1e}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("component", choices=("cross-attention", "vae-encode"))
+    p.add_argument("--resolution", default="768x1024")
+    p.add_argument("--batch", type=int, default=2, help="cross-attention: UNet batch (samples x 2 with guidance)")
+    p.add_argument("--repeats", type=int, default=None, help="default: 5 for cross-attention, 2 for vae-encode")
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    from ootd.config import parse_resolution
+    from ootd.errors import UsageError
+
+    try:
+        width, height = parse_resolution(args.resolution).size
+    except UsageError as exc:
+        print(f"bench_components: {exc}", file=sys.stderr)
+        return 2
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.component == "cross-attention":
+        cross_attention(width, height, args.batch, args.repeats or 5)
+    else:
+        vae_encode(width, height, args.repeats or 2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
