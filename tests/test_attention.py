@@ -490,6 +490,18 @@ def test_fold_only_where_it_applies_and_pays() -> None:
     assert not folds(attn, x, torch.randn(1, 2, 32), torch.ones(1, 2, dtype=torch.bool))  # masked
     assert not folds(attn, x, None, None)  # self-attention
     assert not folds(attn, x.view(1, 64, 10, 1), torch.randn(1, 2, 32), None)  # 4-D input (VAE style)
+
+    class Wrapped(torch.nn.Module):  # an adapter around the projection (LoRA-style): its weight is not all
+        def __init__(self, inner: torch.nn.Linear) -> None:
+            super().__init__()
+            self.inner, self.weight, self.bias = inner, inner.weight, inner.bias
+
+        def forward(self, t: Tensor) -> Tensor:
+            return self.inner(t) * 2
+
+    wrapped = _cross_attention(False)
+    wrapped.to_q = Wrapped(wrapped.to_q)
+    assert not folds(wrapped, x, torch.randn(1, 2, 32), None)
     calls: list[int] = []
 
     def counting(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None) -> Tensor:

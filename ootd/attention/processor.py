@@ -105,7 +105,10 @@ def folds(attn: Attention, hidden_states: torch.Tensor, context: torch.Tensor | 
         return False
     if (attn.spatial_norm is not None or attn.group_norm is not None or attn.norm_cross
             or attn.norm_q is not None or attn.norm_k is not None or attn.residual_connection
-            or attn.rescale_output_factor != 1.0 or not isinstance(attn.to_out[0], torch.nn.Linear)):
+            or attn.rescale_output_factor != 1.0):
+        return False
+    # plain Linear layers only: a wrapped one (e.g. with LoRA weights) computes more than its .weight says
+    if type(attn.to_q) is not torch.nn.Linear or type(attn.to_out[0]) is not torch.nn.Linear:
         return False
     inner = attn.to_q.out_features
     return inner % attn.heads == 0 and attn.heads * context.shape[1] * 4 <= inner
