@@ -191,3 +191,17 @@ def test_weights_mmap_script_on_a_tiny_unet() -> None:
     out = json.loads(proc.stdout)
     assert set(out) == {"before", "loaded", "start_up", "all_read", "channels_last", "weights_mib"}
     assert 0 < out["before"] <= out["all_read"]
+
+
+def test_components_script_cross_attention_and_bad_input() -> None:
+    script = str(REPO / "scripts" / "bench_components.py")
+    proc = subprocess.run([sys.executable, script, "cross-attention", "--resolution", "384x512", "--batch", "1",
+                           "--repeats", "1", "--threads", "1"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if "max abs diff" in line]
+    assert len(rows) == 4  # three levels and the middle block
+    assert all(float(line.rsplit(" ", 1)[1]) < 1e-4 for line in rows)  # the fold gives the same numbers
+    assert "one step's cross-attention at 384x512, batch 1" in proc.stdout
+    bad = subprocess.run([sys.executable, script, "cross-attention", "--resolution", "100x3"], capture_output=True,
+                         text=True, timeout=120, cwd=REPO)
+    assert bad.returncode == 2 and "unknown resolution" in bad.stderr and "Traceback" not in bad.stderr
