@@ -313,28 +313,6 @@ def _original_block_forward(block: torch.nn.Module, hidden_states: torch.Tensor,
 
 
 @contextlib.contextmanager
-def original_formulation(unet_vton: torch.nn.Module, features: dict[str, torch.Tensor]) -> Iterator[None]:
-    """While active, the try-on UNet runs the original's fusion with `features` (batch = the try-on batch)
-    and stock diffusers attention processors (plain F.scaled_dot_product_attention)."""
-    from diffusers.models.attention_processor import AttnProcessor2_0
-
-    blocks = transformer_blocks(unet_vton)
-    for name, block in blocks.items():
-        if getattr(block, "norm_type", "layer_norm") != "layer_norm" or block.attn2 is None:
-            raise UsageError(f"block {name} is not an SD1.5-style block; the original formulation needs one")
-    saved = unet_vton.attn_processors
-    unet_vton.set_attn_processor(AttnProcessor2_0())
-    for name, block in blocks.items():
-        block.forward = types.MethodType(partial(_original_block_forward, garment=features[name]), block)
-    try:
-        yield
-    finally:
-        for block in blocks.values():
-            del block.forward
-        unet_vton.set_attn_processor(saved)
-
-
-@contextlib.contextmanager
 def stock_attention(models: Sequence[torch.nn.Module]) -> Iterator[None]:
     """While active, `models` run diffusers' stock attention processors (the original's: no folded
     cross-attention, plain SDPA), and get their own processors back afterwards."""
@@ -348,6 +326,24 @@ def stock_attention(models: Sequence[torch.nn.Module]) -> Iterator[None]:
     finally:
         for model, processors in zip(models, saved, strict=True):
             model.set_attn_processor(processors)
+
+
+@contextlib.contextmanager
+def original_formulation(unet_vton: torch.nn.Module, features: dict[str, torch.Tensor]) -> Iterator[None]:
+    """While active, the try-on UNet runs the original's fusion with `features` (batch = the try-on batch)
+    and stock diffusers attention processors (plain F.scaled_dot_product_attention)."""
+    blocks = transformer_blocks(unet_vton)
+    for name, block in blocks.items():
+        if getattr(block, "norm_type", "layer_norm") != "layer_norm" or block.attn2 is None:
+            raise UsageError(f"block {name} is not an SD1.5-style block; the original formulation needs one")
+    with stock_attention([unet_vton]):
+        for name, block in blocks.items():
+            block.forward = types.MethodType(partial(_original_block_forward, garment=features[name]), block)
+        try:
+            yield
+        finally:
+            for block in blocks.values():
+                del block.forward
 
 
 def _sync(device: torch.device) -> None:

@@ -25,7 +25,6 @@ from ootd.errors import DeviceError
 logger = logging.getLogger(__name__)
 
 
-
 def _profiles_dir() -> Path:
     """configs/profiles of the source tree; an installed wheel carries the same files as ootd/profiles."""
     packaged = Path(__file__).resolve().parent / "profiles"

@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"bench_components: {exc}", file=sys.stderr)
         return 2
+    if args.batch < 1 or (args.repeats is not None and args.repeats < 1):
+        print("bench_components: --batch and --repeats must be at least 1", file=sys.stderr)
+        return 2
     if args.threads:
         import torch
 

@@ -205,3 +205,6 @@ def test_components_script_cross_attention_and_bad_input() -> None:
     bad = subprocess.run([sys.executable, script, "cross-attention", "--resolution", "100x3"], capture_output=True,
                          text=True, timeout=120, cwd=REPO)
     assert bad.returncode == 2 and "unknown resolution" in bad.stderr and "Traceback" not in bad.stderr
+    zero = subprocess.run([sys.executable, script, "vae-encode", "--repeats", "0"], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert zero.returncode == 2 and "at least 1" in zero.stderr and "Traceback" not in zero.stderr

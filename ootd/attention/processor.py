@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ootd.attention.backends import HALF
 from ootd.attention.base import AttentionFn, original_sdpa, sdpa_attention
-
-HALF = (torch.float16, torch.bfloat16)
 
 if TYPE_CHECKING:
     from diffusers.models.attention_processor import Attention
