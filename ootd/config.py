@@ -88,18 +88,75 @@ def parse_resolution(value: str | tuple[int, int] | Resolution) -> Resolution:
     return res
 
 
-class SchedulerName(StrEnum):
+class Choice(StrEnum):
+    """A closed set of user words: parsed once, case-insensitively, with the valid words in the error."""
+
+    @classmethod
+    def parse(cls, value: str | Choice, what: str | None = None) -> Choice:
+        try:
+            return cls(str(getattr(value, "value", value)).strip().lower())
+        except ValueError:
+            label = what or cls.__name__
+            raise UsageError(f"unknown {label} {value!r}: use one of {', '.join(cls.words())}") from None
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+
+class AttentionName(Choice):
+    """Attention backends a user can ask for (ootd/attention/select.py builds them)."""
+
+    AUTO = "auto"
+    FLASH = "flash"
+    SDPA = "sdpa"
+    CHUNKED = "chunked"
+    MATH = "math"
+
+
+class PrecisionName(Choice):
+    """Compute precision words; `auto` follows the device profile."""
+
+    AUTO = "auto"
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class FitMode(Choice):
+    """How an input that is not 3:4 is framed."""
+
+    PAD = "pad"
+    CROP = "crop"
+    STRETCH = "stretch"
+
+
+class ParsingProvider(Choice):
+    """ONNX Runtime execution providers for human parsing; `auto` tries the GPU ones first."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    MIGRAPHX = "migraphx"
+    ROCM = "rocm"
+    CUDA = "cuda"
+
+
+class Pairing(Choice):
+    """How folder-mode batch pairs people with garments."""
+
+    PRODUCT = "product"
+    ZIP = "zip"
+
+
+class SchedulerName(Choice):
     UNIPC = "unipc"  # the original's
     DPMPP = "dpmpp"  # DPM-Solver++ multistep
     DDIM = "ddim"
     EULER = "euler"
 
     @classmethod
-    def parse(cls, value: str | SchedulerName) -> SchedulerName:
-        try:
-            return cls(str(value).strip().lower())
-        except ValueError:
-            raise UsageError(f"unknown scheduler {value!r}: use one of {', '.join(s.value for s in cls)}") from None
+    def parse(cls, value: str | SchedulerName, what: str | None = "scheduler") -> SchedulerName:
+        return super().parse(value, what)
 
 
 @dataclass(frozen=True)
