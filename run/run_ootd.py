@@ -97,11 +97,13 @@ def _announce_replaced(paths: list[Path]) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ootd.batch import Pair, RunConfig, check_checkpoints_present, describe_pipeline, no_person_error, png_metadata
-    from ootd.cli import load_pipeline
-    from ootd.config import Category, ModelType, SamplingSettings, parse_resolution
-    from ootd.errors import NoPersonError, UsageError
-    from ootd.images import check_output_dir, load_image, save_png_atomic
+    from ootd.app import load
+    from ootd.app.config import RunConfig, build_sampling
+    from ootd.app.outputs import png_metadata
+    from ootd.app.tryon import TryOnRequest, run_tryon
+    from ootd.config import Category, FitMode, ModelType
+    from ootd.errors import UsageError
+    from ootd.images import check_output_dir, save_png_atomic
 
     # cheap checks first, as `ootd run` does
     try:
@@ -111,47 +113,33 @@ def run(args: argparse.Namespace) -> None:
     category = Category.parse(args.category)
     if model_type is ModelType.HD and category is not Category.UPPER:
         raise UsageError("model_type 'hd' requires category 0 (upperbody); use --model_type dc")
-    seed = args.seed if args.seed >= 0 else secrets.randbelow(2**32)
-    sampling = SamplingSettings(num_samples=args.sample, steps=args.step, guidance_scale=args.scale, seed=seed,
-                                resolution=parse_resolution(args.resolution))
-    sampling.validate()
-    person = load_image(args.model_path, "person")
-    garment = load_image(args.cloth_path, "garment")
-    mask = load_image(args.mask_path, "mask") if args.mask_path is not None else None
+    sampling = build_sampling(samples=args.sample, steps=args.step, scale=args.scale,
+                              seed=args.seed if args.seed >= 0 else None, resolution=args.resolution)
+    request = TryOnRequest(args.model_path, args.cloth_path, category, args.mask_path).decoded()
     checkpoints = args.checkpoints if args.checkpoints is not None else default_checkpoints()
-    check_checkpoints_present(checkpoints, [model_type], need_preprocess=mask is None)
+    load.check_checkpoints_present(checkpoints, [model_type], need_preprocess=request.mask is None)
     output = check_output_dir(args.output_dir)
     # "stretch": the original resizes both photos to 768x1024 whatever their shape
     config = RunConfig(checkpoints=checkpoints, output=output, sampling=sampling, model_type=model_type,
-                       device=_device(args), fit="stretch", overwrite=True)
+                       device=_device(args), fit=FitMode.STRETCH, overwrite=True)
     outputs = [output / f"out_{model_type.value}_{i}.png" for i in range(args.sample)]
     mask_file = output / "mask.jpg"
 
-    pipe = load_pipeline(config, model_type)
-    pair = Pair(Path(args.model_path), Path(args.cloth_path), category, args.mask_path)
-    try:
-        person_inputs = pipe.prepare_person(person, category, mask=mask, resolution=sampling.resolution,
-                                            fit=config.fit)
-    except NoPersonError as exc:
-        raise no_person_error(pair.person, exc) from None
-    garment_inputs = pipe.prepare_garment(garment, category, resolution=sampling.resolution, fit=config.fit)
-    result = pipe.generate(person_inputs, garment_inputs, sampling)
-    info = describe_pipeline(pipe, config)
-
+    outcome = run_tryon(load.load_pipeline(config, model_type), request, config)
     _announce_replaced([mask_file, *outputs])
-    _save_jpeg_atomic(result.masked_person, mask_file)
-    for i, (image, path) in enumerate(zip(result.images, outputs, strict=True)):
-        save_png_atomic(image, path, png_metadata(result, pair, config, info, sample=i), overwrite=True)
+    _save_jpeg_atomic(outcome.result.masked_person, mask_file)
+    for i, (image, path) in enumerate(zip(outcome.result.images, outputs, strict=True)):
+        save_png_atomic(image, path, png_metadata(outcome, config, sample=i), overwrite=True)
         print(path)
-    print(f"seed: {result.seed}")
+    print(f"seed: {outcome.result.seed}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from ootd.cli import cli_logging, guarded
+    from ootd.app.console import console_logging, run_guarded
 
-    with cli_logging(verbose=args.debug, quiet=False):
-        return guarded(lambda: run(args), debug=args.debug)
+    with console_logging(verbose=args.debug, quiet=False):
+        return run_guarded(lambda: run(args), debug=args.debug)
 
 
 if __name__ == "__main__":

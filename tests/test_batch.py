@@ -18,13 +18,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from ootd import cli
-from ootd.batch import (
-    Pair,
-    RunConfig,
-    pairs_from_folders,
-    read_pairs_csv,
-    select_shard,
-)
+from ootd.app import load as app_load
+from ootd.app.config import RunConfig
+from ootd.app.pairs import Pair, pairs_from_folders, read_pairs_csv, select_shard
 from ootd.config import Category, ModelType, SamplingSettings, parse_resolution
 from ootd.errors import UsageError
 from ootd.images import load_image
@@ -88,7 +84,7 @@ def fake_loader(monkeypatch: pytest.MonkeyPatch, **kwargs) -> dict[str, list[Fak
         made.setdefault(model_type.value, []).append(pipe)
         return pipe
 
-    monkeypatch.setattr(cli, "load_pipeline", load)
+    monkeypatch.setattr(app_load, "load_pipeline", load)
     return made
 
 
@@ -343,7 +339,7 @@ def test_batch_real_pipeline_prepares_each_input_once(tmp_path: Path, example_im
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(pipe_hd, name, spy)
-    monkeypatch.setattr(cli, "load_pipeline", lambda config, model_type: pipe_hd)
+    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type: pipe_hd)
     out = tmp_path / "out"
     result = CliRunner().invoke(cli.app, ["batch", str(csv_file), "-o", str(out), "--checkpoints",
                                           str(pipe_hd.checkpoints_dir), "--steps", "1", "--resolution", "384x512",

@@ -15,6 +15,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from ootd import __version__, cli
+from ootd.app import load as app_load
+from ootd.app.config import build_config
 from tests.test_batch import fake_loader
 
 RUN = ["--steps", "1", "--resolution", "384x512"]
@@ -37,7 +39,7 @@ def synthetic_preprocessor():  # noqa: ANN201
 def use_pipes(monkeypatch: pytest.MonkeyPatch, pipe_hd, pipe_dc):  # noqa: ANN001, ANN201
     """Serve the session's loaded tiny pipelines instead of loading them again."""
     pipes = {"hd": pipe_hd, "dc": pipe_dc}
-    monkeypatch.setattr(cli, "load_pipeline", lambda config, model_type: pipes[model_type.value])
+    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type: pipes[model_type.value])
     return pipe_hd, pipe_dc
 
 
@@ -77,7 +79,7 @@ def test_run_hd_json_metadata_seed_overwrite(tmp_path: Path, tiny_tree: Path, ex
     mtime = target.stat().st_mtime_ns
 
     # no overwrite without --overwrite: refused before any model work, file untouched
-    monkeypatch.setattr(cli, "load_pipeline", lambda config, model_type: pytest.fail("must not load"))
+    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type: pytest.fail("must not load"))
     refused = invoke(*args)
     assert refused.exit_code == 1
     assert refused.stderr.startswith("error: ") and "already exists" in refused.stderr
@@ -86,7 +88,7 @@ def test_run_hd_json_metadata_seed_overwrite(tmp_path: Path, tiny_tree: Path, ex
     assert target.stat().st_mtime_ns == mtime
 
     # with --overwrite, the same seed gives the same image
-    monkeypatch.setattr(cli, "load_pipeline", lambda config, model_type: pipe_hd)
+    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type: pipe_hd)
     again = invoke(*args[:-2], "--overwrite")
     assert again.exit_code == 0, again.output
     assert target.stat().st_mtime_ns != mtime
@@ -229,14 +231,14 @@ def test_speed_flags_reach_the_pipeline(tmp_path: Path, tiny_tree: Path, example
     assert result.exit_code == 0, result.output
     describe = json.loads(result.stdout)["describe"]
     assert describe["channels_last"] is True and describe["compile"] is False
-    config = cli.build_config(
+    config = build_config(
         checkpoints=tiny_tree, output=tmp_path, model_type=None, samples=1, steps=1, scale=2.0, seed=1,
         resolution="384x512", scheduler="unipc", precision="auto", attention="auto", device="cpu",
         parsing_provider="cpu", max_memory=None, fit="pad", mask_grow=0, save_intermediates=False,
         overwrite=False, channels_last=False, compile=True,
     )
     assert (config.channels_last, config.compile) == (False, True)
-    default = cli.build_config(
+    default = build_config(
         checkpoints=tiny_tree, output=tmp_path, model_type=None, samples=1, steps=1, scale=2.0, seed=1,
         resolution="384x512", scheduler="unipc", precision="auto", attention="auto", device="cpu",
         parsing_provider="cpu", max_memory=None, fit="pad", mask_grow=0, save_intermediates=False, overwrite=False,

@@ -15,6 +15,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from ootd import cli
+from ootd.app import load as app_load
 from tests.test_batch import fake_loader
 
 
@@ -74,7 +75,7 @@ def invoke(*args: object):  # noqa: ANN201
 
 
 def no_loading(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "load_pipeline", lambda config, model_type: pytest.fail("loaded models"))
+    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type: pytest.fail("loaded models"))
 
 
 def assert_one_line_error(result, code: int, *fragments: str) -> None:  # noqa: ANN001

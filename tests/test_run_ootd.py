@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from ootd import cli
+from ootd.app import load as app_load
 from ootd.config import Category
 from tests.test_batch import fake_loader
 from tests.test_cli import synthetic_preprocessor
@@ -33,7 +33,7 @@ def test_original_flags_end_to_end(run_ootd, pipe_hd, tiny_tree: Path, example_i
     """Automatic mask (pose + parsing, as the original always does), fixed names, replaced with a notice."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(pipe_hd, "_preprocessor", synthetic_preprocessor())
-    monkeypatch.setattr(cli, "load_pipeline", lambda config, model_type: pipe_hd)
+    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type: pipe_hd)
     args = ["--model_path", str(example_images["person"]), "--cloth_path", str(example_images["tshirt"]),
             "--model_type", "hd", "--category", "0", "--scale", "2.0", "--step", "1", "--sample", "1",
             "--seed", "5", "--gpu_id", "0", "--checkpoints", str(tiny_tree), "--resolution", "384x512"]

@@ -1,0 +1,129 @@
+"""RunConfig: everything a try-on needs besides its inputs, and build_config: user words -> a validated config.
+
+Every run default lives here (sampling defaults in `ootd.config.SamplingSettings`); front ends read their
+option defaults from these classes rather than restating them. Validation is cheap and runs before anything is
+loaded, so a bad option fails in one line at once.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ootd.config import (
+    AttentionName,
+    Category,
+    FitMode,
+    ModelType,
+    ParsingProvider,
+    PrecisionName,
+    SamplingSettings,
+    SchedulerName,
+    check_model_category,
+    default_model_type,
+    parse_resolution,
+)
+from ootd.errors import UsageError
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a try-on needs besides its inputs (the defaults here are the defaults of every front end)."""
+
+    checkpoints: Path  # the released layout (docs/upstream.md §1)
+    output: Path = Path("outputs")  # folder for results, created if needed
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # seed drawn before the work starts
+    model_type: ModelType | None = None  # None: hd for upper-body garments, dc otherwise
+    device: str | None = None  # None: the best available
+    precision: PrecisionName = PrecisionName.AUTO  # auto follows the device profile
+    attention: AttentionName = AttentionName.AUTO
+    parsing_provider: ParsingProvider = ParsingProvider.CPU  # ONNX Runtime provider for human parsing
+    max_memory: int | None = None  # bytes the memory plan may use; None: free device memory less a margin
+    fit: FitMode = FitMode.PAD  # how non-3:4 inputs are framed
+    mask_grow: int = 0  # extra pixels (at 512 px height) added around the mask
+    save_intermediates: bool = False  # pose, parsing, mask, masked person next to the outputs
+    overwrite: bool = False  # replace existing outputs (else: run refuses, batch skips/keeps them)
+    channels_last: bool | None = None  # None: the device profile's choice
+    compile: bool | None = None  # torch.compile the try-on UNet; None: the device profile's choice
+
+    def model_type_for(self, category: Category) -> ModelType:
+        """The model for a category: the forced one (if compatible) or the default (hd upper, dc otherwise)."""
+        model_type = self.model_type or default_model_type(category)
+        check_model_category(model_type, category)
+        return model_type
+
+
+def parse_size(value: str | None) -> int | None:
+    """'20GiB', '20GB', '512MiB', '2e10' -> bytes (GB and GiB both mean 2**30: what users mean)."""
+    if value is None:
+        return None
+    text = value.strip().lower().replace(" ", "").removesuffix("b").removesuffix("i")
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    scale = units.get(text[-1:], 1) if text else 1
+    number = text[:-1] if text[-1:] in units else text
+    try:
+        size = int(float(number) * scale)
+    except ValueError:
+        raise UsageError(f"bad memory size {value!r}: use e.g. 20GiB or 512MiB") from None
+    if size <= 0:
+        raise UsageError(f"memory size must be positive, got {value!r}")
+    return size
+
+
+def parse_model_type(value: str | ModelType | None) -> ModelType | None:
+    """hd/dc, or None for "by category"."""
+    if value is None or isinstance(value, ModelType):
+        return value
+    try:
+        return ModelType(value.strip().lower())
+    except ValueError:
+        raise UsageError(f"unknown model type {value!r}: use hd or dc") from None
+
+
+def build_sampling(
+    *, samples: int = SamplingSettings.num_samples, steps: int = SamplingSettings.steps,
+    scale: float = SamplingSettings.guidance_scale, seed: int | None = None,
+    resolution: str = str(SamplingSettings.resolution), scheduler: str = SamplingSettings.scheduler,
+) -> SamplingSettings:
+    """Validated sampling settings from user words; a random seed is drawn here, so it can be printed first."""
+    sampling = SamplingSettings(
+        num_samples=samples, steps=steps, guidance_scale=scale,
+        seed=seed if seed is not None else secrets.randbelow(2**32),
+        resolution=parse_resolution(resolution), scheduler=SchedulerName.parse(scheduler),
+    )
+    sampling.validate()
+    return sampling
+
+
+def build_config(
+    *, checkpoints: Path | str | None = None, output: Path | str = RunConfig.output, model_type: str | None = None,
+    samples: int = SamplingSettings.num_samples, steps: int = SamplingSettings.steps,
+    scale: float = SamplingSettings.guidance_scale, seed: int | None = None,
+    resolution: str = str(SamplingSettings.resolution), scheduler: str = SamplingSettings.scheduler,
+    precision: str = RunConfig.precision, attention: str = RunConfig.attention, device: str | None = None,
+    parsing_provider: str = RunConfig.parsing_provider, max_memory: str | None = None, fit: str = RunConfig.fit,
+    mask_grow: int = RunConfig.mask_grow, save_intermediates: bool = RunConfig.save_intermediates,
+    overwrite: bool = RunConfig.overwrite, channels_last: bool | None = None, compile: bool | None = None,
+) -> RunConfig:
+    """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here.
+
+    Takes the words a user typed (as front ends receive them); each bad one is a one-line UsageError.
+    """
+    from ootd.checkpoints import default_checkpoints_dir
+
+    forced = parse_model_type(model_type)
+    sampling = build_sampling(samples=samples, steps=steps, scale=scale, seed=seed, resolution=resolution,
+                              scheduler=scheduler)
+    if mask_grow < 0:
+        raise UsageError(f"--mask-grow must be >= 0 pixels, got {mask_grow}")
+    return RunConfig(
+        checkpoints=Path(checkpoints) if checkpoints is not None else default_checkpoints_dir(),
+        output=Path(output), sampling=sampling, model_type=forced,
+        device=None if device in (None, "", "auto") else device.strip(),
+        precision=PrecisionName.parse(precision, "precision"),
+        attention=AttentionName.parse(attention, "attention backend"),
+        parsing_provider=ParsingProvider.parse(parsing_provider, "parsing provider"),
+        max_memory=parse_size(max_memory), fit=FitMode.parse(fit, "fit mode"), mask_grow=mask_grow,
+        save_intermediates=save_intermediates, overwrite=overwrite, channels_last=channels_last, compile=compile,
+    )

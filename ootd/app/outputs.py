@@ -1,0 +1,192 @@
+"""What a try-on leaves behind: output names, PNG metadata, atomic files or PNG bytes, and how it ran.
+
+Names: `<person>__<garment>__<i>.png` per sample and `<person>__<garment>__<kind>.png` per intermediate, from
+the request's names (so an upload without a path gets stable names too). Metadata: the pipeline's settings, the
+seed, the inputs' names and the device/precision/attention that served, as PNG text chunks.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ootd.app.config import RunConfig
+from ootd.errors import OotdError, OutputError
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from ootd.app.tryon import TryOnOutcome, TryOnRequest
+
+logger = logging.getLogger(__name__)
+
+INTERMEDIATES = ("pose", "parsing", "mask", "masked_person")  # what --save-intermediates writes
+WITH_MASK_INTERMEDIATES = ("mask", "masked_person")  # a given mask skips pose and parsing
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The files one try-on writes."""
+
+    images: list[Path]
+    intermediates: dict[str, Path] = field(default_factory=dict)
+
+    def all(self) -> list[Path]:
+        return [*self.images, *self.intermediates.values()]
+
+
+def targets_for(request: TryOnRequest, config: RunConfig) -> Targets:
+    """`<person>__<garment>__<i>.png` per sample; intermediates as `<person>__<garment>__<kind>.png`."""
+    from ootd.images import output_name
+
+    person, garment = request.name("person"), request.name("garment")
+    names = [output_name(person, garment, i) for i in range(config.sampling.num_samples)]
+    intermediates = {}
+    if config.save_intermediates:
+        stem = names[0].rsplit("__", 1)[0]
+        kinds = INTERMEDIATES if request.mask is None else WITH_MASK_INTERMEDIATES
+        intermediates = {kind: config.output / f"{stem}__{kind}.png" for kind in kinds}
+    return Targets([config.output / name for name in names], intermediates)
+
+
+def refuse_existing(paths: list[Path]) -> None:
+    """Without --overwrite a try-on never replaces a file: say so before any work starts."""
+    existing = [p for p in paths if p.exists()]
+    if existing:
+        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+        raise OutputError(
+            f"{existing[0]} already exists{more}; use --overwrite to replace, or --output for another folder"
+        )
+
+
+def png_metadata(outcome: TryOnOutcome, config: RunConfig, sample: int | None = None) -> dict[str, str]:
+    """Settings + seed (and where the pixels came from) as PNG text chunks."""
+    from ootd import __version__
+
+    result, request, info = outcome.result, outcome.request, outcome.info
+    meta = {"software": f"ootd {__version__}"}
+    meta.update({str(k): str(v) for k, v in (getattr(result, "settings", None) or {}).items()})
+    meta.update({
+        "seed": str(result.seed),
+        "person": request.name("person"),
+        "garment": request.name("garment"),
+        "mask": request.name("mask") if request.mask is not None else "auto",
+        "fit": str(config.fit),
+        "mask_grow": str(config.mask_grow),
+        "device": str(info.get("device", "")),
+        "precision": str(info.get("precision", "")),
+        "attention": str(info.get("attention", "")),
+    })
+    if sample is not None:
+        meta["sample"] = str(sample)
+    return meta
+
+
+def save_outcome(outcome: TryOnOutcome, config: RunConfig, targets: Targets,
+                 keep_existing: bool = False) -> tuple[list[Path], dict[str, Path]]:
+    """Write the images (and intermediates) atomically. `keep_existing`: leave files that already exist alone
+    (a resumed batch), instead of failing on them."""
+    from ootd.images import save_png_atomic
+
+    def write(image: Any, path: Path, meta: dict[str, str]) -> None:
+        if keep_existing and not config.overwrite and path.exists():
+            logger.info("keeping existing %s", path)
+            return
+        save_png_atomic(image, path, meta, overwrite=config.overwrite)
+
+    images = list(outcome.result.images)
+    if len(images) != len(targets.images):
+        raise OotdError(f"expected {len(targets.images)} images from the pipeline, got {len(images)}")
+    for i, (image, path) in enumerate(zip(images, targets.images, strict=True)):
+        write(image, path, png_metadata(outcome, config, sample=i))
+    written_intermediates = {}
+    available = dict(getattr(outcome.result, "intermediates", None) or {})
+    for kind, path in targets.intermediates.items():
+        image = available.get(kind)
+        if image is None:
+            logger.debug("no %s intermediate for %s", kind, describe_request(outcome.request))
+            continue
+        write(image, path, png_metadata(outcome, config))
+        written_intermediates[kind] = path
+    return list(targets.images), written_intermediates
+
+
+def encode_png(image: Image.Image, metadata: dict[str, str] | None = None) -> bytes:
+    """PNG bytes with text metadata, for front ends that answer with bytes rather than files (HTTP)."""
+    from ootd.images import _png_info  # the same key checks as files get
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", pnginfo=_png_info(metadata or {}))
+    return buffer.getvalue()
+
+
+def describe_request(request: TryOnRequest) -> str:
+    return f"{request.name('person')} + {request.name('garment')}"
+
+
+def _dtype_word(dtype: object) -> str:
+    text = str(dtype).removeprefix("torch.")
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(text, text)
+
+
+def describe_pipeline(pipe: Any, config: RunConfig) -> dict[str, Any]:
+    """Device, precision and attention backend of a loaded pipeline as short strings (for --json, PNG metadata
+    and the summary line), plus whatever else `pipe.describe()` reports (the memory plan, per-component dtypes).
+
+    Pipelines without `describe()` are described from their attributes.
+    """
+    described = getattr(pipe, "describe", None)
+    info: dict[str, Any] = {}
+    if callable(described):
+        try:
+            info = dict(described() or {})
+        except Exception as exc:  # a description must never fail a try-on
+            logger.debug("pipe.describe() failed: %s", exc)
+    device = getattr(pipe, "device", None)
+    if "device" not in info and device is not None:
+        info["device"] = str(getattr(device, "torch_device", None) or getattr(device, "type", device))
+        info.setdefault("device_name", getattr(device, "name", None))
+    name = info.get("device_name")
+    if name and name != info.get("device") and "(" not in str(info.get("device")):
+        info["device"] = f"{info['device']} ({name})"
+    if "arch" not in info and getattr(device, "arch", None):
+        info["arch"] = device.arch
+    precision = info.get("precision")
+    if precision is None:
+        precision = getattr(pipe, "precision", None)
+        precision = getattr(precision, "unet", precision)
+    if isinstance(precision, dict):  # per component: the UNets' dtype is the one that matters
+        info["precision_by_component"] = precision
+        precision = precision.get("unet", next(iter(precision.values()), None))
+    info["precision"] = _dtype_word(precision) if precision is not None else "unknown"
+    info["attention"] = str(info.get("attention") or config.attention)
+    return info
+
+
+def peak_memory(pipe: Any = None) -> dict[str, int | None]:
+    """Peak device memory allocated by torch (GPUs) and the process's peak resident memory, in bytes."""
+    device_peak = None
+    torch = sys.modules.get("torch")
+    device = getattr(getattr(pipe, "device", None), "torch_device", None)
+    if torch is not None and device is not None and getattr(device, "type", None) == "cuda":
+        try:
+            device_peak = int(torch.cuda.max_memory_allocated(device))
+        except Exception:  # not initialised, or a fake device in tests
+            device_peak = None
+    host_peak = None
+    try:
+        import resource
+
+        host_peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
+    except (ImportError, OSError):
+        pass
+    return {"device_bytes": device_peak, "host_rss_bytes": host_peak}
+
+
+def format_seconds(value: float) -> str:
+    """1.2 s, or 340 ms below a second (summary lines of every front end)."""
+    return f"{value:.1f} s" if value >= 1 else f"{value * 1000:.0f} ms"

@@ -1,0 +1,189 @@
+"""One try-on: a request (person, garment, category, optional mask) -> the pipeline's result plus what saving needs.
+
+`run_tryon` is the one place the try-on sequence lives (prepare the person, say plainly when no person is found,
+prepare the garment, generate); `ootd run`, `ootd batch`, `run/run_ootd.py` and the service front ends all call
+it. Inputs may be file paths, PIL images or encoded image bytes (an HTTP upload has no path), so the names used
+for output files and metadata travel in the request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ootd.app.config import RunConfig
+from ootd.config import Category, ModelType
+from ootd.errors import InputImageError, NoPersonError
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from ootd.pipeline import TryOnResult
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total), as the pipeline reports it
+ROLES = ("person", "garment", "mask")
+PERSON_STAGES = ("preprocess", "encode_person")  # result timings that belong to preparing the person
+GARMENT_STAGES = ("conditioning", "encode_garment", "garment_unet")  # ... and to preparing the garment
+
+
+class InputCache(Protocol):
+    """Where prepared inputs may be reused (the batch engine's LRU): value and whether it was computed now."""
+
+    def get(self, key: tuple, compute: Callable[[], Any]) -> tuple[Any, bool]: ...
+
+
+def decode_image(data: bytes, role: str, name: str) -> Image.Image:
+    """Encoded image bytes -> a normalised image, with the same checks and one-line errors as a file."""
+    from ootd.images import _decoded, _normalise  # the file loader's own checks, applied to bytes
+
+    def fail(problem: str) -> InputImageError:
+        return InputImageError(f"{role} image {name}: {' '.join(str(problem).split())}")
+
+    if not data:
+        raise fail("empty upload")
+    with _decoded(io.BytesIO(data), fail) as im:
+        try:
+            return _normalise(im, role)
+        except (OSError, ValueError) as exc:
+            raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
+
+
+@dataclass(frozen=True)
+class TryOnRequest:
+    """What to try on. Each image is a path, a PIL image or encoded bytes. A `*_name` (a file name or path, e.g.
+    an upload's file name) names an input in messages, output names and PNG metadata; without one, a path input
+    is named by its path and an in-memory one by its role."""
+
+    person: Any  # str | Path | bytes | PIL.Image.Image
+    garment: Any
+    category: Category
+    mask: Any = None  # None: computed from pose + parsing
+    person_name: str | None = None
+    garment_name: str | None = None
+    mask_name: str | None = None
+
+    def source(self, role: str) -> Any:
+        return {"person": self.person, "garment": self.garment, "mask": self.mask}[role]
+
+    def label(self, role: str) -> str:
+        """How messages name an input: the given name, else the path as given, else the role."""
+        given = {"person": self.person_name, "garment": self.garment_name, "mask": self.mask_name}[role]
+        if given:
+            return given
+        value = self.source(role)
+        return str(value) if isinstance(value, str | Path) else role
+
+    def name(self, role: str) -> str:
+        """The input's file name, used for output names and metadata (`alice.jpg`)."""
+        return Path(self.label(role)).name or role
+
+    def key(self, role: str) -> str | None:
+        """Identity of an input for reuse: the resolved path, a digest of bytes, None for a PIL image."""
+        value = self.source(role)
+        if value is None:
+            return ""
+        if isinstance(value, str | Path):
+            return str(Path(value).resolve())
+        if isinstance(value, bytes | bytearray):
+            return "sha256:" + hashlib.sha256(value).hexdigest()
+        return None
+
+    def pipeline_input(self, role: str) -> Any:
+        """What the pipeline takes: paths and PIL images as they are, bytes decoded here."""
+        value = self.source(role)
+        if isinstance(value, bytes | bytearray):
+            return decode_image(bytes(value), role, self.label(role))
+        return value
+
+    def decoded(self) -> TryOnRequest:
+        """The same request with every image loaded now (cheap checks before models load); names kept."""
+        from ootd.images import load_image
+
+        loaded: dict[str, Any] = {}
+        for role in ROLES:
+            value = self.source(role)
+            if value is None:
+                continue
+            loaded[f"{role}_name"] = self.label(role)
+            loaded[role] = load_image(value, role) if isinstance(value, str | Path) else self.pipeline_input(role)
+        return replace(self, **loaded)
+
+
+@dataclass
+class TryOnOutcome:
+    """A finished try-on: the pipeline's result, the request it answers and what saving and reports need."""
+
+    request: TryOnRequest
+    model_type: ModelType
+    result: TryOnResult
+    info: dict[str, Any] = field(default_factory=dict)  # describe_pipeline(...) after the call
+    reused: dict[str, bool] = field(default_factory=lambda: {"person": False, "garment": False})
+
+    def timings(self) -> dict[str, Any]:
+        """Seconds per stage of this try-on, leaving out stages of inputs reused from an earlier one."""
+        skip = (PERSON_STAGES if self.reused["person"] else ()) + (GARMENT_STAGES if self.reused["garment"] else ())
+        return {k: v for k, v in (self.result.timings or {}).items() if k not in skip and k != "total"}
+
+
+def no_person_error(person: str | Path) -> NoPersonError:
+    """The pose model's error, naming the file and the way around it."""
+    return NoPersonError(
+        f"no person detected in {person} (pose estimation found nobody; use a photo showing one person, "
+        "or pass a mask image)"
+    )
+
+
+def _cached(cache: InputCache | None, key: tuple | None, compute: Callable[[], Any]) -> tuple[Any, bool]:
+    if cache is None or key is None:
+        return compute(), True
+    return cache.get(key, compute)
+
+
+def run_tryon(
+    pipe: Any, request: TryOnRequest, config: RunConfig, progress: Progress | None = None,
+    callback: Callable[..., Any] | None = None, *, persons: InputCache | None = None,
+    garments: InputCache | None = None,
+) -> TryOnOutcome:
+    """The try-on sequence: prepare the person (no person found: its error, naming the file), prepare the
+    garment, generate. `persons`/`garments` let a batch reuse prepared inputs; `callback` goes to the
+    pipeline's per-step hook."""
+    from ootd.app.outputs import describe_pipeline
+
+    tick = progress or (lambda stage, done, total: None)
+    category = request.category
+    model_type = config.model_type_for(category)
+    resolution = config.sampling.resolution
+    fit = str(config.fit)
+
+    def prepare_person() -> Any:
+        tick("person", 0, 1)
+        mask = request.pipeline_input("mask") if request.mask is not None else None
+        try:
+            prepared = pipe.prepare_person(request.pipeline_input("person"), category, mask=mask,
+                                           resolution=resolution, fit=fit, mask_grow=config.mask_grow)
+        except NoPersonError:
+            raise no_person_error(request.label("person")) from None
+        tick("person", 1, 1)
+        return prepared
+
+    def prepare_garment() -> Any:
+        tick("garment", 0, 1)
+        prepared = pipe.prepare_garment(request.pipeline_input("garment"), category, resolution=resolution, fit=fit)
+        tick("garment", 1, 1)
+        return prepared
+
+    person_key = request.key("person"), request.key("mask")
+    person, person_new = _cached(persons, None if None in person_key else (model_type, category, *person_key),
+                                 prepare_person)
+    garment_key = request.key("garment")
+    garment, garment_new = _cached(garments, None if garment_key is None else (model_type, category, garment_key),
+                                   prepare_garment)
+    extra = {"callback": callback} if callback is not None else {}
+    result = pipe.generate(person, garment, config.sampling, progress=progress, **extra)
+    return TryOnOutcome(request, model_type, result, describe_pipeline(pipe, config),
+                        {"person": not person_new, "garment": not garment_new})
+

@@ -1,0 +1,91 @@
+"""`ootd bench`: a thin command over `ootd.bench.run_bench` / `ootd.bench.run_matrix` (the benchmark code)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ootd.cli.errors import echo_err, guarded_command
+from ootd.cli.options import (
+    INPUTS,
+    LOGGING_OPTIONS,
+    OUTPUTS,
+    RUN_OPTIONS,
+    SAMPLING,
+    JsonOpt,
+    choices,
+    with_options,
+)
+
+EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ootd bench --checkpoints checkpoints --resolution 768x1024 --samples 4 --compare-original\n\n"
+    "  ootd bench --random-weights full --matrix --json > bench.json"
+)
+RANDOM_WEIGHTS = ("full", "tiny")
+BENCH_OPTIONS = {name: RUN_OPTIONS[name] for name in (
+    "checkpoints", "samples", "steps", "scale", "resolution", "scheduler", "precision", "attention", "device",
+    "max_memory", "channels_last", "compile",
+)}
+
+
+@with_options(BENCH_OPTIONS, LOGGING_OPTIONS, steps=2, attention="sdpa")
+@guarded_command
+def bench_command(
+    random_weights: Annotated[str | None, typer.Option("--random-weights", metavar=choices(RANDOM_WEIGHTS),
+                                                       help="Benchmark in-memory random weights instead: full "
+                                                       "(released sizes) or tiny.", rich_help_panel=INPUTS,
+                                                       show_default=False)] = None,
+    model_type: Annotated[str, typer.Option("--model-type", help="hd or dc.", rich_help_panel=INPUTS)] = "hd",
+    seed: Annotated[int, typer.Option("--seed", help="Random seed.", rich_help_panel=SAMPLING)] = 0,
+    compare_original: Annotated[bool, typer.Option("--compare-original", help="Also time the original "
+                                                   "formulation on the same weights.")] = False,
+    flops: Annotated[bool, typer.Option("--flops", help="Count FLOPs per denoising step.")] = False,
+    profile: Annotated[bool, typer.Option("--profile", help="Add a torch profiler table of one step.")] = False,
+    matrix: Annotated[bool, typer.Option("--matrix", help="Every precision x attention backend on random "
+                                         "weights.")] = False,
+    save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON report to this file.",
+                                              rich_help_panel=OUTPUTS, show_default=False)] = None,
+    json_out: JsonOpt = False,
+    **options: Any,
+) -> None:
+    """Per-stage time and peak memory next to the memory plan's estimate (optionally vs the original)."""
+    from ootd import bench
+    from ootd.app.config import parse_size
+    from ootd.checkpoints import default_checkpoints_dir
+    from ootd.cli.display import print_json, to_json
+    from ootd.config import AttentionName, PrecisionName
+    from ootd.errors import UsageError
+
+    precision = PrecisionName.parse(options["precision"], "precision").value
+    attention = AttentionName.parse(options["attention"], "attention backend").value
+    if random_weights is not None and random_weights not in RANDOM_WEIGHTS:
+        raise UsageError(f"unknown random weights kind {random_weights!r}: use one of {', '.join(RANDOM_WEIGHTS)}")
+    say = _log_to(options["quiet"], json_out)
+    common = {"device": options["device"], "resolution": options["resolution"], "num_samples": options["samples"],
+              "steps": options["steps"], "log": say}
+    if matrix:
+        report = bench.run_matrix(random_weights=random_weights or "full", original=compare_original,
+                                  count_flops=flops, **common)
+    else:
+        source = {"random_weights": random_weights} if random_weights else {
+            "checkpoints": options["checkpoints"] or default_checkpoints_dir()}
+        report = bench.run_bench(
+            **source, **common, model_type=model_type, dtype=precision, attention=attention,
+            guidance_scale=options["scale"], seed=seed, scheduler=options["scheduler"],
+            max_memory=parse_size(options["max_memory"]), channels_last=options["channels_last"],
+            compile=options["compile"], compare_original=compare_original, count_flops=flops, profile=profile,
+        )
+    if save is not None:
+        save.write_text(to_json(report) + "\n")
+    if json_out:
+        print_json(report)
+
+
+def _log_to(quiet: bool, json_out: bool) -> Any:
+    """Progress lines: none with -q, on stderr with --json (stdout is the report), else stdout."""
+    if quiet:
+        return lambda line: None
+    return echo_err if json_out else typer.echo

@@ -1,0 +1,78 @@
+"""`ootd checkpoints verify`: every expected checkpoint file, present, sized, loadable, with its fix
+(the checks are ootd/verify.py's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ootd.cli.display import console, print_json, size_text
+from ootd.cli.errors import guarded_command
+from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, JsonOpt, ModelsOpt, parse_model_list, with_options
+from ootd.errors import CheckpointError
+
+VERIFY_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints --models hd"
+
+
+@with_options(LOGGING_OPTIONS)
+@guarded_command
+def verify_command(
+    folder: Annotated[Path | None, typer.Argument(help="Checkpoints folder. Default: $OOTD_CHECKPOINTS or "
+                                                  "./checkpoints.", metavar="[DIR]", show_default=False)] = None,
+    models: ModelsOpt = ALL_MODELS,
+    quick: Annotated[bool, typer.Option("--quick", help="Presence and size only (no load checks).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check every expected checkpoint file: present, size, loadable, and the fix. Exit 1 on any problem."""
+    from ootd.checkpoints import default_checkpoints_dir
+    from ootd.verify import verify_checkpoints
+
+    root = folder if folder is not None else default_checkpoints_dir()
+    chosen = parse_model_list(models)
+    if not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise CheckpointError(f"checkpoints folder {root} {what}; run `ootd download --dest {root}`")
+    checks = verify_checkpoints(root, chosen, load=not quick)
+    bad = [c for c in checks if not c.ok]
+    if json_out:
+        print_json({
+            "root": str(root), "ok": not bad,
+            "files": [
+                {"component": c.component, "path": str(c.path), "present": c.present, "size": c.size, "ok": c.ok,
+                 "problem": c.problem, "fix": c.fix}
+                for c in checks
+            ],
+        })
+    else:
+        _print_table(root, checks, quick)
+        if bad:
+            typer.echo(f"{len(bad)} of {len(checks)} files have problems; fix them (or run "
+                       f"`ootd download --dest {root}`) and verify again")
+        else:
+            typer.echo(f"all {len(checks)} files ok")
+    if bad:
+        raise typer.Exit(1)
+
+
+def _print_table(root: Path, checks: list[Any], quick: bool) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"checkpoints in {root}", show_lines=False)
+    for column in ("component", "file", "present", "size", "loadable", "fix"):
+        table.add_column(column, overflow="fold")
+    for c in checks:
+        try:
+            shown = str(c.path.relative_to(root))
+        except ValueError:
+            shown = str(c.path)
+        if not c.present:
+            loadable = "-"
+        elif c.ok:
+            loadable = "[green]yes[/green]" if not quick else "not checked"
+        else:
+            loadable = f"[red]no[/red]: {c.problem}"
+        table.add_row(c.component, shown, "[green]yes[/green]" if c.present else "[red]no[/red]",
+                      size_text(c.size), loadable, c.fix or "")
+    console().print(table)

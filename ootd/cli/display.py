@@ -1,0 +1,120 @@
+"""What the CLI shows: progress bars on stderr (only for a person at a terminal), JSON on stdout, tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+class Display:
+    """Progress bars on stderr (load, preparing inputs, denoising steps, decode); nothing when disabled.
+
+    Called as the pipeline's progress callback: (stage, done, total).
+    """
+
+    LABELS = {
+        "load": "loading models", "person": "preparing person", "garment": "preparing garment",
+        "denoise": "denoising", "decode": "decoding", "pairs": "pairs",
+    }
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._progress = None
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> Display:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(
+                SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+            )
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if self._progress is None:
+            return
+        task = self._tasks.get(stage)
+        if task is None:
+            self._tasks[stage] = self._progress.add_task(self.LABELS.get(stage, stage), total=total,
+                                                         completed=done)
+        else:
+            self._progress.update(task, completed=done, total=total)
+
+    def reset(self, *stages: str) -> None:
+        """Remove per-pair bars so the next pair starts fresh."""
+        if self._progress is None:
+            return
+        for stage in stages:
+            task = self._tasks.pop(stage, None)
+            if task is not None:
+                self._progress.remove_task(task)
+
+
+def show_progress(quiet: bool, json_out: bool) -> bool:
+    """Progress only for a person at a terminal: not with -q, not with --json, not when piped."""
+    return not quiet and not json_out and sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if callable(getattr(value, "to_dict", None)):
+        return value.to_dict()
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(value)
+    return str(value)
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=_json_default)
+
+
+def print_json(data: dict[str, Any]) -> None:
+    typer.echo(to_json(data))
+
+
+def plan_lines(plan: Any) -> list[str]:
+    if isinstance(plan, dict):
+        return [f"  {key}: {value}" for key, value in plan.items()]
+    if isinstance(plan, list | tuple):
+        return [f"  {item}" for item in plan]
+    return [f"  {line}" for line in str(plan).splitlines()]
+
+
+def console(stderr: bool = False) -> Any:
+    """A rich console that does not wrap long paths when output is piped."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=stream, width=None if stream.isatty() else 200, soft_wrap=not stream.isatty())
+
+
+def size_text(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"

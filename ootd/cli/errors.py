@@ -1,0 +1,80 @@
+"""How the CLI fails: one stderr line and an exit code for every error (ootd/app/console.py), logging per
+-v/-q, and click's own usage errors (unknown option, missing value, not a number) as one line too.
+
+Exit codes: 0 success, 1 failure (missing checkpoints, no person found, outputs exist, ...), 2 usage error (bad
+option, unusable input image), 130 interrupted. --debug adds the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.2x carries its own copy of click
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover - older typer on top of click
+    from click.exceptions import ClickException, NoArgsIsHelpError
+
+from ootd.app.console import EXIT_INTERRUPTED, console_logging, echo_err, one_line, run_guarded
+
+LOGGING_PARAMS = ("verbose", "quiet", "debug")
+
+
+def guarded(fn: Callable[[], Any], *, debug: bool = False) -> int:
+    """`run_guarded` for a typer command: its own typer.Exit(code) is its exit code; click's errors pass."""
+
+    def call() -> int:
+        try:
+            fn()
+        except typer.Exit as exc:
+            return exc.exit_code
+        return 0
+
+    return run_guarded(call, debug=debug, passthrough=(ClickException, typer.Abort))
+
+
+def guarded_command(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a command: logging per -v/-q, errors per `guarded`. The logging flags are taken here and passed
+    on only to commands that declare them (or take **options)."""
+    accepted = inspect.signature(fn).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        flags = {name: kwargs.get(name, False) for name in LOGGING_PARAMS}
+        passed = {k: v for k, v in kwargs.items() if takes_all or k in accepted or k not in LOGGING_PARAMS}
+        with console_logging(flags["verbose"], flags["quiet"]):
+            code = guarded(lambda: fn(*args, **passed), debug=flags["debug"])
+        if code:
+            raise typer.Exit(code)
+
+    return wrapper
+
+
+class OotdGroup(TyperGroup):
+    """Click's own usage errors as one line (`error: ... (see `ootd run --help`)`), exit code 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001, ANN201
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                              **extra)
+            code = rv if isinstance(rv, int) else 0
+        except NoArgsIsHelpError as exc:
+            typer.echo(exc.ctx.get_help())
+            code = 0
+        except ClickException as exc:
+            where = getattr(getattr(exc, "ctx", None), "command_path", None) or "ootd"
+            echo_err(f"error: {one_line(exc.format_message())} (see `{where} --help`)")
+            code = exc.exit_code
+        except typer.Abort:
+            echo_err("interrupted")
+            code = EXIT_INTERRUPTED
+        if standalone_mode:
+            sys.exit(code)
+        return code

@@ -1,0 +1,158 @@
+"""Every option more than one command takes, declared once, with defaults read from RunConfig/SamplingSettings
+and choices from the enums in ootd/config.py.
+
+`with_options(RUN_OPTIONS, LOGGING_OPTIONS)` adds the declared options to a command's signature (typer reads
+`__signature__`), so a command states only its own parameters and receives the shared ones in `**options`;
+`config_from(options)` turns them into a validated RunConfig. A new sampling option: a field in SamplingSettings,
+its word in `ootd.app.config.build_config`, and one entry here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ootd.app.config import RunConfig, build_config
+from ootd.config import (
+    AttentionName,
+    Choice,
+    FitMode,
+    ModelType,
+    ParsingProvider,
+    PrecisionName,
+    SamplingSettings,
+    SchedulerName,
+)
+
+SAMPLING = "Sampling"
+HARDWARE = "Hardware"
+INPUTS = "Inputs"
+OUTPUTS = "Outputs"
+LOGGING = "Logging"
+
+
+def choices(words: type[Choice] | tuple[str, ...]) -> str:
+    """`[pad|crop|stretch]`: the metavar that shows every valid word."""
+    listed = words.words() if isinstance(words, type) else words
+    return f"[{'|'.join(listed)}]"
+
+
+def _opt(*names: str, panel: str, default_shown: bool = True, **kwargs: Any) -> Any:
+    return typer.Option(*names, rich_help_panel=panel, show_default=default_shown, **kwargs)
+
+
+MODEL_TYPES = tuple(m.value for m in ModelType)
+
+ModelTypeOpt = Annotated[str | None, _opt(
+    "--model-type", metavar=choices(MODEL_TYPES), panel=INPUTS, default_shown=False,
+    help="hd (half-body, upper only) or dc (full-body). Default: hd for upper, dc otherwise.")]
+CheckpointsOpt = Annotated[Path | None, _opt(
+    "--checkpoints", panel=INPUTS, default_shown=False,
+    help="Checkpoints folder. Default: $OOTD_CHECKPOINTS or ./checkpoints.")]
+FitOpt = Annotated[str, _opt("--fit", metavar=choices(FitMode), panel=INPUTS, help="Framing of non-3:4 photos.")]
+MaskGrowOpt = Annotated[int, _opt("--mask-grow", panel=INPUTS, help="Grow the mask by N pixels (at 512 px height).")]
+SamplesOpt = Annotated[int, _opt("--samples", "-n", panel=SAMPLING, help="Images per pair, each from its own noise.")]
+StepsOpt = Annotated[int, _opt("--steps", panel=SAMPLING, help="Denoising steps.")]
+ScaleOpt = Annotated[float, _opt("--scale", panel=SAMPLING, help="Image guidance scale (off below 1.0).")]
+SeedOpt = Annotated[int | None, _opt("--seed", panel=SAMPLING, default_shown=False,
+                                     help="Random seed; drawn at random (and printed) when absent.")]
+ResolutionOpt = Annotated[str, _opt("--resolution", panel=SAMPLING,
+                                    help="Working resolution, width x height: 384x512 or 768x1024.")]
+SchedulerOpt = Annotated[str, _opt("--scheduler", metavar=choices(SchedulerName), panel=SAMPLING,
+                                   help="Sampler (unipc: the original's).")]
+PrecisionOpt = Annotated[str, _opt("--precision", metavar=choices(PrecisionName), panel=HARDWARE,
+                                   help="auto: fp32 on CPU, the device profile's choice on GPUs.")]
+AttentionOpt = Annotated[str, _opt("--attention", metavar=choices(AttentionName), panel=HARDWARE,
+                                   help="Attention backend.")]
+DeviceOpt = Annotated[str | None, _opt("--device", envvar="OOTD_DEVICE", panel=HARDWARE, default_shown=False,
+                                       help="cpu, cuda, cuda:N (also ROCm) or mps. Default: the best available.")]
+MaxMemoryOpt = Annotated[str | None, _opt(
+    "--max-memory", panel=HARDWARE, default_shown=False,
+    help="Memory a try-on may use, e.g. 20GiB (default: free device memory less a margin).")]
+ChannelsLastOpt = Annotated[bool | None, _opt(
+    "--channels-last/--no-channels-last", panel=HARDWARE, default_shown=False,
+    help="Run the UNets and the VAE in channels_last memory layout: 4-5% faster steps on the CPU, slightly less "
+         "precise (default: the device profile's choice, off everywhere).")]
+CompileOpt = Annotated[bool | None, _opt(
+    "--compile/--no-compile", panel=HARDWARE, default_shown=False,
+    help="torch.compile the try-on UNet: the first call compiles for minutes; then each step may be faster "
+         "(measure with ootd bench). Default: the device profile's choice, off everywhere.")]
+ProviderOpt = Annotated[str, _opt(
+    "--parsing-provider", metavar=choices(ParsingProvider), panel=HARDWARE,
+    help="ONNX Runtime provider for human parsing: cpu (as the original) or auto (MIGraphX, ROCm, CUDA, then "
+         "CPU).")]
+OutputOpt = Annotated[Path, _opt("--output", "-o", panel=OUTPUTS, help="Output folder (created if needed).")]
+IntermediatesOpt = Annotated[bool, _opt(
+    "--save-intermediates", panel=OUTPUTS,
+    help="Also save the pose skeleton, parsing colour map, mask and masked person.")]
+OverwriteOpt = Annotated[bool, _opt("--overwrite", panel=OUTPUTS, help="Replace existing output files.")]
+JsonOpt = Annotated[bool, _opt("--json", panel=OUTPUTS, help="Print a machine-readable JSON summary on stdout.")]
+VerboseOpt = Annotated[bool, _opt("--verbose", "-v", panel=LOGGING, help="Debug logging (also library warnings).")]
+QuietOpt = Annotated[bool, _opt("--quiet", "-q", panel=LOGGING, help="No progress display, errors only.")]
+DebugOpt = Annotated[bool, _opt("--debug", panel=LOGGING, help="Print tracebacks for errors.")]
+
+# name -> (declaration, default). The names are build_config's keywords.
+RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "model_type": (ModelTypeOpt, None),
+    "fit": (FitOpt, RunConfig.fit.value),
+    "mask_grow": (MaskGrowOpt, RunConfig.mask_grow),
+    "checkpoints": (CheckpointsOpt, None),
+    "samples": (SamplesOpt, SamplingSettings.num_samples),
+    "steps": (StepsOpt, SamplingSettings.steps),
+    "scale": (ScaleOpt, SamplingSettings.guidance_scale),
+    "seed": (SeedOpt, SamplingSettings.seed),
+    "resolution": (ResolutionOpt, str(SamplingSettings.resolution)),
+    "scheduler": (SchedulerOpt, SamplingSettings.scheduler.value),
+    "precision": (PrecisionOpt, RunConfig.precision.value),
+    "attention": (AttentionOpt, RunConfig.attention.value),
+    "device": (DeviceOpt, RunConfig.device),
+    "max_memory": (MaxMemoryOpt, None),
+    "channels_last": (ChannelsLastOpt, RunConfig.channels_last),
+    "compile": (CompileOpt, RunConfig.compile),
+    "parsing_provider": (ProviderOpt, RunConfig.parsing_provider.value),
+    "output": (OutputOpt, RunConfig.output),
+    "save_intermediates": (IntermediatesOpt, RunConfig.save_intermediates),
+    "overwrite": (OverwriteOpt, RunConfig.overwrite),
+}
+LOGGING_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "verbose": (VerboseOpt, False), "quiet": (QuietOpt, False), "debug": (DebugOpt, False),
+}
+
+
+def with_options(*groups: dict[str, tuple[Any, Any]], **defaults: Any) -> Callable[[Callable], Callable]:
+    """Add the options of `groups` to a command (after its own parameters, which win on a name clash);
+    `defaults` overrides a shared option's default for this command."""
+
+    def decorate(fn: Callable) -> Callable:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
+               if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        taken = {p.name for p in own}
+        shared = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                              default=defaults.get(name, default))
+            for group in groups for name, (annotation, default) in group.items() if name not in taken
+        ]
+        fn.__signature__ = inspect.Signature([*own, *shared])
+        return fn
+
+    return decorate
+
+
+def config_from(options: dict[str, Any]) -> RunConfig:
+    """The RunConfig from a command's shared options (the other entries are left alone)."""
+    return build_config(**{name: options[name] for name in RUN_OPTIONS if name in options})
+
+
+ModelsOpt = Annotated[str, typer.Option("--models", metavar="hd,dc", help="Model types: hd, dc or hd,dc.")]
+ALL_MODELS = ",".join(MODEL_TYPES)
+
+
+def parse_model_list(models: str) -> list[ModelType]:
+    """'hd,dc' -> [ModelType.HD, ModelType.DC] (the --models option of download, verify and doctor)."""
+    from ootd.download import parse_models
+
+    return parse_models([m for m in models.split(",") if m.strip()])

@@ -1,0 +1,144 @@
+"""`ootd run`: one person, one garment -> `<person>__<garment>__<i>.png` per sample.
+
+Everything cheap is checked first (options, input images, checkpoints present, output folder and names), so a
+mistake fails in one line before minutes of model loading; then ootd/app runs the try-on and saves it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ootd.cli.display import Display, plan_lines, print_json, show_progress
+from ootd.cli.errors import guarded_command
+from ootd.cli.options import INPUTS, LOGGING_OPTIONS, OUTPUTS, RUN_OPTIONS, JsonOpt, config_from, with_options
+
+logger = logging.getLogger("ootd.cli")
+
+EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ootd run --model person.jpg --cloth shirt.jpg --category upper\n\n"
+    "  ootd run -m person.jpg -c skirt.png --category lower --samples 4 --steps 30 --seed 42 -o results\n\n"
+    "  ootd run -m person.jpg -c shirt.jpg --category upper --mask mask.png --resolution 384x512 --json"
+)
+TIMED_STAGES = ("load", "preprocess", "garment_unet", "denoise", "decode")  # the summary line's stages
+
+
+@with_options(RUN_OPTIONS, LOGGING_OPTIONS)
+@guarded_command
+def run_command(
+    model: Annotated[Path, typer.Option("--model", "--person", "-m", help="Person photo.", metavar="PERSON",
+                                        rich_help_panel=INPUTS, show_default=False)],
+    cloth: Annotated[Path, typer.Option("--cloth", "--garment", "-c", help="Garment photo.", metavar="GARMENT",
+                                        rich_help_panel=INPUTS, show_default=False)],
+    category: Annotated[str, typer.Option("--category", "-k", help="upper, lower or dress (also upperbody, "
+                                          "lowerbody, dresses, 0, 1, 2).", rich_help_panel=INPUTS,
+                                          show_default=False)],
+    mask: Annotated[Path | None, typer.Option("--mask", help="Mask image (white = repaint); skips pose and "
+                                              "parsing.", rich_help_panel=INPUTS, show_default=False)] = None,
+    json_out: JsonOpt = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Print the device, precision, attention and memory "
+                                          "plan before running.", rich_help_panel=OUTPUTS)] = False,
+    **options: Any,
+) -> None:
+    """Dress one person in one garment: writes [bold]<person>__<garment>__<i>.png[/bold] per sample."""
+    from ootd.app import load
+    from ootd.app.outputs import peak_memory, refuse_existing, save_outcome, targets_for
+    from ootd.app.tryon import TryOnRequest, run_tryon
+    from ootd.config import Category
+    from ootd.images import check_output_dir
+
+    started = time.perf_counter()
+    # 1. everything cheap first: options, input images, checkpoints folder, output folder and names
+    config = config_from(options)
+    request = TryOnRequest(model, cloth, Category.parse(category), mask)
+    chosen_model = config.model_type_for(request.category)
+    request = request.decoded()
+    load.check_checkpoints_present(config.checkpoints, [chosen_model], need_preprocess=mask is None)
+    check_output_dir(config.output)
+    targets = targets_for(request, config)
+    if not config.overwrite:
+        refuse_existing(targets.all())
+    random_seed = options["seed"] is None
+    if not json_out:
+        note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
+        logger.info("seed %d%s", config.sampling.seed, note)
+
+    # 2. the heavy part
+    timings: dict[str, Any] = {}
+    with Display(show_progress(options["quiet"], json_out)) as display:
+        display("load", 0, 1)
+        t = time.perf_counter()
+        pipe = load.load_pipeline(config, chosen_model)
+        timings["load"] = time.perf_counter() - t
+        display("load", 1, 1)
+        if explain and not json_out:
+            from ootd.app.outputs import describe_pipeline
+
+            _explain(pipe, describe_pipeline(pipe, config), config)
+        outcome = run_tryon(pipe, request, config, progress=display)
+        t = time.perf_counter()
+        images, intermediates = save_outcome(outcome, config, targets)
+        timings["save"] = time.perf_counter() - t
+
+    timings.update(outcome.timings())
+    timings["total"] = time.perf_counter() - started
+    _report(outcome, config, images, intermediates, timings, peak_memory(pipe), random_seed, json_out, explain)
+
+
+def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[str, Path], timings: dict[str, Any],
+            memory: dict[str, Any], random_seed: bool, json_out: bool, explain: bool) -> None:
+    """The summary: paths, seed and time as lines, or everything as JSON."""
+    from ootd.app.outputs import format_seconds
+
+    result, info, request = outcome.result, outcome.info, outcome.request
+    if json_out:
+        summary = {
+            "outputs": [str(p) for p in images],
+            "intermediates": {k: str(p) for k, p in intermediates.items()},
+            "seed": result.seed, "seed_random": random_seed,
+            "person": request.label("person"), "garment": request.label("garment"),
+            "mask": request.label("mask") if request.mask is not None else None,
+            "category": request.category.value, "model_type": outcome.model_type.value,
+            "device": info.get("device"), "precision": info.get("precision"), "attention": info.get("attention"),
+            "timings": timings, "peak_memory": memory, "settings": dict(result.settings or {}),
+        }
+        if explain:
+            summary["describe"] = info
+        print_json(summary)
+        return
+    for path in [*images, *intermediates.values()]:
+        typer.echo(str(path))
+    note = f" (random; pass --seed {result.seed} to reproduce)" if random_seed else ""
+    typer.echo(f"seed: {result.seed}{note}")
+    stages = ", ".join(f"{name} {format_seconds(timings[name])}" for name in TIMED_STAGES
+                       if isinstance(timings.get(name), float))
+    typer.echo(f"time: {format_seconds(timings['total'])} ({stages}) on {info.get('device')}, "
+               f"{info.get('precision')}, attention {info.get('attention')}")
+
+
+def _explain(pipe: Any, info: dict[str, Any], config: Any) -> None:
+    """--explain: what was chosen, and the memory plan for this call when the pipeline makes one."""
+    for key in ("device", "arch", "precision", "attention"):
+        if info.get(key):
+            typer.echo(f"{key}: {info[key]}")
+    plan = info.get("plan")
+    make_plan = getattr(pipe, "make_plan", None)
+    if callable(make_plan):
+        sampling = config.sampling
+        try:
+            plan = make_plan(sampling.resolution, sampling.num_samples, sampling.guidance_scale >= 1.0)
+        except Exception as exc:  # explaining must not stop the run
+            logger.debug("make_plan failed: %s", exc)
+    if callable(getattr(plan, "explain", None)):  # a memory Plan explains itself, headline included
+        typer.echo(plan.explain())
+    elif plan:
+        typer.echo("memory plan:")
+        for line in plan_lines(plan):
+            typer.echo(line)
+    else:
+        typer.echo("memory plan: not available (this build's pipeline does not describe one)")
