@@ -274,26 +274,32 @@ def fit_to_aspect(
     return canvas, FitInfo("pad", (src_w, src_h), (width, height), box)
 
 
-def restore_framing(output: Image.Image, info: FitInfo, resample: int | None = None) -> Image.Image:
+def restore_framing(
+    output: Image.Image, info: FitInfo, resample: int | None = None, *, keep_scale: bool = False
+) -> Image.Image:
     """Map an output made at the fitted framing back to the original's framing.
 
-    pad: cut the padding away and resize to the original size. stretch: resize to the original size.
-    crop: what was cut off is gone, so this returns the kept region at its original pixel size.
+    keep_scale (what the pipeline returns): only cut the padding away, keeping the generated pixels as they are,
+    with no resample; crop and stretch outputs come back unchanged. Otherwise the result is also resized, once,
+    to the original's pixel size: pad: the content box; stretch: the whole output; crop: what was cut off is
+    gone, so the kept region at its original pixel size.
     The output may be at another resolution than `info.size` (e.g. 384x512 vs 768x1024): the box is scaled.
     """
-    kwargs = {} if resample is None else {"resample": resample}
-    if info.mode == "stretch":
-        return output.resize(info.original_size, **kwargs)
-    if info.mode == "crop":
-        left, top, right, bottom = info.box
-        return output.resize((right - left, bottom - top), **kwargs)
-    if info.mode != "pad":
+    if info.mode not in ("pad", "crop", "stretch"):
         raise ValueError(f"unknown framing mode {info.mode!r}")
     sx = output.width / info.size[0]
     sy = output.height / info.size[1]
     left, top, right, bottom = info.box
-    box = (left * sx, top * sy, right * sx, bottom * sy)
-    return output.resize(info.original_size, box=box, **kwargs)
+    if keep_scale:
+        if info.mode != "pad" or info.box == (0, 0, *info.size):
+            return output
+        return output.crop((round(left * sx), round(top * sy), round(right * sx), round(bottom * sy)))
+    kwargs = {} if resample is None else {"resample": resample}
+    if info.mode == "stretch":
+        return output.resize(info.original_size, **kwargs)
+    if info.mode == "crop":
+        return output.resize((right - left, bottom - top), **kwargs)
+    return output.resize(info.original_size, box=(left * sx, top * sy, right * sx, bottom * sy), **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- outputs
