@@ -78,7 +78,9 @@ def _load(what: str, weights: Path, layout: Layout, fn):  # noqa: ANN001, ANN202
         ) from exc
 
 
-def _load_strict(what: str, weights: Path, layout: Layout, fn, allowed_unexpected: str | None = None):  # noqa: ANN001, ANN202
+def _load_strict(  # noqa: ANN202
+    what: str, weights: Path, layout: Layout, fn, allowed_unexpected: str | None = None  # noqa: ANN001
+):
     """`fn` loads with output_loading_info=True; the model is returned only if every key matched and every
     weight is finite."""
     model, info = _load(what, weights, layout, fn)
