@@ -34,6 +34,7 @@ from ootd.config import (
     Resolution,
     SamplingSettings,
     SchedulerName,
+    check_mask_grow,
     check_model_category,
     parse_resolution,
 )
@@ -57,6 +58,7 @@ from ootd.loading import Components, load_components
 from ootd.memory import ModelSizes, Plan, apply_plan_to_vae, gib, make_plan
 from ootd.schedulers import build_scheduler
 from ootd.speed import as_memory_format, compile_error, compile_module, is_compile_failure, set_memory_format
+from ootd.weights_check import require_finite_latents
 
 logger = logging.getLogger(__name__)
 
@@ -400,8 +402,7 @@ class TryOnPipeline:
         resolution = parse_resolution(resolution)
         if fit not in FIT_MODES:
             raise UsageError(f"unknown fit {fit!r}: use {', '.join(FIT_MODES)}")
-        if mask_grow < 0:
-            raise UsageError(f"mask grow must be >= 0 pixels, got {mask_grow}")
+        check_mask_grow(mask_grow)
         timings: dict[str, float] = {}
         t = time.perf_counter()
         person_img = _as_image(person, "person")
@@ -485,6 +486,7 @@ class TryOnPipeline:
                                  person.person_latents, person.original_latents, latent_mask, settings, progress)
 
         latents, step_times = self._retry_on_oom("denoising", denoise)
+        require_finite_latents(latents, self.precision.unet)
         timings["denoise"] = time.perf_counter() - tick
         timings["steps"] = step_times
         t = time.perf_counter()
