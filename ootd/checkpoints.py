@@ -1,4 +1,4 @@
-"""The released checkpoint layout (SPEC section 1) and finding the weight file in a component folder."""
+"""The released checkpoint layout (docs/upstream.md §1) and finding the weight file in a component folder."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def load_scheduler_config(layout: Layout) -> dict:
     """The scheduler config as the original sees it: read by the class the pipeline folder names.
 
     Keys absent from the file take that class's defaults (e.g. PNDM's "leading" spacing),
-    which is what the released weights were used with (SPEC section 4).
+    which is what the released weights were used with (docs/upstream.md §4).
     """
     import diffusers
 
