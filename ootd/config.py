@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
 from ootd.errors import UsageError
 
 
-class ModelType(StrEnum):
+class Choice(StrEnum):
+    """A closed set of user words: parsed once, case-insensitively, with the valid words in the error."""
+
+    @classmethod
+    def parse(cls, value: str | Choice, what: str | None = None) -> Choice:
+        try:
+            return cls(str(getattr(value, "value", value)).strip().lower())
+        except ValueError:
+            label = what or cls.__name__
+            raise UsageError(f"unknown {label} {value!r}: use one of {', '.join(cls.words())}") from None
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+
+class ModelType(Choice):
     HD = "hd"  # half-body model (VITON-HD): upper-body garments only
     DC = "dc"  # full-body model (Dress Code): upper, lower, dress
+
+    @classmethod
+    def parse(cls, value: str | ModelType, what: str | None = "model type") -> ModelType:
+        return super().parse(value, what)
 
 
 class Category(StrEnum):
@@ -20,12 +41,12 @@ class Category(StrEnum):
 
     @property
     def mask_name(self) -> str:
-        """The name the masking rules use (SPEC section 8)."""
+        """The name the masking rules use (docs/upstream.md §8)."""
         return {"upper": "upper_body", "lower": "lower_body", "dress": "dresses"}[self.value]
 
     @property
     def prompt_word(self) -> str:
-        """The word the dc model's text encoder is given (SPEC section 3)."""
+        """The word the dc model's text encoder is given (docs/upstream.md §3)."""
         return {"upper": "upperbody", "lower": "lowerbody", "dress": "dress"}[self.value]
 
     @classmethod
@@ -70,7 +91,7 @@ class Resolution:
 
 
 RESOLUTIONS = {"384x512": Resolution(384, 512), "768x1024": Resolution(768, 1024)}
-PREPROCESS_RESOLUTION = Resolution(384, 512)  # pose, parsing and the mask always work here (SPEC 2)
+PREPROCESS_RESOLUTION = Resolution(384, 512)  # pose, parsing and the mask always work here (docs/upstream.md §2)
 
 
 def parse_resolution(value: str | tuple[int, int] | Resolution) -> Resolution:
@@ -86,22 +107,6 @@ def parse_resolution(value: str | tuple[int, int] | Resolution) -> Resolution:
     if res not in RESOLUTIONS.values():
         raise UsageError(f"unsupported resolution {res}: use 384x512 or 768x1024 (width x height)")
     return res
-
-
-class Choice(StrEnum):
-    """A closed set of user words: parsed once, case-insensitively, with the valid words in the error."""
-
-    @classmethod
-    def parse(cls, value: str | Choice, what: str | None = None) -> Choice:
-        try:
-            return cls(str(getattr(value, "value", value)).strip().lower())
-        except ValueError:
-            label = what or cls.__name__
-            raise UsageError(f"unknown {label} {value!r}: use one of {', '.join(cls.words())}") from None
-
-    @classmethod
-    def words(cls) -> tuple[str, ...]:
-        return tuple(member.value for member in cls)
 
 
 class AttentionName(Choice):
@@ -179,3 +184,18 @@ class SamplingSettings:
             raise UsageError(f"scale must be between 0 and 50, got {self.guidance_scale}")
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise UsageError(f"seed must be a non-negative 64-bit integer, got {self.seed}")
+
+
+def sampling_settings(num_samples: int = SamplingSettings.num_samples, steps: int = SamplingSettings.steps,
+                      guidance_scale: float = SamplingSettings.guidance_scale, seed: int | None = None,
+                      resolution: tuple[int, int] | str | Resolution = SamplingSettings.resolution,
+                      scheduler: str | SchedulerName = SamplingSettings.scheduler) -> SamplingSettings:
+    """Validated sampling settings from user values; a random seed is drawn (and later reported) when none
+    is given."""
+    settings = SamplingSettings(
+        num_samples=num_samples, steps=steps, guidance_scale=guidance_scale,
+        seed=seed if seed is not None else secrets.randbelow(2**32),
+        resolution=parse_resolution(resolution), scheduler=SchedulerName.parse(scheduler),
+    )
+    settings.validate()
+    return settings
