@@ -58,6 +58,39 @@ def _vae_pixels(width: int, height: int, tiling: bool, tile: int) -> int:
     return width * height
 
 
+def _weights(w: dict[str, int], offload: str, streamed: int) -> tuple[int, dict[str, int]]:
+    """(bytes resident through the call, bytes each stage brings to the device) for an offload mode;
+    `streamed` is what sequential offload keeps resident (the largest layers in flight)."""
+    stage_weights = dict.fromkeys(STAGES, 0)
+    if offload == "none":
+        return sum(w.values()), stage_weights
+    if offload == "model":
+        stage_weights["conditioning"] = w["text_encoder"] + w["image_encoder"]
+        stage_weights["garment_unet"] = w["unet_garm"]
+        return w["unet_vton"] + w["vae"], stage_weights
+    return streamed, stage_weights
+
+
+def _vae_activations(resolution: tuple[int, int], num_samples: int, sizes: ModelSizes, attention: str,
+                     vae_dtype: torch.dtype | str, attention_budget_bytes: int, vae_slicing: bool, vae_tiling: bool,
+                     vae_encode_batched: bool) -> tuple[int, int]:
+    """Bytes of tensors alive in the VAE encode and decode stages (activations, images, attention)."""
+    width, height = resolution
+    encode_images = ENCODE_BATCH if vae_encode_batched and not vae_slicing else 1
+    encode_px = _vae_pixels(width, height, vae_tiling, sizes.vae_tile)
+    vae_attn_tokens = encode_px // (sizes.vae_factor ** 2)
+    encode_act = int(encode_images * encode_px * sizes.vae_encode_activation * itemsize(vae_dtype)
+                     + 3 * 3 * width * height * itemsize(vae_dtype)  # the three input images in pixels
+                     + attention_workspace(attention, encode_images, sizes.vae_attn_heads, vae_attn_tokens,
+                                           vae_attn_tokens, vae_dtype, attention_budget_bytes))
+    decode_images = 1 if vae_slicing else num_samples
+    decode_act = int(decode_images * encode_px * sizes.vae_decode_activation * itemsize(vae_dtype)
+                     + num_samples * 3 * width * height * 4  # decoded images, fp32 for post-processing
+                     + attention_workspace(attention, decode_images, sizes.vae_attn_heads, vae_attn_tokens,
+                                           vae_attn_tokens, vae_dtype, attention_budget_bytes))
+    return encode_act, decode_act
+
+
 def estimate(
     resolution: tuple[int, int],
     num_samples: int,
@@ -94,17 +127,7 @@ def estimate(
     runtime = CPU_RUNTIME_BYTES if device_type == "cpu" else 0
 
     w = sizes.weight_bytes(dtype, vae_dtype)
-    if offload == "none":
-        resident = sum(w.values())
-        stage_weights = dict.fromkeys(STAGES, 0)
-    elif offload == "model":
-        resident = w["unet_vton"] + w["vae"]
-        stage_weights = dict.fromkeys(STAGES, 0)
-        stage_weights["conditioning"] = w["text_encoder"] + w["image_encoder"]
-        stage_weights["garment_unet"] = w["unet_garm"]
-    else:
-        resident = 2 * sizes.largest_module * max(size, vae_size)
-        stage_weights = dict.fromkeys(STAGES, 0)
+    resident, stage_weights = _weights(w, offload, 2 * sizes.largest_module * max(size, vae_size))
 
     latent = sizes.latent_channels * tokens
     # latents alive through the loop: noise, latents, person and original person latents, mask, garment
@@ -112,18 +135,8 @@ def estimate(
     features = int(garment_items * tokens * sizes.garment_features * size)
     kv = int(garment_items * tokens * sizes.garment_kv * size)
 
-    encode_images = ENCODE_BATCH if vae_encode_batched and not vae_slicing else 1
-    encode_px = _vae_pixels(width, height, vae_tiling, sizes.vae_tile)
-    vae_attn_tokens = encode_px // (f * f)
-    encode_act = int(encode_images * encode_px * sizes.vae_encode_activation * vae_size
-                     + 3 * 3 * width * height * vae_size  # the three input images in pixels
-                     + attention_workspace(attention, encode_images, sizes.vae_attn_heads, vae_attn_tokens,
-                                           vae_attn_tokens, vae_dtype or dtype, attention_budget_bytes))
-    decode_images = 1 if vae_slicing else num_samples
-    decode_act = int(decode_images * encode_px * sizes.vae_decode_activation * vae_size
-                     + num_samples * 3 * width * height * 4  # decoded images, fp32 for post-processing
-                     + attention_workspace(attention, decode_images, sizes.vae_attn_heads, vae_attn_tokens,
-                                           vae_attn_tokens, vae_dtype or dtype, attention_budget_bytes))
+    encode_act, decode_act = _vae_activations((width, height), num_samples, sizes, attention, vae_dtype or dtype,
+                                              attention_budget_bytes, vae_slicing, vae_tiling, vae_encode_batched)
     garm_act = int(garment_items * tokens * sizes.garm_activation * size
                    + attention_workspace(attention, garment_items, sizes.attn_heads, attn_tokens, attn_tokens,
                                          dtype, attention_budget_bytes))
