@@ -179,3 +179,10 @@ class SamplingSettings:
             raise UsageError(f"scale must be between 0 and 50, got {self.guidance_scale}")
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise UsageError(f"seed must be a non-negative 64-bit integer, got {self.seed}")
+
+
+class EngineName(Choice):
+    """Where `ootd batch` runs its pairs: in this process, or on the actors of a Ray cluster (the `ray` extra)."""
+
+    LOCAL = "local"
+    RAY = "ray"
