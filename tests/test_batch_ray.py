@@ -18,19 +18,18 @@ import pytest
 from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
-pytest.importorskip("ray.data")
-
-from ootd.app.engines import ClusterOptions, make_engine  # noqa: E402
-from ootd.app.pairs import read_pairs_csv  # noqa: E402
-from ootd.app.ray_engine import EXIT_ON_FIRST_ATTEMPT  # noqa: E402
-from ootd.cli import app as cli_app  # noqa: E402
+from ootd.app.engines import ClusterOptions, make_engine
+from ootd.app.pairs import read_pairs_csv
+from ootd.app.ray_engine import EXIT_ON_FIRST_ATTEMPT
+from ootd.cli import app as cli_app
 
 RUN = ["--steps", "1", "--resolution", "384x512", "--seed", "7", "-q"]
 
 
 @pytest.fixture(scope="module")
 def ray_instance():  # noqa: ANN201
-    import ray
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     yield ray
@@ -169,3 +168,11 @@ def test_ray_engine_without_ray_says_how_to_install_it(tiny_tree: Path, inputs: 
     assert code == 2
     lines = output.strip().splitlines()
     assert len(lines) == 1 and "pip install 'ootd[ray]'" in lines[0], output
+
+
+@pytest.mark.parametrize("extra", [["--workers", "2"], ["--address", "auto"], ["--gpus-per-worker", "1"]])
+def test_cluster_options_need_the_ray_engine(extra: list[str], tiny_tree: Path, inputs: Path, tmp_path: Path) -> None:
+    pairs = write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"])
+    code, output = batch([str(pairs), "--checkpoints", str(tiny_tree), "-o", str(tmp_path), *extra])
+    assert code == 2 and "need --engine ray" in output, output
+    assert not list(tmp_path.iterdir())

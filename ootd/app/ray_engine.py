@@ -155,6 +155,7 @@ class RayBatchRunner(BatchRunner):
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False  # the driver shows its own progress
         context.print_on_execution_start = False
+        _quiet_ray_data()
         attempts = ray.remote(num_cpus=0)(_Attempts).remote()
         hook = os.environ.get(EXIT_ON_FIRST_ATTEMPT)
         items = [{"pair": pickle.dumps(item)} for item in order]  # one block each, kept in run order
@@ -197,8 +198,7 @@ class RayBatchRunner(BatchRunner):
 
 def _connect(ray: Any, cluster: ClusterOptions) -> None:
     """Join the cluster at `address`, or start a private instance sized by --workers (one CPU each)."""
-    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                               "logging_level": logging.WARNING}
+    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": _ray_log_level()}
     if cluster.address:
         options["address"] = cluster.address
     elif cluster.workers:
@@ -208,7 +208,19 @@ def _connect(ray: Any, cluster: ClusterOptions) -> None:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {cluster.address}" if cluster.address else "a local Ray instance"
         raise UsageError(f"cannot reach {where}: {' '.join(str(exc).split())}") from None
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def _ray_log_level() -> int:
+    """Ray's own messages on the terminal: errors only, unless ootd logs at debug level (`-v`)."""
+    return logging.INFO if logging.getLogger("ootd").isEnabledFor(logging.DEBUG) else logging.ERROR
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data logs its execution to the terminal and to the session's log file; keep the file complete and the
+    terminal to errors (the driver prints its own progress)."""
+    for handler in logging.getLogger("ray.data").handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setLevel(_ray_log_level())
 
 
 def _width(ray: Any, cluster: ClusterOptions) -> tuple[int, float]:
@@ -220,6 +232,10 @@ def _width(ray: Any, cluster: ClusterOptions) -> tuple[int, float]:
         raise UsageError(f"{gpus:g} GPU(s) per worker asked, but the Ray cluster has {cluster_gpus:g}; "
                          "pass --gpus-per-worker 0 to run on CPUs")
     workers = cluster.workers or (max(1, int(cluster_gpus // gpus)) if gpus else 1)
+    cpus = float(resources.get("CPU", 0))
+    if workers * gpus > cluster_gpus or workers > cpus:  # Ray Data would wait for them forever
+        raise UsageError(f"{workers} worker(s) need {workers * gpus:g} GPU(s) and {workers} CPU(s); the Ray cluster "
+                         f"has {cluster_gpus:g} and {cpus:g}: pass fewer --workers")
     return workers, gpus
 
 
