@@ -22,6 +22,7 @@ node (a shared filesystem), and so must the inputs and checkpoints (docs/command
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -38,7 +39,7 @@ from ootd.app.outputs import Targets, peak_memory
 from ootd.app.pairs import Pair
 from ootd.app.tryon import Progress
 from ootd.config import ModelType
-from ootd.errors import UsageError
+from ootd.errors import OotdError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -174,14 +175,15 @@ class RayBatchRunner(BatchRunner):
                 self._absorb(stats)
                 meter.tick()
                 yield report
+        except ray.exceptions.RayError as exc:  # the cluster itself failed (not a pair, not a worker's death)
+            raise OotdError(f"the Ray cluster failed: {' '.join(str(exc).split())[:500]}") from None
         finally:
             close = getattr(rows, "close", None)
             if callable(close):
                 close()
-            try:
+            with contextlib.suppress(Exception):  # diagnostics only; never mask the reason we are stopping
                 self.attempts = ray.get(attempts.snapshot.remote(), timeout=10)
-            finally:
-                ray.kill(attempts)
+            ray.kill(attempts)
         meter.finish()
 
     def _absorb(self, stats: dict[str, Any]) -> None:
