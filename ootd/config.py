@@ -72,6 +72,17 @@ class Resolution:
 
 RESOLUTIONS = {"384x512": Resolution(384, 512), "768x1024": Resolution(768, 1024)}
 PREPROCESS_RESOLUTION = Resolution(384, 512)  # pose, parsing and the mask always work here (SPEC 2)
+# --mask-grow is counted in pixels of the PREPROCESS_RESOLUTION frame. Growing by its height already spreads a
+# mask over nearly the whole picture, so more can only mean a mistake, and OpenCV's dilation needs a kernel of
+# (2N+1)^2 bytes (N = 20000 crashes it, 100000 fails to allocate).
+MAX_MASK_GROW = PREPROCESS_RESOLUTION.height
+
+
+def check_mask_grow(pixels: int) -> int:
+    """The mask growth in pixels if it is within 0..MAX_MASK_GROW, else a UsageError."""
+    if not 0 <= int(pixels) <= MAX_MASK_GROW:
+        raise UsageError(f"--mask-grow must be 0 to {MAX_MASK_GROW} pixels (of a 512 px high frame), got {pixels}")
+    return int(pixels)
 
 
 def parse_resolution(value: str | tuple[int, int] | Resolution) -> Resolution:

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ootd.device_spec import check_device_spec
 from ootd.errors import DeviceError
 
 logger = logging.getLogger(__name__)
@@ -329,6 +330,7 @@ def environment_warnings(info: DeviceInfo, environ: Mapping[str, str] | None = N
 
 
 def _parse_spec(spec: str | None) -> torch.device:
+    check_device_spec(spec)  # an unknown word is a usage error naming OOTD_DEVICE when it came from there
     if spec is None or spec == "auto":
         if torch.cuda.device_count() > 0:
             return torch.device("cuda", 0)

@@ -34,6 +34,7 @@ from ootd.config import (
     Resolution,
     SamplingSettings,
     SchedulerName,
+    check_mask_grow,
     check_model_category,
     parse_resolution,
 )
@@ -57,10 +58,10 @@ from ootd.loading import Components, load_components
 from ootd.memory import ModelSizes, Plan, apply_plan_to_vae, gib, make_plan
 from ootd.schedulers import build_scheduler
 from ootd.speed import as_memory_format, compile_error, compile_module, is_compile_failure, set_memory_format
+from ootd.weights_check import require_finite_latents
 
 logger = logging.getLogger(__name__)
 
-FULL_RESOLUTION = Resolution(768, 1024)  # inputs are framed here first, as the original resizes to it
 FIT_MODES = ("pad", "crop", "stretch")
 
 ImageInput = Image.Image | str | Path
@@ -401,23 +402,25 @@ class TryOnPipeline:
         resolution = parse_resolution(resolution)
         if fit not in FIT_MODES:
             raise UsageError(f"unknown fit {fit!r}: use {', '.join(FIT_MODES)}")
-        if mask_grow < 0:
-            raise UsageError(f"mask grow must be >= 0 pixels, got {mask_grow}")
+        check_mask_grow(mask_grow)
         timings: dict[str, float] = {}
         t = time.perf_counter()
         person_img = _as_image(person, "person")
         mask_img = _as_image(mask, "mask") if mask is not None else None
         from ootd.images import fit_to_aspect
 
-        full, fit_info = fit_to_aspect(person_img, FULL_RESOLUTION.size, fit, pad_color="edge")
+        # framed once, from the source straight to the working resolution, as the original resizes each input
+        # once (docs/upstream.md §2); pose and parsing see the 384x512 view of it (docs/upstream.md §6, §7)
+        person_r, fit_info = fit_to_aspect(person_img, resolution.size, fit, pad_color="edge")
         intermediates: dict[str, Image.Image] = {}
         if mask_img is None:
-            made = self.preprocessor(full, category, self.model_type, grow=mask_grow)
+            made = self.preprocessor(person_r, category, self.model_type, grow=mask_grow)
             mask_img, intermediates = made.mask, dict(made.intermediates)
         else:
-            mask_img, _ = fit_to_aspect(mask_img, FULL_RESOLUTION.size, fit, pad_color=0, resample=Image.NEAREST)
-            mask_img = grow_mask(binarize_mask(mask_img), mask_grow * FULL_RESOLUTION.height // 512)
-        person_r = full if resolution == FULL_RESOLUTION else full.resize(resolution.size)
+            mask_img, _ = fit_to_aspect(mask_img, resolution.size, fit, pad_color=0, resample=Image.NEAREST)
+            mask_img = grow_mask(binarize_mask(mask_img), mask_grow * resolution.height // 512)
+        # the automatic mask is made at 384x512 and resized NEAREST to the working size (docs/upstream.md §8);
+        # a user mask is already there (the resize is then a copy)
         mask_r = binarize_mask(mask_img.resize(resolution.size, Image.NEAREST))
         masked = masked_person_image(person_r, mask_r)
         intermediates["mask"] = mask_r
@@ -447,8 +450,8 @@ class TryOnPipeline:
 
         timings: dict[str, float] = {}
         garment_img = _as_image(garment, "garment")
-        full, _ = fit_to_aspect(garment_img, FULL_RESOLUTION.size, fit, pad_color="edge")
-        garment_r = full if resolution == FULL_RESOLUTION else full.resize(resolution.size)
+        # framed once, straight to the working resolution (docs/upstream.md §2)
+        garment_r, _ = fit_to_aspect(garment_img, resolution.size, fit, pad_color="edge")
         t = time.perf_counter()
         prompt = self._conditioning(garment_r, category)
         timings["conditioning"] = time.perf_counter() - t
@@ -483,6 +486,7 @@ class TryOnPipeline:
                                  person.person_latents, person.original_latents, latent_mask, settings, progress)
 
         latents, step_times = self._retry_on_oom("denoising", denoise)
+        require_finite_latents(latents, self.precision.unet)
         timings["denoise"] = time.perf_counter() - tick
         timings["steps"] = step_times
         t = time.perf_counter()
@@ -505,12 +509,10 @@ class TryOnPipeline:
 
     @staticmethod
     def _restore_framing(image: Image.Image, fit: FitInfo) -> Image.Image:
-        """Cut the padding away again when the person was padded to 3:4."""
-        if fit.mode != "pad" or fit.box == (0, 0, *fit.size):
-            return image
-        sx, sy = image.width / fit.size[0], image.height / fit.size[1]
-        left, top, right, bottom = fit.box
-        return image.crop((round(left * sx), round(top * sy), round(right * sx), round(bottom * sy)))
+        """Cut the padding away again when the person was padded to 3:4 (no resample: the generated pixels)."""
+        from ootd.images import restore_framing
+
+        return restore_framing(image, fit, keep_scale=True)
 
     def _conditioning(self, garment: Image.Image, category: Category) -> torch.Tensor:
         c = self.components

@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw
 
+from ootd.config import check_mask_grow
 from ootd.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -218,8 +219,7 @@ def inpaint_mask(
     hd | dc (arm width). `grow` > 0 dilates the final mask by that many pixels (--mask-grow) and
     fills any hole that creates; 0 gives exactly the reference mask.
     """
-    if grow < 0:
-        raise UsageError(f"mask grow must be >= 0, not {grow}")
+    check_mask_grow(grow)
     mask = mask_array(labels, keypoints, category, model_type)
     if grow > 0:
         kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1, 2 * grow + 1))

@@ -23,7 +23,7 @@ from ootd.device import (
     runtime_environment,
     vae_tiling_threshold,
 )
-from ootd.errors import DeviceError
+from ootd.errors import DeviceError, UsageError
 
 GIB = 1 << 30
 fp32, fp16, bf16 = torch.float32, torch.float16, torch.bfloat16
@@ -193,7 +193,7 @@ def test_kfd_topology(tmp_path: Path) -> None:
 
 def test_detect_device_errors() -> None:
     assert detect_device("cpu").type == "cpu"
-    with pytest.raises(DeviceError, match="unknown device"):
+    with pytest.raises(UsageError, match="unknown device"):
         detect_device("tpu:0")
     if not torch.cuda.is_available():
         with pytest.raises(DeviceError):

@@ -209,7 +209,7 @@ def test_apply_plan_to_vae_toggles_the_diffusers_flags() -> None:
 
 
 def test_from_components_counts_parameters_and_traces_unknown_architectures() -> None:
-    from ootd.bench import build_random_components
+    from ootd.bench.random_weights import build_random_components
     from ootd.device import Precision
 
     fp32 = Precision(torch.float32, torch.float32, torch.float32, torch.float32)
