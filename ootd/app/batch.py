@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,6 +185,7 @@ class BatchRunner:
         self.on_report = on_report
         self._report_file = None
         self.info: dict[str, Any] = {}
+        self._model: ModelType | None = None  # the model type of the pairs the caches were filled for
 
     # -- phases -------------------------------------------------------------------------------------
 
@@ -262,14 +263,7 @@ class BatchRunner:
                 reports.append(report)
                 self._emit(report)
                 self._tick("pairs", len(reports), total)
-            order = sorted(todo, key=lambda item: order_key(item[0], self.config))
-            current_model: ModelType | None = None
-            for pair, model_type, targets in order:
-                if model_type is not current_model:  # inputs prepared by the other model are no use now
-                    self.persons.clear()
-                    self.garments.clear()
-                    current_model = model_type
-                report = self._run_pair(pair, model_type, targets)
+            for report in self._execute(sorted(todo, key=lambda item: order_key(item[0], self.config))):
                 reports.append(report)
                 self._emit(report)
                 self._tick("pairs", len(reports), total)
@@ -284,6 +278,20 @@ class BatchRunner:
             prepared={"person": self.persons.computed, "garment": self.garments.computed},
             report_path=self.report_path, info=self.info, peak_memory=peak_memory(self.loader.current),
         )
+
+    def _execute(self, order: list[tuple[Pair, ModelType, Targets]]) -> Iterator[PairReport]:
+        """The reports of the pairs to do (given in run order), as they finish: here one after the other in this
+        process; another engine (ootd/app/ray_engine.py) runs them elsewhere."""
+        for pair, model_type, targets in order:
+            yield self.run_one(pair, model_type, targets)
+
+    def run_one(self, pair: Pair, model_type: ModelType, targets: Targets) -> PairReport:
+        """One pair that passed the precheck; never raises (a failure is the report's error)."""
+        if model_type is not self._model:  # inputs prepared by the other model are no use now
+            self.persons.clear()
+            self.garments.clear()
+            self._model = model_type
+        return self._run_pair(pair, model_type, targets)
 
     def _run_pair(self, pair: Pair, model_type: ModelType, targets: Targets) -> PairReport:
         config = self.config
