@@ -71,7 +71,12 @@ class FakePipe:
                      "denoise": 0.02, "steps": [0.02], "decode": 0.01, "total": 0.07},
             intermediates={"mask": Image.new("L", (48, 64), 255),
                            "masked_person": Image.new("RGB", (48, 64), (127, 127, 127))},
-            settings={"model_type": self.model_type.value, "steps": str(settings.steps), "seed": str(settings.seed)},
+            settings={  # as the real pipeline records them
+                "model_type": self.model_type.value, "category": person.category.value,
+                "samples": str(settings.num_samples), "steps": str(settings.steps),
+                "scale": str(settings.guidance_scale), "seed": str(settings.seed),
+                "resolution": str(settings.resolution), "scheduler": settings.scheduler.value,
+            },
         )
 
 
@@ -302,7 +307,8 @@ def test_batch_interrupt_exits_130_and_keeps_report(tmp_path: Path, example_imag
     assert result.exit_code == 130
     assert result.stderr.strip() == "interrupted"
     assert [r["status"] for r in read_report(out / "batch_report.jsonl")] == ["ok"]
-    assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "p0__g0__0.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "index.html", "p0__g0__0.png"]
+    assert 'src="p0__g0__0.png"' in (out / "index.html").read_text()  # refreshed as the pair finished
 
 
 def test_batch_usage_errors(tmp_path: Path, tiny_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -80,9 +80,12 @@ def batch_command(
 ) -> None:
     """Many pairs with the models loaded once; continues past bad pairs; reruns skip finished pairs.
 
+    OUTPUT/index.html shows every pair's results (people x garments), refreshed as pairs finish.
+
     Exit code 0 only if every pair succeeded (now or in an earlier run).
     """
     from ootd.app.batch import BatchRunner, PairReport, report_name
+    from ootd.app.contact import index_name
     from ootd.app.pairs import collect_pairs, select_shard
     from ootd.config import Category
     from ootd.images import check_output_dir
@@ -104,7 +107,8 @@ def batch_command(
             else:
                 logger.info("%s: %s", entry.pair.describe(), entry.status)
 
-        summary = BatchRunner(config, report_path=report, progress=display, on_report=on_report).run(pairs)
+        summary = BatchRunner(config, report_path=report, progress=display, on_report=on_report,
+                              index_path=config.output / index_name(sharding)).run(pairs)
 
     if json_out:
         print_json(summary.to_json())
