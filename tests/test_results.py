@@ -69,6 +69,14 @@ def test_batch_resume_compares_settings_and_keeps_seeds(tmp_path: Path, example_
     assert same.exit_code == 0 and "0 ok, 2 skipped" in same.stdout
     assert [r["seed"] for r in read_report(out / "batch_report.jsonl")] == [11, 11]
 
+    # intermediates asked for now: those pairs are not done; redone, writing only the missing files
+    fake_loader(monkeypatch)
+    more = invoke(*base, "--seed", "11", "--steps", "1", "--save-intermediates")
+    assert more.exit_code == 0 and "2 ok, 0 skipped" in more.stdout, more.output
+    assert (out / "p0__g0__mask.png").is_file() and target.stat().st_mtime_ns == mtime
+    no_loading(monkeypatch)
+    assert "0 ok, 2 skipped" in invoke(*base, "--seed", "11", "--steps", "1", "--save-intermediates").stdout
+
     # no --seed (a random one is drawn): the batch keeps its files' seed, also for the pair it still has to do
     (out / "p1__g0__0.png").unlink()
     made = fake_loader(monkeypatch)
@@ -253,7 +261,14 @@ def test_masks_are_checked_against_the_photo(tmp_path: Path, example_images: dic
     assert "400x400" in refused.stderr and "768x1024" in refused.stderr and "aspect" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
 
+    # a 3:4 mask for a photo that is not 3:4: framed like the results, fine with --fit crop/stretch, not pad
+    photo, _ = wide_photo(tmp_path, example_images)
+    wide = ["run", "-m", photo, "-c", example_images["tshirt"], "-k", "upper", "--checkpoints", tiny_tree, *RUN,
+            "--mask", half]
+    assert invoke(*wide, "-o", tmp_path / "e").exit_code == 2
     fake_loader(monkeypatch)
+    for fit in ("crop", "stretch"):
+        assert invoke(*wide, "-o", tmp_path / fit, "--fit", fit).exit_code == 0
     for good in (half, rounded):
         ok = invoke(*base, "--mask", good, "-o", tmp_path / good.stem)
         assert ok.exit_code == 0 and ok.stderr == "", ok.output

@@ -5,7 +5,7 @@ garment side (garment UNet features: hundreds of MB at 768x1024) is prepared onc
 only one is held at a time; the person side (mask and latents: a few MB) stays in a small LRU across garments,
 so it is prepared once per (person, category, mask) as long as the distinct people fit in that cache.
 
-Resume: a pair whose output images all exist and record this run's settings is `skipped` (unless overwrite), so
+Resume: a pair whose outputs all exist and record this run's settings is `skipped` (unless overwrite), so
 rerunning the same command finishes a batch; outputs made with other settings make the batch refuse to start
 (the rule: ootd/app/resume.py). Each pair's JSON line is written to the report as soon as it is done, and the
 folder's contact sheet (index.html, ootd/app/contact.py) is refreshed.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ootd.app.config import RunConfig
-from ootd.config import Category, ModelType
+from ootd.config import PREPROCESS_RESOLUTION, Category, ModelType
 from ootd.errors import NoPersonError, UsageError
 
 if TYPE_CHECKING:
@@ -70,10 +70,12 @@ def aspect_mismatch(person_size: tuple[int, int], mask_size: tuple[int, int]) ->
     return abs(mh - mw * ph / pw) > ASPECT_TOLERANCE and abs(mw - mh * pw / ph) > ASPECT_TOLERANCE
 
 
-def check_mask_input(request: TryOnRequest, raw_mask: Any = None) -> TryOnRequest:
+def check_mask_input(request: TryOnRequest, raw_mask: Any = None, fit: str = "pad") -> TryOnRequest:
     """Refuse a mask of another aspect than the person photo (one-line UsageError); warn when it is a colour
-    image or not two-tone. `raw_mask`: the mask as the user gave it, when the request holds it decoded (its
-    colours are gone then). Returns the request marked as checked (run_tryon then does not check again)."""
+    image or not two-tone. With `fit` crop or stretch a 3:4 mask is fine too: it is framed as the photo is
+    (what `ootd mask` and --save-intermediates write then). `raw_mask`: the mask as the user gave it, when the
+    request holds it decoded (its colours are gone then). Returns the request marked as checked (run_tryon then
+    does not check again)."""
     import numpy as np
 
     if request.mask is None or request.mask_checked:
@@ -81,10 +83,12 @@ def check_mask_input(request: TryOnRequest, raw_mask: Any = None) -> TryOnReques
     label = request.label("mask")
     person = _image(request.source("person"), "person")
     mask = _image(request.source("mask"), "mask")
-    if aspect_mismatch(person.size, mask.size):
+    framed_ok = str(fit) != "pad" and not aspect_mismatch(PREPROCESS_RESOLUTION.size, mask.size)  # 3:4
+    if aspect_mismatch(person.size, mask.size) and not framed_ok:
+        also = "" if str(fit) == "pad" else " (or 3:4, framed like the results)"
         raise UsageError(f"mask {label} is {mask.width}x{mask.height} but the person photo "
                          f"{request.label('person')} is {person.width}x{person.height}: a mask must have the "
-                         "photo's aspect (make one with `ootd mask`)")
+                         f"photo's aspect{also}; make one with `ootd mask`")
     if _is_colour(raw_mask if raw_mask is not None else request.source("mask")):
         logger.warning("mask %s is a colour image: it is read as grey levels, pixels >= 127 repainted", label)
     else:

@@ -1,7 +1,7 @@
 """The resume rule every batch engine shares: is a pair already done, with the settings asked for now?
 
 Every PNG ootd writes records the settings that made its pixels (ootd/app/outputs.py `png_metadata`). A pair is
-done only when all its sample images exist and record the same settings as this run would use; outputs made
+done only when all its outputs exist and record the same settings as this run would use; outputs made
 with other settings are `stale`, and the batch refuses to start rather than mix them up or replace them (the
 user picks: the old settings, --overwrite, another --output, or a --name template that tells them apart).
 Device, precision and attention backend are not compared: they change pixels only by rounding, and a batch
@@ -58,7 +58,11 @@ def recorded_settings(path: Path) -> dict[str, str]:
 
     try:
         with Image.open(path) as im:
-            return {str(k): str(v) for k, v in (getattr(im, "text", None) or {}).items()}
+            # the chunks before the pixels, as ootd writes them: no decoding (`im.text` would decode the image)
+            found = {str(k): v for k, v in im.info.items() if isinstance(v, str)}
+            if "software" not in found:  # text written after the pixels by another tool
+                found = dict(getattr(im, "text", None) or {})
+            return {str(k): str(v) for k, v in found.items()}
     except (OSError, ValueError, SyntaxError):
         return {}
 
@@ -72,9 +76,10 @@ def _differences(recorded: dict[str, str], expected: dict[str, str]) -> str | No
 
 
 def resume_state(targets: Targets, expected: dict[str, str]) -> ResumeState:
-    """The rule: `done` when every sample image exists and records `expected`; `stale` when an existing one
-    records something else; `todo` otherwise (only the missing files will be written)."""
-    existing = [p for p in targets.images if p.exists()]
+    """The rule: `done` when every output (samples, intermediates, grid) exists and records `expected`; `stale`
+    when an existing one records something else; `todo` otherwise (only the missing files will be written)."""
+    wanted = targets.all()
+    existing = [p for p in wanted if p.exists()]
     seeds: set[str] = set()
     for path in existing:
         recorded = recorded_settings(path)
@@ -86,7 +91,7 @@ def resume_state(targets: Targets, expected: dict[str, str]) -> ResumeState:
         return ResumeState("stale", reason=f"{existing[0]} and the other samples were made with different seeds "
                                            f"({', '.join(sorted(seeds))})")
     seed = next(iter(seeds), "")
-    return ResumeState("done" if existing and len(existing) == len(targets.images) else "todo",
+    return ResumeState("done" if existing and len(existing) == len(wanted) else "todo",
                        int(seed) if seed.isdigit() else None)
 
 

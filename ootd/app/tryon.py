@@ -175,7 +175,7 @@ def run_tryon(
         from ootd.app.masking import check_mask_input
 
         tick("person", 0, 1)
-        check_mask_input(request)
+        check_mask_input(request, fit=fit)
         mask = request.pipeline_input("mask") if request.mask is not None else None
         try:
             prepared = pipe.prepare_person(request.pipeline_input("person"), category, mask=mask,

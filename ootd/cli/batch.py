@@ -74,7 +74,8 @@ def batch_command(
                                                 " (one per shard).", rich_help_panel=OUTPUTS,
                                                 show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo pairs whose outputs exist (default: skip "
-                                            "them, so a rerun resumes).", rich_help_panel=OUTPUTS)] = False,
+                                            "those made with these settings, so a rerun resumes; refuse to start "
+                                            "when some were made with others).", rich_help_panel=OUTPUTS)] = False,
     json_out: JsonOpt = False,
     **options: Any,
 ) -> None:

@@ -71,7 +71,7 @@ def run_command(
     config = replace(config_from(options), grid=grid)
     request = TryOnRequest(model, cloth, Category.parse(category), mask)
     chosen_model = config.model_type_for(request.category)
-    request = check_mask_input(request.decoded(), raw_mask=mask)
+    request = check_mask_input(request.decoded(), raw_mask=mask, fit=config.fit)
     load.check_checkpoints_present(config.checkpoints, [chosen_model], need_preprocess=mask is None)
     check_output_dir(config.output)
     targets = targets_for(request, config)
