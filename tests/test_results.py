@@ -334,3 +334,18 @@ def test_grid_name_is_part_of_the_targets(tmp_path: Path, example_images: dict[s
     result = invoke("run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper", "--mask",
                     example_images["mask"], "--checkpoints", tiny_tree, "-o", out, "--grid", *RUN)
     assert result.exit_code == 1 and "person__tshirt__grid.png already exists" in result.stderr
+
+
+def test_mask_command_with_the_real_preprocessor(tmp_path: Path, example_images: dict[str, Path], tiny_tree: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny tree's random pose weights find nobody: the run's one-line error, nothing written."""
+    no_loading(monkeypatch)
+    out = tmp_path / "out"
+    result = invoke("mask", "-m", example_images["person"], "-k", "upper", "-o", out, "--checkpoints", tiny_tree,
+                    "--resolution", "384x512")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"error: no person detected in {example_images['person']}")
+    assert list(out.iterdir()) == []
+    wrong = invoke("mask", "-m", example_images["person"], "-k", "lower", "--model-type", "hd", "-o", out,
+                   "--checkpoints", tiny_tree)
+    assert wrong.exit_code == 2 and "upper" in wrong.stderr

@@ -123,14 +123,16 @@ def make_mask(person: Any, category: Category, config: RunConfig, preprocessor: 
     from PIL import Image
 
     from ootd.images import fit_to_aspect, restore_framing
-    from ootd.pipeline import binarize_mask, masked_person_image
+    from ootd.mask_images import binarize_mask, masked_person_image
     from ootd.preprocessing import Preprocessor
 
     model_type = config.model_type_for(category)
     size = config.sampling.resolution.size
     if preprocessor is None:
-        preprocessor = Preprocessor.from_checkpoints(Path(config.checkpoints), config.device or "cpu",
-                                                     str(config.parsing_provider))
+        from ootd.device import detect_device
+
+        device = detect_device(config.device).torch_device  # None: the best available, as for a try-on
+        preprocessor = Preprocessor.from_checkpoints(Path(config.checkpoints), device, str(config.parsing_provider))
     framed, fit = fit_to_aspect(_image(person, "person"), size, str(config.fit), pad_color="edge")
     try:
         made = preprocessor(framed, category, model_type, grow=config.mask_grow)
