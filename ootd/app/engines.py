@@ -79,6 +79,7 @@ def make_engine(
     report_path: Path | None = None,
     progress: Progress | None = None,
     on_report: Callable[[PairReport], None] | None = None,
+    index_path: Path | None = None,
     status: Callable[[str], None] | None = None,
 ) -> BatchEngine:
     """The engine called `name`, ready to `run(pairs)`. `status`: occasional one-line progress (rate, ETA) from
@@ -86,7 +87,8 @@ def make_engine(
     engine = require_engine(name)
     cluster = cluster or ClusterOptions()
     cluster.validate()
-    kwargs: dict[str, Any] = {"report_path": report_path, "progress": progress, "on_report": on_report}
+    kwargs: dict[str, Any] = {"report_path": report_path, "progress": progress, "on_report": on_report,
+                              "index_path": index_path}
     if engine is not EngineName.LOCAL:
         kwargs["status"] = status
     return ENGINES[engine](config, cluster, **kwargs)

@@ -110,8 +110,9 @@ class RayBatchRunner(BatchRunner):
 
     def __init__(self, config: RunConfig, cluster: ClusterOptions, *, report_path: Path | None = None,
                  progress: Progress | None = None, on_report: Callable[[PairReport], None] | None = None,
-                 status: Callable[[str], None] | None = None) -> None:
-        super().__init__(config, report_path=report_path, progress=progress, on_report=on_report)
+                 index_path: Path | None = None, status: Callable[[str], None] | None = None) -> None:
+        super().__init__(config, report_path=report_path, progress=progress, on_report=on_report,
+                         index_path=index_path)
         self.cluster = cluster
         self.status = status
         self.dispatched = 0  # pairs sent to workers (tests: a resumed batch sends none)

@@ -75,7 +75,8 @@ def batch_command(
                                                 " (one per shard).", rich_help_panel=OUTPUTS,
                                                 show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo pairs whose outputs exist (default: skip "
-                                            "them, so a rerun resumes).", rich_help_panel=OUTPUTS)] = False,
+                                            "those made with these settings, so a rerun resumes; refuse to start "
+                                            "when some were made with others).", rich_help_panel=OUTPUTS)] = False,
     engine: Annotated[str, typer.Option("--engine", metavar=choices(EngineName), help="Where the pairs run: in "
                                         "this process, or on a Ray cluster (needs the ray extra).",
                                         rich_help_panel=HARDWARE)] = EngineName.LOCAL.value,
@@ -93,9 +94,12 @@ def batch_command(
 ) -> None:
     """Many pairs with the models loaded once; continues past bad pairs; reruns skip finished pairs.
 
+    OUTPUT/index.html shows every pair's results (people x garments), refreshed as pairs finish.
+
     Exit code 0 only if every pair succeeded (now or in an earlier run).
     """
     from ootd.app.batch import PairReport, report_name
+    from ootd.app.contact import index_name
     from ootd.app.engines import ClusterOptions, make_engine, require_engine
     from ootd.app.pairs import collect_pairs, select_shard
     from ootd.config import Category
@@ -124,7 +128,8 @@ def batch_command(
 
         quiet = options["quiet"] or json_out
         summary = make_engine(engine_name, config, cluster=cluster, report_path=report, progress=display,
-                              on_report=on_report, status=None if quiet else echo_err).run(pairs)
+                              on_report=on_report,
+                              index_path=config.output / index_name(sharding), status=None if quiet else echo_err).run(pairs)
 
     if json_out:
         print_json(summary.to_json())
