@@ -128,8 +128,8 @@ def batch_command(
 
         quiet = options["quiet"] or json_out
         summary = make_engine(engine_name, config, cluster=cluster, report_path=report, progress=display,
-                              on_report=on_report,
-                              index_path=config.output / index_name(sharding), status=None if quiet else echo_err).run(pairs)
+                              on_report=on_report, index_path=config.output / index_name(sharding),
+                              status=None if quiet else echo_err).run(pairs)
 
     if json_out:
         print_json(summary.to_json())
