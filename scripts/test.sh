@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="[dev]" . scripts/setup_env.sh
+python -m pip install -q -e ".[serve-test]"  # ootd serve and what its tests drive it with
+bash scripts/install_browser.sh  # Debian's chromium + chromium-driver for the page test (as root, when missing)
 ruff check .
 python -m pytest -q "$@"

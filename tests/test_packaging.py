@@ -51,3 +51,11 @@ def test_installed_wheel_finds_its_profiles(wheel: Path, tmp_path: Path) -> None
     assert Path(module).is_relative_to(site)  # the installed copy, not the source tree
     assert Path(profiles) == site / "ootd" / "profiles"
     assert name == "cpu"
+
+
+def test_wheel_carries_the_serve_page(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    static = ROOT / "ootd" / "serve" / "static"
+    page = {f"ootd/serve/static/{p.relative_to(static).as_posix()}" for p in static.rglob("*") if p.is_file()}
+    assert {"ootd/serve/static/index.html", "ootd/serve/static/examples/person.png"} <= page <= names
+    assert {"ootd/serve/app.py", "ootd/cli/serve.py", "ootd/app/tryon.py"} <= names
