@@ -275,3 +275,14 @@ def test_auth_and_exposure(tiny_tree: Path, pipes: dict) -> None:
     check_exposure("0.0.0.0", token, insecure_no_auth=False)
     check_exposure("127.0.0.1", None, insecure_no_auth=False)
     check_exposure("::1", None, insecure_no_auth=False)
+
+
+def test_missing_checkpoints_get_503_and_the_server_stays_up(tmp_path: Path, example_images: dict[str, Path]) -> None:
+    empty = tmp_path / "checkpoints"
+    empty.mkdir()
+    with live_server(tiny_config(empty)) as live:
+        for _ in range(2):
+            response = httpx.post(live.url + "api/tryon", files=with_mask(example_images),
+                                  data={"category": "upper", **FAST}, timeout=60)
+            assert_one_line_error(response, 503, "cannot run this model", "ootd download")
+        assert httpx.get(live.url + "api/health", timeout=10).json()["models_loaded"] == []

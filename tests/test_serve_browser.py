@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e .[serve])")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e .[dev])")
 
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
@@ -32,7 +33,7 @@ def browser():  # noqa: ANN201
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1100"):
+                "--window-size=1400,1600"):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
     driver.set_page_load_timeout(30)
@@ -44,8 +45,11 @@ def shown(driver, element) -> bool:  # noqa: ANN001
     return bool(driver.execute_script(IMAGE_SHOWN, element))
 
 
-def results(driver) -> list:  # noqa: ANN001
-    return [img for img in driver.find_elements(By.CSS_SELECTOR, "#gallery img.result") if shown(driver, img)]
+def results(driver) -> list[str]:  # noqa: ANN001
+    """The sources of the gallery images shown so far (read in one script: the gallery is rebuilt per result)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#gallery img.result')]"
+        ".filter((img) => img.complete && img.naturalWidth > 0).map((img) => img.src)")
 
 
 def test_page_try_on_mask_editor_and_error(browser, tmp_path: Path, tiny_tree: Path, pipe_hd,  # noqa: ANN001
@@ -54,7 +58,7 @@ def test_page_try_on_mask_editor_and_error(browser, tmp_path: Path, tiny_tree: P
     config = tiny_config(tiny_tree, steps=1, resolution="384x512")
     with live_server(config, factory=lambda model_type: pipe_hd) as live:
         browser.get(live.url)
-        wait = WebDriverWait(browser, 40, poll_frequency=0.1)
+        wait = WebDriverWait(browser, 40, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#category option"))
         wait.until(lambda d: "models loaded" in d.find_element(By.ID, "server-status").text)
         browser.find_element(By.ID, "person-file").send_keys(str(example_images["person"]))
@@ -76,11 +80,11 @@ def test_page_try_on_mask_editor_and_error(browser, tmp_path: Path, tiny_tree: P
         browser.save_screenshot(str(tmp_path / "serve-page.png"))
 
         # paint a stroke over the person and run again with the edited mask
-        first = results(browser)[0].get_attribute("src")
+        first = results(browser)[0]
         ActionChains(browser).move_to_element_with_offset(canvas, -20, -30).click_and_hold() \
             .move_by_offset(40, 0).move_by_offset(0, 40).release().perform()
         browser.find_element(By.ID, "mask-rerun").click()
-        wait.until(lambda d: results(d) and results(d)[0].get_attribute("src") != first)
+        wait.until(lambda d: results(d) and results(d)[0] != first)
         assert browser.find_element(By.ID, "mask-note").is_displayed()
         job = browser.execute_script("return lastJob")
         assert job["settings"]["mask"] == "uploaded"

@@ -82,3 +82,5 @@ def test_serve_bad_limits_are_usage_errors(tiny_tree: Path) -> None:
         result = invoke("serve", "--checkpoints", tiny_tree, *args)
         assert result.exit_code == 2, (args, result.output)
         assert word in result.stderr
+    missing = invoke("serve", "--checkpoints", tiny_tree / "nowhere")
+    assert missing.exit_code == 1 and "does not exist" in missing.stderr

@@ -91,6 +91,82 @@ def result_json(job: Job, inline: bool) -> dict[str, Any]:
     }
 
 
+class Api:
+    """The routes, over one server's config, service (the pipelines) and worker (the device's queue)."""
+
+    def __init__(self, config: RunConfig, limits: Limits, service: TryOnService, worker: Worker,
+                 jobs_root: Path) -> None:
+        self.config, self.limits, self.service, self.worker, self.jobs_root = config, limits, service, worker, jobs_root
+
+    def register(self, app: FastAPI) -> None:
+        app.add_api_route("/", self.page, methods=["GET"], include_in_schema=False)
+        app.add_api_route("/api/health", self.health, methods=["GET"])
+        app.add_api_route("/api/options", self.options, methods=["GET"])
+        app.add_api_route("/api/tryon", self.tryon, methods=["POST"])
+        app.add_api_route("/api/jobs", self.create_job, methods=["POST"], status_code=202)
+        app.add_api_route("/api/jobs/{job_id}", self.job_status, methods=["GET"])
+        app.add_api_route("/api/jobs/{job_id}/files/{name}", self.job_file, methods=["GET"])
+        app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    async def submit(self, request: Request) -> Job:
+        """Read and check the form (into a new job folder), then take a place in line; on failure, no trace."""
+        job_id = uuid.uuid4().hex
+        folder = self.jobs_root / job_id
+        try:
+            async with request.form(max_files=len(FILES), max_fields=len(TEXT_FIELDS)) as form:
+                spec = await run_in_threadpool(build_spec, form, self.config, folder)
+            job = Job(spec, folder, id=job_id)
+            self.worker.submit(job)
+            return job
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+
+    async def page(self) -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def health(self) -> dict[str, Any]:
+        return {"status": "ok", "version": __version__, **self.service.describe(),
+                "models_loaded": self.service.loaded(), "queue": self.worker.status()}
+
+    async def options(self) -> dict[str, Any]:
+        return page_options(self.config, self.limits)
+
+    async def tryon(self, request: Request) -> JSONResponse:
+        job = await self.submit(request)
+        await run_in_threadpool(job.wait)
+        if job.state == FAILED:
+            return error_response(job.error)
+        return JSONResponse(await run_in_threadpool(result_json, job, True))
+
+    async def create_job(self, request: Request) -> dict[str, Any]:
+        job = await self.submit(request)
+        return {"id": job.id, "state": job.state, "position": self.worker.position(job)}
+
+    async def job_status(self, job_id: str) -> JSONResponse:
+        job = self._job(job_id)
+        body: dict[str, Any] = {"id": job.id, "state": job.state, "position": self.worker.position(job),
+                                "stage": job.stage, "done": job.done, "total": job.total}
+        if job.state == DONE:
+            body.update(result_json(job, inline=False))
+        elif job.state == FAILED:
+            body["status"], body["error"], _ = classify(job.error)
+        return JSONResponse(body)
+
+    async def job_file(self, job_id: str, name: str) -> FileResponse:
+        job = self._job(job_id)
+        path = job.result.files.get(name) if job.state == DONE else None
+        if path is None or not path.is_file():
+            raise HTTPException(404, f"no file {name!r} in job {job_id}")
+        return FileResponse(path, media_type="image/png")
+
+    def _job(self, job_id: str) -> Job:
+        job = self.worker.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while, then deleted)")
+        return job
+
+
 def create_app(config: RunConfig, workdir: Path, limits: Limits | None = None, auth: Auth | None = None,
                factory: Any = None) -> FastAPI:
     """The app around one worker thread. `workdir`: this process's temporary folder (jobs live under it).
@@ -113,77 +189,11 @@ def create_app(config: RunConfig, workdir: Path, limits: Limits | None = None, a
                   openapi_url=None)
     app.state.worker, app.state.service = worker, service
     _add_error_handlers(app)
-
-    async def submit(request: Request) -> Job:
-        job_id = uuid.uuid4().hex
-        folder = jobs_root / job_id
-        try:
-            async with request.form(max_files=len(FILES), max_fields=len(TEXT_FIELDS)) as form:
-                spec = await run_in_threadpool(build_spec, form, config, folder)
-            job = Job(spec, folder, id=job_id)
-            worker.submit(job)
-            return job
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-
-    @app.get("/", include_in_schema=False)
-    async def page() -> FileResponse:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
-
-    @app.get("/api/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "version": __version__, **service.describe(), "models_loaded": service.loaded(),
-                "queue": worker.status()}
-
-    @app.get("/api/options")
-    async def options() -> dict[str, Any]:
-        return page_options(config, limits)
-
-    @app.post("/api/tryon")
-    async def tryon(request: Request) -> JSONResponse:
-        job = await submit(request)
-        await run_in_threadpool(job.wait)
-        if job.state == FAILED:
-            return error_response(job.error)
-        return JSONResponse(await run_in_threadpool(result_json, job, True))
-
-    @app.post("/api/jobs", status_code=202)
-    async def create_job(request: Request) -> dict[str, Any]:
-        job = await submit(request)
-        return {"id": job.id, "state": job.state, "position": worker.position(job)}
-
-    @app.get("/api/jobs/{job_id}")
-    async def job_status(job_id: str) -> JSONResponse:
-        job = _job(worker, job_id)
-        body: dict[str, Any] = {"id": job.id, "state": job.state, "position": worker.position(job),
-                                "stage": job.stage, "done": job.done, "total": job.total}
-        if job.state == DONE:
-            body.update(result_json(job, inline=False))
-        elif job.state == FAILED:
-            body["status"], body["error"], _ = classify(job.error)
-        return JSONResponse(body)
-
-    @app.get("/api/jobs/{job_id}/files/{name}")
-    async def job_file(job_id: str, name: str) -> FileResponse:
-        job = _job(worker, job_id)
-        path = job.result.files.get(name) if job.state == DONE else None
-        if path is None or not path.is_file():
-            raise HTTPException(404, f"no file {name!r} in job {job_id}")
-        return FileResponse(path, media_type="image/png")
-
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    Api(config, limits, service, worker, jobs_root).register(app)
     app.add_middleware(BodyLimit, limit=limits.max_upload_bytes)
     if auth is not None:
         app.add_middleware(RequireAuth, auth=auth)  # added last: runs first, before any body is read
     return app
-
-
-def _job(worker: Worker, job_id: str) -> Job:
-    job = worker.get(job_id)
-    if job is None:
-        raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while, then deleted)")
-    return job
 
 
 def page_options(config: RunConfig, limits: Limits) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ootd.app.config import RunConfig
+from ootd.app.load import check_checkpoints_present
 from ootd.errors import OotdError, UsageError
 from ootd.serve.limits import Auth, Limits
 
@@ -96,6 +97,7 @@ def serve(config: RunConfig, host: str, port: int, limits: Limits, auth: Auth | 
 
     check_exposure(host, auth, insecure_no_auth)
     limits.validate()
+    check_checkpoints_present(config.checkpoints, [], need_preprocess=False)  # the folder; files on first use
     sock = bind(host, port)
     with workspace() as workdir:
         app = create_app(config, workdir, limits, auth)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ootd.app.config import RunConfig
-from ootd.app.load import PipelineLoader
+from ootd.app.load import PipelineLoader, check_checkpoints_present
 from ootd.app.outputs import encode_png, png_metadata, targets_for
 from ootd.app.tryon import TryOnOutcome, TryOnRequest, run_tryon
 from ootd.config import ModelType
@@ -72,6 +72,7 @@ class TryOnService:
         if not loader.holds(model_type):
             job.progress("load", 0, 1)
             start = time.perf_counter()
+            check_checkpoints_present(spec.config.checkpoints, [model_type], spec.request.mask is None)
             pipe = loader.get(model_type)
             timings["load"] = time.perf_counter() - start
         else:
