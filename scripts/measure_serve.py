@@ -1,6 +1,7 @@
 """What the serving layer costs: request latency of `POST /api/tryon` against the same try-on called directly
-(what `ootd run` does once its model is loaded: run_tryon + save_outcome), and the resident memory of an idle
-`ootd serve` before and after its model is loaded.
+(what `ootd run` does once its model is loaded: run_tryon + save_outcome), the part of a request spent outside
+the worker (upload, form, checks, queue hand-off, base64, JSON), and the resident memory of an idle `ootd serve`
+before and after its model is loaded.
 
     PYTHONPATH=. python scripts/measure_serve.py CHECKPOINTS [--steps 2] [--resolution 384x512] [--repeats 5]
 
@@ -46,7 +47,7 @@ def latency(checkpoints: Path, steps: int, resolution: str, repeats: int) -> dic
     pipe = load_pipeline(config, config.model_type_for(Category.UPPER))
     files = {"person": EXAMPLES / "person.png", "garment": EXAMPLES / "tshirt.png",
              "mask": EXAMPLES / "person_mask_upper.png"}
-    direct, served = [], []
+    direct, served, inside = [], [], []
     with live_server(config, factory=lambda model_type: pipe) as live:
         form = {k: (p.name, p.read_bytes(), "image/png") for k, p in files.items()}
         data = {"category": "upper", "steps": str(steps), "resolution": resolution, "seed": "1"}
@@ -62,8 +63,10 @@ def latency(checkpoints: Path, steps: int, resolution: str, repeats: int) -> dic
             answer.raise_for_status()
             if i:
                 served.append(time.perf_counter() - start)
-    d, s = statistics.median(direct), statistics.median(served)
-    return {"direct_s": d, "api_s": s, "overhead_s": s - d}
+                inside.append(answer.json()["timings"]["run"])  # the worker's time: load check, try-on, PNGs
+    d, s, r = statistics.median(direct), statistics.median(served), statistics.median(inside)
+    return {"direct_s": d, "api_s": s, "api_minus_direct_s": s - d, "api_worker_run_s": r,
+            "api_outside_worker_s": statistics.median(a - b for a, b in zip(served, inside, strict=True))}
 
 
 def idle_memory(checkpoints: Path) -> dict[str, float]:
