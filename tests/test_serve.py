@@ -199,12 +199,14 @@ def test_full_queue_gets_503_with_retry_after(tiny_tree: Path, pipe_hd,  # noqa:
         third = httpx.post(live.url + "api/tryon", files=with_mask(example_images), data=data, timeout=30)
         assert_one_line_error(third, 503, "busy")
         assert int(third.headers["retry-after"]) >= 1
+        assert len(list((live.workdir / "jobs").iterdir())) == 2  # the refused request left nothing behind
         gate.set()
         for job in (first, second):
             job_id = job.json()["id"]
             while (status := httpx.get(live.url + f"api/jobs/{job_id}", timeout=10).json())["state"] != "done":
                 assert status["state"] != "failed" and time.monotonic() < deadline, status
                 time.sleep(0.05)
+            assert not (live.workdir / "jobs" / job_id / "inputs").exists()  # uploads go once the job is done
             image = httpx.get(live.url + status["images"][0], timeout=10)
             assert image.status_code == 200 and image.headers["content-type"] == "image/png"
             assert Image.open(__import__("io").BytesIO(image.content)).text["seed"] == "3"

@@ -61,6 +61,10 @@ def test_page_try_on_mask_editor_and_error(browser, tmp_path: Path, tiny_tree: P
         wait = WebDriverWait(browser, 40, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#category option"))
         wait.until(lambda d: "models loaded" in d.find_element(By.ID, "server-status").text)
+        browser.find_element(By.CSS_SELECTOR, "[data-example=trousers]").click()  # an example sets its category
+        wait.until(lambda d: d.find_element(By.ID, "garment-preview").is_displayed())
+        assert Select(browser.find_element(By.ID, "category")).first_selected_option.text == "lower"
+        assert browser.find_element(By.ID, "model-type").text == "model: dc"
         browser.find_element(By.ID, "person-file").send_keys(str(example_images["person"]))
         browser.find_element(By.ID, "garment-file").send_keys(str(example_images["tshirt"]))
         Select(browser.find_element(By.ID, "category")).select_by_value("upper")

@@ -110,6 +110,7 @@ class Api:
 
     async def submit(self, request: Request) -> Job:
         """Read and check the form (into a new job folder), then take a place in line; on failure, no trace."""
+        self.worker.check_room()
         job_id = uuid.uuid4().hex
         folder = self.jobs_root / job_id
         try:

@@ -7,6 +7,7 @@ the same PNGs, with the same names and metadata, that `ootd run` writes; the pag
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +65,13 @@ class TryOnService:
         return [m.value for m, loader in self.loaders.items() if loader.holds(m)]
 
     def run(self, job: Job) -> Finished:
-        """Load the model if needed, run the try-on, write its PNGs into the job folder."""
+        """Load the model if needed, run the try-on, write its PNGs into the job folder; the uploads go then."""
+        try:
+            return self._run(job)
+        finally:
+            shutil.rmtree(job.folder / "inputs", ignore_errors=True)
+
+    def _run(self, job: Job) -> Finished:
         spec: JobSpec = job.spec
         model_type = spec.config.model_type_for(spec.request.category)
         loader = self.loaders[model_type]

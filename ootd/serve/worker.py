@@ -103,6 +103,12 @@ class Worker:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
+    def check_room(self) -> None:
+        """QueueFull now, before a request's body is even read, when the line is already full."""
+        with self._cond:
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(len(self._waiting), self._retry_after())
+
     def submit(self, job: Job) -> int:
         """Put a job in line; its place (1 = next). QueueFull when `max_queue` jobs already wait."""
         with self._cond:
