@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -179,3 +180,17 @@ class SamplingSettings:
             raise UsageError(f"scale must be between 0 and 50, got {self.guidance_scale}")
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise UsageError(f"seed must be a non-negative 64-bit integer, got {self.seed}")
+
+    @classmethod
+    def from_words(cls, *, seed: int | None = None, resolution: str | tuple[int, int] | Resolution | None = None,
+                   scheduler: str | SchedulerName | None = None, **numbers: float) -> SamplingSettings:
+        """Validated settings from what a user gave (num_samples, steps, guidance_scale as `numbers`; anything
+        omitted keeps its default). A random seed is drawn when none is given, so it can be reported."""
+        settings = cls(
+            seed=seed if seed is not None else secrets.randbelow(2**32),
+            resolution=parse_resolution(resolution) if resolution is not None else cls.resolution,
+            scheduler=SchedulerName.parse(scheduler) if scheduler is not None else cls.scheduler,
+            **numbers,
+        )
+        settings.validate()
+        return settings

@@ -98,10 +98,10 @@ def _announce_replaced(paths: list[Path]) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ootd.app import load
-    from ootd.app.config import RunConfig, build_sampling
+    from ootd.app.config import RunConfig
     from ootd.app.outputs import png_metadata
     from ootd.app.tryon import TryOnRequest, run_tryon
-    from ootd.config import Category, FitMode, ModelType
+    from ootd.config import Category, FitMode, ModelType, SamplingSettings
     from ootd.errors import UsageError
     from ootd.images import check_output_dir, save_png_atomic
 
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> None:
     category = Category.parse(args.category)
     if model_type is ModelType.HD and category is not Category.UPPER:
         raise UsageError("model_type 'hd' requires category 0 (upperbody); use --model_type dc")
-    sampling = build_sampling(samples=args.sample, steps=args.step, scale=args.scale,
-                              seed=args.seed if args.seed >= 0 else None, resolution=args.resolution)
+    sampling = SamplingSettings.from_words(num_samples=args.sample, steps=args.step, guidance_scale=args.scale,
+                                           seed=args.seed if args.seed >= 0 else None, resolution=args.resolution)
     request = TryOnRequest(args.model_path, args.cloth_path, category, args.mask_path).decoded()
     checkpoints = args.checkpoints if args.checkpoints is not None else default_checkpoints()
     load.check_checkpoints_present(checkpoints, [model_type], need_preprocess=request.mask is None)

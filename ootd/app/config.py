@@ -7,7 +7,6 @@ loaded, so a bad option fails in one line at once.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,10 +18,8 @@ from ootd.config import (
     ParsingProvider,
     PrecisionName,
     SamplingSettings,
-    SchedulerName,
     check_model_category,
     default_model_type,
-    parse_resolution,
 )
 from ootd.errors import UsageError
 
@@ -81,21 +78,6 @@ def parse_model_type(value: str | ModelType | None) -> ModelType | None:
         raise UsageError(f"unknown model type {value!r}: use hd or dc") from None
 
 
-def build_sampling(
-    *, samples: int = SamplingSettings.num_samples, steps: int = SamplingSettings.steps,
-    scale: float = SamplingSettings.guidance_scale, seed: int | None = None,
-    resolution: str = str(SamplingSettings.resolution), scheduler: str = SamplingSettings.scheduler,
-) -> SamplingSettings:
-    """Validated sampling settings from user words; a random seed is drawn here, so it can be printed first."""
-    sampling = SamplingSettings(
-        num_samples=samples, steps=steps, guidance_scale=scale,
-        seed=seed if seed is not None else secrets.randbelow(2**32),
-        resolution=parse_resolution(resolution), scheduler=SchedulerName.parse(scheduler),
-    )
-    sampling.validate()
-    return sampling
-
-
 def build_config(
     *, checkpoints: Path | str | None = None, output: Path | str = RunConfig.output, model_type: str | None = None,
     samples: int = SamplingSettings.num_samples, steps: int = SamplingSettings.steps,
@@ -113,8 +95,8 @@ def build_config(
     from ootd.checkpoints import default_checkpoints_dir
 
     forced = parse_model_type(model_type)
-    sampling = build_sampling(samples=samples, steps=steps, scale=scale, seed=seed, resolution=resolution,
-                              scheduler=scheduler)
+    sampling = SamplingSettings.from_words(num_samples=samples, steps=steps, guidance_scale=scale, seed=seed,
+                                           resolution=resolution, scheduler=scheduler)
     if mask_grow < 0:
         raise UsageError(f"--mask-grow must be >= 0 pixels, got {mask_grow}")
     return RunConfig(

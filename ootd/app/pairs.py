@@ -181,6 +181,27 @@ def pairs_from_folders(
     ]
 
 
+def collect_pairs(
+    csv_file: str | Path | None, people: str | Path | None, garments: str | Path | None,
+    category: str | Category | None = None, pairing: str | Pairing = Pairing.PRODUCT, masks: str | Path | None = None,
+) -> list[Pair]:
+    """The pairs of a batch: from a CSV (`category` for rows without one), or from folders of people and
+    garments (`category` required); exactly one of the two."""
+    default_category = Category.parse(category) if category is not None else None
+    folder_mode = people is not None or garments is not None
+    if csv_file is not None and folder_mode:
+        raise UsageError("give either a pairs CSV or --models/--cloths folders, not both")
+    if csv_file is not None:
+        return read_pairs_csv(csv_file, default_category)
+    if not folder_mode:
+        raise UsageError("nothing to do: give a pairs CSV or --models DIR --cloths DIR --category C")
+    if people is None or garments is None:
+        raise UsageError("folder mode needs both --models DIR and --cloths DIR")
+    if default_category is None:
+        raise UsageError("folder mode needs --category upper|lower|dress")
+    return pairs_from_folders(people, garments, default_category, pairing, masks)
+
+
 def order_key(pair: Pair, config: RunConfig) -> tuple:
     """Runs grouped by model type, then garment (each garment prepared once), then person."""
     try:

@@ -83,26 +83,14 @@ def batch_command(
     Exit code 0 only if every pair succeeded (now or in an earlier run).
     """
     from ootd.app.batch import BatchRunner, PairReport, report_name
-    from ootd.app.pairs import pairs_from_folders, read_pairs_csv, select_shard
+    from ootd.app.pairs import collect_pairs, select_shard
     from ootd.config import Category
     from ootd.images import check_output_dir
 
     config = config_from({**options, "overwrite": overwrite})
     default_category = Category.parse(category) if category is not None else None
     sharding = parse_shard(shard)
-    folder_mode = models is not None or cloths is not None
-    if csv_file is not None and folder_mode:
-        raise UsageError("give either a pairs CSV or --models/--cloths folders, not both")
-    if csv_file is not None:
-        pairs = read_pairs_csv(csv_file, default_category)
-    elif folder_mode:
-        if models is None or cloths is None:
-            raise UsageError("folder mode needs both --models DIR and --cloths DIR")
-        if default_category is None:
-            raise UsageError("folder mode needs --category upper|lower|dress")
-        pairs = pairs_from_folders(models, cloths, default_category, pairing, masks)
-    else:
-        raise UsageError("nothing to do: give a pairs CSV or --models DIR --cloths DIR --category C")
+    pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks)
     if sharding is not None:
         pairs = select_shard(pairs, sharding[0], sharding[1], config)
     check_output_dir(config.output)
