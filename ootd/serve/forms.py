@@ -14,9 +14,9 @@ from typing import Any
 
 from starlette.datastructures import UploadFile
 
-from ootd.app.config import RunConfig, build_sampling
+from ootd.app.config import RunConfig
 from ootd.app.tryon import TryOnRequest
-from ootd.config import Category, FitMode
+from ootd.config import Category, FitMode, SamplingSettings
 from ootd.errors import OotdError, UsageError
 from ootd.serve.service import JobSpec
 
@@ -65,12 +65,11 @@ def parse_settings(form: Any, base: RunConfig) -> tuple[Category, RunConfig]:
         category = Category.parse(words)
         numbers = {name: _number(form, name) for name in NUMBERS}
         defaults = base.sampling
-        sampling = build_sampling(
-            samples=defaults.num_samples if numbers["samples"] is None else numbers["samples"],
-            steps=defaults.steps if numbers["steps"] is None else numbers["steps"],
-            scale=defaults.guidance_scale if numbers["scale"] is None else numbers["scale"],
-            seed=numbers["seed"], resolution=_text(form, "resolution") or str(defaults.resolution),
+        given = {"num_samples": numbers["samples"], "steps": numbers["steps"], "guidance_scale": numbers["scale"]}
+        sampling = SamplingSettings.from_words(
+            seed=numbers["seed"], resolution=_text(form, "resolution") or defaults.resolution,
             scheduler=_text(form, "scheduler") or defaults.scheduler,
+            **{name: getattr(defaults, name) if value is None else value for name, value in given.items()},
         )
         fit = FitMode.parse(_text(form, "fit") or base.fit, "fit")
     except FieldError:
