@@ -107,7 +107,8 @@ function describeProgress(job) {
     const ahead = job.position - 1;
     return [0, ahead > 0 ? `waiting: ${ahead} request(s) ahead` : "starting..."];
   }
-  const labels = { denoise: "denoising", decode: "decoding", load: "loading models" };
+  const labels = { load: "loading the model", person: "preparing the person", garment: "preparing the garment",
+                   denoise: "denoising", decode: "decoding" };
   if (job.stage && job.total) return [job.done / job.total, `${labels[job.stage] || job.stage} ${job.done}/${job.total}`];
   return [0, job.stage ? (labels[job.stage] || job.stage) : "preparing inputs..."];
 }
