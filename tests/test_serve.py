@@ -288,3 +288,26 @@ def test_missing_checkpoints_get_503_and_the_server_stays_up(tmp_path: Path, exa
                                   data={"category": "upper", **FAST}, timeout=60)
             assert_one_line_error(response, 503, "cannot run this model", "ootd download")
         assert httpx.get(live.url + "api/health", timeout=10).json()["models_loaded"] == []
+
+
+@pytest.mark.parametrize(("one_model", "expected"), [(False, [["hd"], ["hd", "dc"], ["hd", "dc"]]),
+                                                     (True, [["hd"], ["dc"], ["hd"]])])
+def test_models_load_on_first_use_and_stay(tiny_tree: Path, pipes: dict, example_images: dict[str, Path],
+                                           one_model: bool, expected: list) -> None:
+    loads: list[str] = []
+
+    def factory(model_type):  # noqa: ANN001, ANN202
+        loads.append(model_type.value)
+        return pipes[model_type.value]
+
+    seen = []
+    with live_server(tiny_config(tiny_tree), limits=Limits(one_model=one_model), factory=factory) as live:
+        for category in ("upper", "lower", "upper"):
+            response = httpx.post(live.url + "api/tryon", files=with_mask(example_images),
+                                  data={"category": category, **FAST}, timeout=120)
+            assert response.status_code == 200, response.text
+            assert response.json()["model_type"] == ("hd" if category == "upper" else "dc")
+            seen.append(sorted(httpx.get(live.url + "api/health", timeout=10).json()["models_loaded"],
+                               key=["hd", "dc"].index))
+    assert seen == expected
+    assert loads == (["hd", "dc", "hd"] if one_model else ["hd", "dc"])

@@ -54,6 +54,10 @@ def serve_command(
     max_queue: Annotated[int, typer.Option(
         "--max-queue", rich_help_panel=SERVE,
         help="Requests that may wait behind the running one; more get 503 with Retry-After.")] = Limits.max_queue,
+    one_model: Annotated[bool, typer.Option(
+        "--one-model", rich_help_panel=SERVE,
+        help="Hold one model type at a time: less memory, but switching between hd and dc garments reloads.",
+    )] = Limits.one_model,
     **options: Any,
 ) -> None:
     """Serve the try-on page and the HTTP API; models load on first use and stay loaded."""
@@ -63,6 +67,6 @@ def serve_command(
     from ootd.serve.server import serve
 
     config = config_from({**options, "seed": None})
-    limits = Limits(max_upload_bytes=parse_size(max_upload), max_queue=max_queue)
+    limits = Limits(max_upload_bytes=parse_size(max_upload), max_queue=max_queue, one_model=one_model)
     serve(config, host, port, limits, Auth.parse(auth) if auth is not None else None, insecure_no_auth,
           announce=typer.echo)

@@ -173,7 +173,7 @@ def create_app(config: RunConfig, workdir: Path, limits: Limits | None = None, a
     """The app around one worker thread. `workdir`: this process's temporary folder (jobs live under it).
     `factory(model_type)` replaces loading from the config (tests hand in preloaded pipelines)."""
     limits = limits or Limits()
-    service = TryOnService(config, factory)
+    service = TryOnService(config, factory, one_model=limits.one_model)
     worker = Worker(service.run, limits.max_queue, limits.keep_jobs)
     jobs_root = Path(workdir) / "jobs"
     jobs_root.mkdir(parents=True, exist_ok=True)

@@ -28,11 +28,13 @@ MiB = 2**20
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-server limits. 20 MiB of upload holds any sane photo, far below the 50-megapixel decode guard."""
+    """Per-server limits (and how much it keeps). 20 MiB of upload holds any sane photo, far below the
+    50-megapixel decode guard."""
 
     max_upload_bytes: int = 20 * MiB  # a whole request body: person + garment + mask + fields
     max_queue: int = 8  # requests waiting behind the running one; more get 503 + Retry-After
     keep_jobs: int = 32  # finished jobs whose results stay downloadable; older ones are deleted
+    one_model: bool = False  # hold one model type at a time (switching hd <-> dc reloads) instead of both
 
     def validate(self) -> None:
         if self.max_upload_bytes < 64 * 1024:

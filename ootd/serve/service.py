@@ -46,11 +46,16 @@ class Finished:
 
 
 class TryOnService:
-    """Owns the pipelines (one loader per model type, so both stay loaded) and runs one job at a time."""
+    """Owns the pipelines (one loader per model type, so both stay loaded; or one for both with `one_model`)
+    and runs one job at a time."""
 
-    def __init__(self, config: RunConfig, factory: Any = None) -> None:
+    def __init__(self, config: RunConfig, factory: Any = None, one_model: bool = False) -> None:
         self.config = config
-        self.loaders = {model_type: PipelineLoader(config, factory) for model_type in ModelType}
+        if one_model:  # one loader for both: switching model types releases the other (less memory)
+            shared = PipelineLoader(config, factory)
+            self.loaders = dict.fromkeys(ModelType, shared)
+        else:
+            self.loaders = {model_type: PipelineLoader(config, factory) for model_type in ModelType}
         self.info: dict[str, Any] = {}  # describe_pipeline of the latest run: device, precision, attention
 
     def describe(self) -> dict[str, str]:
