@@ -172,20 +172,3 @@ def peek_device(spec: str | None = None) -> DeviceInfo:
 def detect_device(spec: str | None = None) -> DeviceInfo:
     """Resolve a user device string (None/auto: the best available) to a DeviceInfo. Initialises the GPU."""
     return _resolve(spec, lambda index: _detect_cuda(spec, index))
-
-
-# Names that lived here before profiles and policy got their own modules; resolved lazily (those modules
-# import this one). New code imports them from ootd.profiles / ootd.device_policy.
-_MOVED = {
-    **dict.fromkeys(("DeviceProfile", "PROFILES_DIR", "load_profile", "profile_name"), "ootd.profiles"),
-    **dict.fromkeys(("Precision", "SpeedOptions", "apply_environment", "choose_precision", "choose_speed",
-                     "is_rdna", "runtime_environment"), "ootd.device_policy"),
-}
-
-
-def __getattr__(name: str) -> object:
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

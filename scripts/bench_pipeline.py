@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
     max_memory = int(args.max_memory_gib * 2**30) if args.max_memory_gib else None
     if args.plan_only:
-        from ootd.device import choose_precision, detect_device
+        from ootd.device import detect_device
+        from ootd.device_policy import choose_precision
         from ootd.memory import ModelSizes, make_plan
 
         info = detect_device(args.device)

@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from ootd.attention import install_attention, sdpa_attention
     from ootd.bench.random_weights import build_random_components
     from ootd.config import parse_resolution
-    from ootd.device import choose_precision, detect_device
+    from ootd.device import detect_device
+    from ootd.device_policy import choose_precision
     from ootd.fusion import TryOnFusion, capture_block_inputs
     from ootd.speed import as_memory_format, compile_module, set_memory_format
 

@@ -41,7 +41,7 @@ def test_wheel_carries_every_device_profile(wheel: Path) -> None:
 def test_installed_wheel_finds_its_profiles(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("import ootd.device as d; from ootd.device import DeviceInfo, load_profile;"
+    code = ("import ootd.profiles as d; from ootd.device import DeviceInfo; from ootd.profiles import load_profile;"
             "print(d.__file__); print(d.PROFILES_DIR);"
             "print(load_profile(DeviceInfo(type='cpu')).name)")
     env = {**os.environ, "PYTHONPATH": str(site)}

@@ -14,7 +14,8 @@ import torch
 from ootd.attention import AttentionFn
 from ootd.bench.profiling import load_average
 from ootd.bench.reference import original_formulation, sync
-from ootd.device import DeviceInfo, Precision, SpeedOptions
+from ootd.device import DeviceInfo
+from ootd.device_policy import Precision, SpeedOptions
 from ootd.fusion import TryOnFusion, capture_block_inputs
 from ootd.loading import Components
 from ootd.speed import as_memory_format, temporary_memory_format, uncompiled

@@ -24,18 +24,12 @@ from ootd.bench.profiling import PeakMemory, machine, profile_step, stage_meter,
 from ootd.bench.random_weights import build_random_components, synthetic_inputs
 from ootd.bench.reference import run_original
 from ootd.config import ModelType, parse_resolution
-from ootd.device import (
-    DeviceInfo,
-    Precision,
-    SpeedOptions,
-    choose_precision,
-    choose_speed,
-    detect_device,
-    load_profile,
-)
+from ootd.device import DeviceInfo, detect_device
+from ootd.device_policy import Precision, SpeedOptions, choose_precision, choose_speed
 from ootd.errors import UsageError
 from ootd.loading import Components, load_components
 from ootd.memory import STAGES, ModelSizes, Plan, apply_plan_to_vae, make_plan
+from ootd.profiles import load_profile
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from ootd.bench.flops import count_step_flops
 from ootd.bench.profiling import machine, versions
 from ootd.bench.random_weights import build_random_components
 from ootd.config import parse_resolution
-from ootd.device import DeviceInfo, Precision, choose_precision, detect_device
+from ootd.device import DeviceInfo, detect_device
+from ootd.device_policy import Precision, choose_precision
 from ootd.errors import UsageError
 from ootd.loading import Components
 

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from ootd.bench.architectures import ARCHITECTURES, SD15_SCHEDULER_CONFIG, text_config, write_tokenizer
-from ootd.device import Precision
+from ootd.device_policy import Precision
 from ootd.errors import UsageError
 from ootd.loading import Components, quiet_libraries
 

@@ -27,7 +27,8 @@ import torch
 from PIL import Image
 
 from ootd.config import Category, ModelType
-from ootd.device import DeviceInfo, Precision
+from ootd.device import DeviceInfo
+from ootd.device_policy import Precision
 from ootd.fusion import capture_block_inputs, transformer_blocks
 from ootd.loading import Components
 from ootd.sampling import Inpaint, sample
