@@ -26,7 +26,7 @@ from ootd.app.outputs import Targets, format_seconds, peak_memory, save_outcome,
 from ootd.app.pairs import Pair, order_key
 from ootd.app.tryon import Progress, run_tryon
 from ootd.config import ModelType
-from ootd.errors import OotdError, UsageError
+from ootd.errors import CheckpointError, DeviceError, OotdError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -289,14 +289,21 @@ class BatchRunner:
         config = self.config
         report = PairReport(pair, "error", model_type.value, seed=config.sampling.seed)
         start = time.perf_counter()
+        loading = not self.loader.holds(model_type)
+        if loading:
+            self._tick("load", 0, 1)
         try:
-            loading = not self.loader.holds(model_type)
-            if loading:
-                self._tick("load", 0, 1)
             pipe = self.loader.get(model_type)
-            if loading:
-                self._tick("load", 1, 1)
-                start = time.perf_counter()  # loading is reported once, not in this pair's time
+        except (CheckpointError, DeviceError) as exc:  # every later pair would fail the same way: stop once
+            raise type(exc)(f"cannot load the {model_type.value} model: {_one_line(exc)}; stopped before "
+                            f"{pair.source} (finished pairs are in the report)") from exc
+        except OotdError as exc:
+            report.error = _one_line(exc)
+            return report
+        if loading:
+            self._tick("load", 1, 1)
+            start = time.perf_counter()  # loading is reported once, not in this pair's time
+        try:
             outcome = run_tryon(pipe, pair.request(), config, self.progress, persons=self.persons,
                                 garments=self.garments)
             self.info = outcome.info

@@ -14,6 +14,7 @@ from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, JsonOpt, ModelsOpt, pa
 from ootd.errors import CheckpointError
 
 VERIFY_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints --models hd"
+GROUP_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints --models hd --json"
 
 
 @with_options(LOGGING_OPTIONS)
