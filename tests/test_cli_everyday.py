@@ -309,3 +309,70 @@ def test_run_reports_decode_after_denoise(tmp_path: Path, tiny_tree: Path, examp
     result = invoke(*run_args(example_images, tiny_tree, tmp_path / "out"))
     assert result.exit_code == 0, result.output
     assert calls[calls.index(("denoise", 1, 1)) + 1] == ("decode", 0, 1)
+
+
+# ---------------------------------------------------------------------------------------------- 13. checkpoints
+
+
+def test_checkpoints_in_the_per_user_folder_work_from_any_folder(tmp_path: Path, tiny_tree: Path, example_images,  # noqa: ANN001
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    if sys.platform in ("win32", "darwin"):
+        pytest.skip("the XDG data folder is the Linux per-user location")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("OOTD_CHECKPOINTS", raising=False)
+    user = tmp_path / "data" / "ootd" / "checkpoints"
+    user.parent.mkdir(parents=True)
+    user.symlink_to(tiny_tree, target_is_directory=True)
+    elsewhere = tmp_path / "somewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no ./checkpoints here
+    verify = invoke("checkpoints", "verify", "--quick", "--json")
+    assert verify.exit_code == 0, verify.output
+    assert json.loads(verify.stdout)["root"] == str(user)
+    seen = []
+    monkeypatch.setattr(app_load, "load_pipeline",
+                        lambda config, model_type, **_: seen.append(config.checkpoints) or FakePipe(model_type))
+    result = invoke("run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper", "--mask",
+                    example_images["mask"], "-o", tmp_path / "out", *RUN)
+    assert result.exit_code == 0, result.output
+    assert seen == [user]
+
+
+def test_download_reports_size_checks_disk_and_leaves_nothing_empty(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    import huggingface_hub
+
+    from ootd import download
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    files = [SimpleNamespace(rfilename="checkpoints/ootd/vae/diffusion_pytorch_model.bin", size=3 * 2**30),
+             SimpleNamespace(rfilename="checkpoints/ootd/ootd_dc/checkpoint-36000/unet_vton/x.safetensors",
+                             size=9 * 2**30)]  # the other model type: not counted for --models hd
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo, **kw: SimpleNamespace(siblings=files))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: pytest.fail("downloaded"))
+    monkeypatch.setattr(download.shutil, "disk_usage", lambda path: SimpleNamespace(free=2**30, total=2**31, used=0))
+    dest = tmp_path / "new" / "checkpoints"
+    result = invoke("download", "--dest", dest, "--models", "hd")
+    assert result.exit_code == 1
+    assert "levihsu/OOTDiffusion: 3.0 GiB to fetch" in result.stderr and "1.0 GiB free" in result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: not enough free disk space") and "3.0 GiB" in error
+    assert not dest.exists()
+
+
+def test_download_offline_is_short_and_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    dest = tmp_path / "ck"
+    result = invoke("download", "--dest", dest, "--models", "hd")
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "offline" in lines[0] and len(lines[0]) < 250 + len(str(dest)), lines
+    assert not dest.exists()
+    listed = invoke("download", "--dest", dest, "--models", "hd", "--list")
+    assert listed.exit_code == 0 and not dest.exists()
+    assert f"https://huggingface.co/levihsu/OOTDiffusion/resolve/main/checkpoints/ootd/vae/diffusion_pytorch_model.bin -> {dest / 'ootd' / 'vae' / 'diffusion_pytorch_model.bin'}" in listed.stdout  # noqa: E501

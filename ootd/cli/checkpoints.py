@@ -20,8 +20,9 @@ GROUP_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints --
 @with_options(LOGGING_OPTIONS)
 @guarded_command
 def verify_command(
-    folder: Annotated[Path | None, typer.Argument(help="Checkpoints folder. Default: $OOTD_CHECKPOINTS or "
-                                                  "./checkpoints.", metavar="[DIR]", show_default=False)] = None,
+    folder: Annotated[Path | None, typer.Argument(help="Checkpoints folder. Default: $OOTD_CHECKPOINTS, "
+                                                  "else ./checkpoints if it exists, else the per-user folder.",
+                                                  metavar="[DIR]", show_default=False)] = None,
     models: ModelsOpt = ALL_MODELS,
     quick: Annotated[bool, typer.Option("--quick", help="Presence and size only (no load checks).")] = False,
     json_out: JsonOpt = False,

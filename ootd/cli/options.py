@@ -54,7 +54,8 @@ ModelTypeOpt = Annotated[str | None, _opt(
     help="hd (half-body, upper only) or dc (full-body). Default: hd for upper, dc otherwise.")]
 CheckpointsOpt = Annotated[Path | None, _opt(
     "--checkpoints", panel=INPUTS, default_shown=False, metavar="DIR",
-    help="Checkpoints folder. Default: $OOTD_CHECKPOINTS or ./checkpoints.")]
+    help="Checkpoints folder. Default: $OOTD_CHECKPOINTS, else ./checkpoints if it exists, else the per-user "
+         "folder `ootd download` fills.")]
 FitOpt = Annotated[str, _opt("--fit", metavar=choices(FitMode), panel=INPUTS, help="Framing of non-3:4 photos.")]
 MaskGrowOpt = Annotated[int, _opt("--mask-grow", panel=INPUTS, metavar="N",
                                    help="Grow the mask by N pixels (at 512 px height).")]
