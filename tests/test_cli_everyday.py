@@ -376,3 +376,37 @@ def test_download_offline_is_short_and_leaves_no_folder(tmp_path: Path, monkeypa
     listed = invoke("download", "--dest", dest, "--models", "hd", "--list")
     assert listed.exit_code == 0 and not dest.exists()
     assert f"https://huggingface.co/levihsu/OOTDiffusion/resolve/main/checkpoints/ootd/vae/diffusion_pytorch_model.bin -> {dest / 'ootd' / 'vae' / 'diffusion_pytorch_model.bin'}" in listed.stdout  # noqa: E501
+
+
+# ---------------------------------------------------------------------------------------------- 15. bench, plan
+
+
+def test_bench_matrix_honours_precision_and_attention_and_prints_a_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ootd import bench
+
+    result = invoke("bench", "--random-weights", "tiny", "--matrix", "--precision", "fp32", "--attention", "sdpa",
+                    "--device", "cpu", "--resolution", "384x512", "-n", "1", "--steps", "1", "-q")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].split() == ["precision", "attention", "options", "s/it", "call", "s", "peak", "GiB", "estimate",
+                                "GiB"]
+    assert len(lines) == 2 and lines[1].split()[:3] == ["fp32", "sdpa", "-"], lines
+
+    asked = {}
+    monkeypatch.setattr(bench, "run_matrix", lambda **kw: asked.update(kw) or {"runs": [], "skipped": []})
+    assert invoke("bench", "--random-weights", "tiny", "--matrix", "-q").exit_code == 0
+    assert set(asked["dtypes"]) == {"fp32", "fp16", "bf16"}
+    assert set(asked["attentions"]) == {"flash", "sdpa", "chunked", "math"}  # every backend, not a subset
+
+
+def test_run_json_includes_the_memory_plan(tmp_path: Path, tiny_tree: Path, example_images, use_tiny_hd) -> None:  # noqa: ANN001
+    result = invoke(*run_args(example_images, tiny_tree, tmp_path / "out"), "--json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plan"]
+    assert plan and plan["estimate"]["peak"] > 0
+
+
+@pytest.fixture
+def use_tiny_hd(monkeypatch: pytest.MonkeyPatch, pipe_hd):  # noqa: ANN001, ANN201
+    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type, **_: pipe_hd)
+    return pipe_hd

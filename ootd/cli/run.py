@@ -124,6 +124,7 @@ def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[s
             "category": request.category.value, "model_type": outcome.model_type.value,
             "device": info.get("device"), "precision": info.get("precision"), "attention": info.get("attention"),
             "timings": timings, "peak_memory": memory, "settings": settings_json(result.settings),
+            "plan": info.get("plan"),
         }
         if explain:
             summary["describe"] = info
