@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -111,12 +112,33 @@ class Layout:
 
 
 def require_file(path: Path, layout: Layout) -> Path:
-    """Return path if it is a readable file, else a CheckpointError that says how to get it."""
+    """Return path if it is a readable file (for .json: a UTF-8 JSON object), else a CheckpointError that says
+    how to get it."""
     if not path.is_file():
         raise CheckpointError(f"missing checkpoint file {path}; {layout.how_to_get()}")
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint file {path} is empty; re-download it: {layout.how_to_get()}")
+    if path.suffix == ".json":
+        read_json(path, layout)
     return path
+
+
+def read_json(path: Path, layout: Layout) -> dict:
+    """A checkpoint's JSON file as a dict; anything else (not UTF-8, not JSON, not an object) is a
+    CheckpointError, never a decoding error from deep inside a loader."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        problem = f"is not UTF-8 text (byte {exc.start}), so not a JSON file"
+    except json.JSONDecodeError as exc:
+        problem = f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+    except OSError as exc:
+        problem = f"cannot be read ({exc.strerror or exc})"
+    else:
+        if isinstance(data, dict):
+            return data
+        problem = f"holds a JSON {type(data).__name__}, not an object"
+    raise CheckpointError(f"checkpoint file {path} {problem}; replace it: {layout.how_to_get()}")
 
 
 def find_weights(folder: Path, kind: str, layout: Layout) -> Path:

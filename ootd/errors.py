@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+from os import PathLike
+
+
+def printable(path: PathLike | str) -> str:
+    """A path (or any text) that can always be printed and stored as UTF-8: the bytes of a file name that is
+    not valid UTF-8 (which Python holds as lone surrogates) show as \\xNN escapes."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
 
 class OotdError(Exception):
     """Base class: a failure with a message meant for the user (exit code 1)."""
@@ -35,6 +48,10 @@ class OutputError(OotdError):
 
 class DeviceError(OotdError):
     """The requested device or precision cannot be used here."""
+
+
+class NumericalError(OotdError):
+    """The computation produced NaN or infinite values (half-precision overflow, damaged weights)."""
 
 
 class OutOfMemoryError(OotdError):

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import struct
 import unicodedata
 import warnings
@@ -28,7 +29,7 @@ from typing import Literal
 import numpy as np
 from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 
-from ootd.errors import InputImageError, OutputError
+from ootd.errors import InputImageError, OutputError, printable
 
 logger = logging.getLogger(__name__)
 
@@ -50,24 +51,39 @@ def load_image(path: str | Path, role: str) -> Image.Image:
     """Open, fully decode and normalise an input image (RGB for person/garment, L for masks).
 
     Fully decoding here (rather than lazily later) means a truncated file fails now, with the file's name,
-    instead of deep inside preprocessing.
+    instead of deep inside preprocessing. Only regular files are opened: a FIFO, a device or a socket would
+    block or never end. File names that are not valid UTF-8 work; messages show their odd bytes as backslash escapes.
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     path = Path(path)
 
     def fail(problem: str) -> InputImageError:
-        return InputImageError(f"{role} image {path}: {_one_line(problem)}")
+        return InputImageError(f"{role} image {printable(path)}: {_one_line(problem)}")
 
-    if not path.exists():
-        raise fail("file not found")
-    if path.is_dir():
-        raise fail("is a directory, not an image file")
+    _require_regular_file(path, fail)
     with _decoded(path, fail) as im:
         try:
             return _normalise(im, role)
         except (OSError, ValueError) as exc:  # e.g. a mode Pillow cannot convert
             raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
+
+
+def _require_regular_file(path: Path, fail: Callable[[str], InputImageError]) -> None:
+    """Refuse, from the file's metadata alone, anything that cannot be read as a whole image file."""
+    try:
+        mode = path.stat().st_mode  # follows symbolic links: a link to a photo is fine
+    except FileNotFoundError:
+        raise fail("file not found") from None
+    except PermissionError:
+        raise fail("permission denied") from None
+    except OSError as exc:  # e.g. a name too long, a loop of symbolic links
+        raise fail(f"cannot read it ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        raise fail("is a directory, not an image file")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise fail(f"is {kind}, not a regular file")
 
 
 @contextmanager
@@ -347,7 +363,7 @@ def _png_info(metadata: dict[str, str]) -> PngImagePlugin.PngInfo:
         key = str(key)
         if not 1 <= len(key) <= 79 or not key.isprintable():
             raise ValueError(f"PNG text keys must be 1-79 printable characters, got {key!r}")
-        info.add_text(key, str(value))  # Pillow switches to iTXt when the value is not Latin-1
+        info.add_text(key, printable(value))  # Pillow switches to iTXt when the value is not Latin-1
     return info
 
 

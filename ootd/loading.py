@@ -2,13 +2,14 @@
 
 The released `model_index.json` names the original's own Python modules for the UNets, so the
 folder is never handed to `DiffusionPipeline.from_pretrained`; every component is loaded on its
-own, and every failure becomes a CheckpointError that names the file and how to get it.
+own, and every failure becomes a CheckpointError that names the file and how to get it. Loading is strict:
+the libraries' own loading report must show every key matched and the weights must be finite
+(ootd/weights_check.py), so a file from another model or a damaged one never runs on random or NaN weights.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import warnings
 from collections.abc import Iterator
@@ -17,13 +18,16 @@ from pathlib import Path
 
 import torch
 
-from ootd.checkpoints import Layout, find_weights, require_file
+from ootd.checkpoints import Layout, find_weights, read_json, require_file
 from ootd.config import ModelType
-from ootd.errors import CheckpointError
+from ootd.errors import CheckpointError, printable
+from ootd.weights_check import check_finite_weights, check_loading_info
 
 logger = logging.getLogger(__name__)
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt")
+# The CLIP checkpoint is the whole CLIP model; the image encoder leaves its text tower unused.
+CLIP_TEXT_TOWER = r"text_model\.|text_projection\.|logit_scale$"
 
 
 @contextlib.contextmanager
@@ -69,9 +73,20 @@ def _load(what: str, weights: Path, layout: Layout, fn):  # noqa: ANN001, ANN202
     except Exception as exc:  # any loader failure is a bad checkpoint file from the user's point of view
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
-            f"cannot load the {what} from {weights}: {reason[:300]}; the file may be truncated or corrupt, "
+            f"cannot load the {what} from {printable(weights)}: {reason[:300]}; the file may be truncated or corrupt, "
             f"re-download it ({layout.how_to_get()})"
         ) from exc
+
+
+def _load_strict(  # noqa: ANN202
+    what: str, weights: Path, layout: Layout, fn, allowed_unexpected: str | None = None  # noqa: ANN001
+):
+    """`fn` loads with output_loading_info=True; the model is returned only if every key matched and every
+    weight is finite."""
+    model, info = _load(what, weights, layout, fn)
+    check_loading_info(what, weights, info, layout.how_to_get(), allowed_unexpected)
+    check_finite_weights(what, weights, model, layout.how_to_get())
+    return model
 
 
 def load_tokenizer(layout: Layout):  # noqa: ANN201
@@ -86,9 +101,10 @@ def load_text_encoder(layout: Layout, dtype: torch.dtype):  # noqa: ANN201
     from transformers import CLIPTextModel
 
     weights = find_weights(layout.text_encoder, "transformers", layout)
-    return _load(
+    return _load_strict(
         "text encoder", weights, layout,
-        lambda: CLIPTextModel.from_pretrained(layout.text_encoder, dtype=dtype, **_format_kwargs(weights)),
+        lambda: CLIPTextModel.from_pretrained(layout.text_encoder, dtype=dtype, output_loading_info=True,
+                                              **_format_kwargs(weights)),
     )
 
 
@@ -96,9 +112,11 @@ def load_image_encoder(layout: Layout, dtype: torch.dtype):  # noqa: ANN201
     from transformers import CLIPVisionModelWithProjection
 
     weights = find_weights(layout.clip, "transformers", layout)
-    return _load(
+    return _load_strict(
         "CLIP image encoder", weights, layout,
-        lambda: CLIPVisionModelWithProjection.from_pretrained(layout.clip, dtype=dtype, **_format_kwargs(weights)),
+        lambda: CLIPVisionModelWithProjection.from_pretrained(layout.clip, dtype=dtype, output_loading_info=True,
+                                                              **_format_kwargs(weights)),
+        allowed_unexpected=CLIP_TEXT_TOWER,
     )
 
 
@@ -116,9 +134,10 @@ def load_vae(layout: Layout, dtype: torch.dtype):  # noqa: ANN201
     from diffusers import AutoencoderKL
 
     weights = find_weights(layout.vae, "diffusers", layout)
-    return _load(
+    return _load_strict(
         "VAE", weights, layout,
-        lambda: AutoencoderKL.from_pretrained(layout.vae, torch_dtype=dtype, **_format_kwargs(weights)),
+        lambda: AutoencoderKL.from_pretrained(layout.vae, torch_dtype=dtype, output_loading_info=True,
+                                              **_format_kwargs(weights)),
     )
 
 
@@ -127,9 +146,10 @@ def load_unet(folder: Path, layout: Layout, dtype: torch.dtype, what: str):  # n
     from diffusers import UNet2DConditionModel
 
     weights = find_weights(folder, "diffusers", layout)
-    return _load(
+    return _load_strict(
         what, weights, layout,
-        lambda: UNet2DConditionModel.from_pretrained(folder, torch_dtype=dtype, **_format_kwargs(weights)),
+        lambda: UNet2DConditionModel.from_pretrained(folder, torch_dtype=dtype, output_loading_info=True,
+                                                     **_format_kwargs(weights)),
     )
 
 
@@ -137,16 +157,16 @@ def load_scheduler_config(layout: Layout) -> dict:
     """The scheduler config as the original sees it: read by the class the pipeline folder names.
 
     Keys absent from the file take that class's defaults (e.g. PNDM's "leading" spacing),
-    which is what the released weights were used with (SPEC section 4).
+    which is what the released weights were used with (docs/upstream.md §4).
     """
     import diffusers
 
     config_file = require_file(layout.scheduler / "scheduler_config.json", layout)
     index_file = require_file(layout.model_index, layout)
+    index = read_json(index_file, layout)
     try:
-        index = json.loads(index_file.read_text())
         class_name = index.get("scheduler", [None, "PNDMScheduler"])[1]
-    except (json.JSONDecodeError, AttributeError, IndexError, TypeError) as exc:
+    except (AttributeError, IndexError, TypeError) as exc:
         raise CheckpointError(f"cannot parse {index_file}: {exc}; {layout.how_to_get()}") from exc
     cls = getattr(diffusers, str(class_name), None)
     if cls is None or not hasattr(cls, "from_pretrained"):

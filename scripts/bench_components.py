@@ -38,14 +38,14 @@ def cross_attention(width: int, height: int, batch: int, repeats: int) -> None:
     from diffusers.models.attention_processor import Attention, AttnProcessor2_0
 
     from ootd.attention import AttentionProcessor
-    from ootd.bench import RELEASED_UNET_CONFIG
+    from ootd.bench.architectures import FULL
 
     tokens = (width // 8) * (height // 8)
-    widths = RELEASED_UNET_CONFIG["block_out_channels"]
+    widths = FULL.unet["block_out_channels"]
     # (channels, tokens, blocks): 2 down + 3 up transformer blocks per level with attention, 1 in the middle
     levels = [(c, tokens // 4**i, 5) for i, c in enumerate(widths[:3])] + [(widths[-1], tokens // 64, 1)]
-    cross = RELEASED_UNET_CONFIG["cross_attention_dim"]
-    heads = RELEASED_UNET_CONFIG["attention_head_dim"]
+    cross = FULL.unet["cross_attention_dim"]
+    heads = FULL.unet["attention_head_dim"]
     total = {"stock": 0.0, "ootd": 0.0}
     torch.manual_seed(0)
     with torch.inference_mode():
@@ -68,12 +68,12 @@ def vae_encode(width: int, height: int, repeats: int) -> None:
     import torch
     from diffusers import AutoencoderKL
 
-    from ootd.bench import RELEASED_VAE_CONFIG
+    from ootd.bench.architectures import FULL
     from ootd.loading import quiet_libraries
 
     torch.manual_seed(0)
     with quiet_libraries():
-        vae = AutoencoderKL(**RELEASED_VAE_CONFIG).eval()
+        vae = AutoencoderKL(**FULL.vae).eval()
     pixels = torch.randn(2, 3, height, width)
     with torch.inference_mode():
         for r in range(repeats):

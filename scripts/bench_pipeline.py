@@ -83,7 +83,8 @@ def _save(path: Path | None, report: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    from ootd.bench import count_step_flops, run_bench, run_matrix
+    from ootd.bench import run_bench, run_matrix
+    from ootd.bench.flops import count_step_flops
     from ootd.config import parse_resolution
 
     def log(line: str) -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""CPU time of pose, parsing and the mask on one person image (SPEC sections 6-8).
+"""CPU time of pose, parsing and the mask on one person image (docs/upstream.md §6-§8).
 
 Pose runs the full-size OpenPose body network with random weights (the released architecture);
 parsing runs the ONNX files of the given checkpoints tree (the tiny tree's are small stand-ins, so

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ootd.attention import install_attention, sdpa_attention
-    from ootd.bench import build_random_components
+    from ootd.bench.random_weights import build_random_components
     from ootd.config import parse_resolution
     from ootd.device import choose_precision, detect_device
     from ootd.fusion import TryOnFusion, capture_block_inputs

@@ -61,11 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from diffusers import UNet2DConditionModel
 
-    from ootd.bench import RELEASED_UNET_CONFIG, UNET_CONFIG_TINY
+    from ootd.bench.architectures import ARCHITECTURES
 
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
-        unet = UNet2DConditionModel(in_channels=4, **(UNET_CONFIG_TINY if args.tiny else RELEASED_UNET_CONFIG))
+        unet = UNet2DConditionModel(in_channels=4, **ARCHITECTURES["tiny" if args.tiny else "full"].unet)
         unet.save_pretrained(tmp, safe_serialization=True)
         del unet
         child = subprocess.run([sys.executable, __file__, "--measure", tmp], capture_output=True, text=True,

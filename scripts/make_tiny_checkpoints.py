@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write a complete checkpoints tree in the released layout, with tiny random weights.
 
-The tree has every file the real download has (SPEC section 1), in the same formats (text
+The tree has every file the real download has (docs/upstream.md §1), in the same formats (text
 encoder and VAE as pickled `.bin` state dicts, UNets and CLIP as safetensors, parsing as ONNX,
 OpenPose as a plain state dict of the real architecture), so the code that loads the released
 checkpoints loads this one too. Pictures made with it are noise: the weights are random.
@@ -23,22 +23,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-HIDDEN = 32  # text hidden size = CLIP projection size = UNet cross-attention size
-CATEGORY_WORDS = ["upperbody", "lowerbody", "dress"]
-
-SCHEDULER_CONFIG = {  # the Stable Diffusion 1.5 scheduler file the released folder carries
-    "_class_name": "PNDMScheduler",
-    "_diffusers_version": "0.6.0",
-    "beta_end": 0.012,
-    "beta_schedule": "scaled_linear",
-    "beta_start": 0.00085,
-    "num_train_timesteps": 1000,
-    "set_alpha_to_one": False,
-    "skip_prk_steps": True,
-    "steps_offset": 1,
-    "trained_betas": None,
-    "clip_sample": False,
-}
+from ootd.bench.architectures import (  # noqa: E402 - after the path set-up above
+    CLIP_TEXT_TOWER_TINY,
+    SD15_SCHEDULER_CONFIG,
+    TINY,
+    TINY_HIDDEN,
+    text_config,
+    write_json,
+    write_tokenizer,
+)
 
 MODEL_INDEX = {
     "_class_name": "OotdPipeline",
@@ -70,65 +63,10 @@ IMAGE_PROCESSOR = {
 }
 
 
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
-
-
-def _bytes_to_unicode() -> list[str]:
-    """The byte-level alphabet of CLIP's BPE (printable stand-ins for all 256 bytes)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    keep += list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = [], 0
-    for b in range(256):
-        if b in keep:
-            chars.append(chr(b))
-        else:
-            chars.append(chr(256 + extra))
-            extra += 1
-    return chars
-
-
-def write_tokenizer(folder: Path) -> int:
-    """A small hand-made CLIP BPE vocabulary: every byte symbol, plus merges for the category words."""
-    alphabet = _bytes_to_unicode()
-    vocab: list[str] = list(alphabet) + [c + "</w>" for c in alphabet]
-    merges: list[str] = []
-    for word in CATEGORY_WORDS:
-        symbols = list(word[:-1]) + [word[-1] + "</w>"]
-        current = symbols[0]
-        for nxt in symbols[1:]:
-            merges.append(f"{current} {nxt}")
-            current = current + nxt
-            if current not in vocab:
-                vocab.append(current)
-    vocab += ["<|startoftext|>", "<|endoftext|>"]
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps({tok: i for i, tok in enumerate(vocab)}, ensure_ascii=False))
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
-    special = {
-        "bos_token": "<|startoftext|>",
-        "eos_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": "<|endoftext|>",
-    }
-    _write_json(folder / "special_tokens_map.json", special)
-    _write_json(
-        folder / "tokenizer_config.json",
-        {**special, "add_prefix_space": False, "do_lower_case": True, "errors": "replace",
-         "model_max_length": 77, "tokenizer_class": "CLIPTokenizer"},
-    )
-    return len(vocab)
-
-
 def write_text_encoder(folder: Path, vocab_size: int) -> None:
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    config = CLIPTextConfig(
-        vocab_size=vocab_size, hidden_size=HIDDEN, intermediate_size=37, num_hidden_layers=2,
-        num_attention_heads=4, max_position_embeddings=77, projection_dim=HIDDEN,
-        bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1, pad_token_id=vocab_size - 1,
-    )
+    config = CLIPTextConfig(**text_config(TINY, vocab_size))
     model = CLIPTextModel(config)
     folder.mkdir(parents=True, exist_ok=True)
     config.to_json_file(folder / "config.json")
@@ -138,46 +76,29 @@ def write_text_encoder(folder: Path, vocab_size: int) -> None:
 def write_vae(folder: Path) -> None:
     from diffusers import AutoencoderKL
 
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4,
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(8, 8, 16, 16), layers_per_block=1, norm_num_groups=4, sample_size=64,
-    )
+    vae = AutoencoderKL(**TINY.vae)
     folder.mkdir(parents=True, exist_ok=True)
-    _write_json(folder / "config.json", dict(vae.config))
+    write_json(folder / "config.json", dict(vae.config))
     torch.save(vae.state_dict(), folder / "diffusion_pytorch_model.bin")
 
 
 def write_unet(folder: Path, in_channels: int, class_name: str) -> None:
     from diffusers import UNet2DConditionModel
 
-    unet = UNet2DConditionModel(
-        sample_size=64, in_channels=in_channels, out_channels=4, layers_per_block=1,
-        # attention one level down from the real model's first level keeps the tests' attention cheap
-        block_out_channels=(32, 64), down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=HIDDEN,
-        attention_head_dim=2, norm_num_groups=32,
-    )
+    unet = UNet2DConditionModel(in_channels=in_channels, **TINY.unet)
     unet.save_pretrained(folder, safe_serialization=True)
     config = json.loads((folder / "config.json").read_text())
     config["_class_name"] = class_name  # as released: the original's own class names
-    _write_json(folder / "config.json", config)
+    write_json(folder / "config.json", config)
 
 
 def write_clip(folder: Path) -> None:
     from transformers import CLIPConfig, CLIPModel
 
-    config = CLIPConfig(
-        text_config={"vocab_size": 600, "hidden_size": HIDDEN, "intermediate_size": 37,
-                     "num_hidden_layers": 1, "num_attention_heads": 4, "max_position_embeddings": 77,
-                     "bos_token_id": 598, "eos_token_id": 599, "pad_token_id": 599, "projection_dim": HIDDEN},
-        vision_config={"hidden_size": HIDDEN, "intermediate_size": 37, "num_hidden_layers": 2,
-                       "num_attention_heads": 4, "image_size": 224, "patch_size": 32,
-                       "projection_dim": HIDDEN},
-        projection_dim=HIDDEN,
-    )
+    config = CLIPConfig(text_config=dict(CLIP_TEXT_TOWER_TINY), vision_config=dict(TINY.vision),
+                        projection_dim=TINY_HIDDEN)
     CLIPModel(config).save_pretrained(folder, safe_serialization=True)
-    _write_json(folder / "preprocessor_config.json", IMAGE_PROCESSOR)
+    write_json(folder / "preprocessor_config.json", IMAGE_PROCESSOR)
 
 
 def write_parsing_onnx(path: Path, num_classes: int, input_size: int, rng: np.random.Generator) -> None:
@@ -228,9 +149,9 @@ def make_tiny_checkpoints(out: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     ootd = out / "ootd"
-    _write_json(ootd / "model_index.json", MODEL_INDEX)
-    _write_json(ootd / "scheduler" / "scheduler_config.json", SCHEDULER_CONFIG)
-    _write_json(ootd / "feature_extractor" / "preprocessor_config.json", IMAGE_PROCESSOR)
+    write_json(ootd / "model_index.json", MODEL_INDEX)
+    write_json(ootd / "scheduler" / "scheduler_config.json", SD15_SCHEDULER_CONFIG)
+    write_json(ootd / "feature_extractor" / "preprocessor_config.json", IMAGE_PROCESSOR)
     vocab_size = write_tokenizer(ootd / "tokenizer")
     write_text_encoder(ootd / "text_encoder", vocab_size)
     write_vae(ootd / "vae")

@@ -11,14 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ootd.bench import (
-    UNET_CONFIG_TINY,
-    PeakMemory,
-    count_step_flops,
-    original_formulation,
-    run_bench,
-    run_matrix,
-)
+from ootd.bench import run_bench, run_matrix
+from ootd.bench.architectures import TINY
+from ootd.bench.flops import count_step_flops
+from ootd.bench.profiling import PeakMemory
+from ootd.bench.reference import original_formulation
 from ootd.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,7 +78,7 @@ def test_original_formulation_restores_the_unet() -> None:
 
     from ootd.fusion import TryOnFusion, transformer_blocks
 
-    unet = UNet2DConditionModel(in_channels=8, **UNET_CONFIG_TINY)
+    unet = UNet2DConditionModel(in_channels=8, **TINY.unet)
     TryOnFusion(unet)
     before = {k: type(v) for k, v in unet.attn_processors.items()}
     blocks = transformer_blocks(unet)
@@ -142,24 +139,25 @@ def test_gpu_check_script_is_valid_bash() -> None:
 
 def test_speed_options_apply_to_ours_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """--channels-last changes ours; the original formulation still runs in the default layout, eagerly."""
-    import ootd.bench as bench
+    from ootd.bench import reference
 
     layouts: list[bool] = []
     stock: list[bool] = []
-    real = bench._run_original
+    real = reference._OriginalRun.__call__
 
     seen: list = []
 
-    def spy(components, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def spy(run, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        components = run.c
         conv = components.unet_vton.conv_in.weight
         layouts.append(conv.is_contiguous() and components.unet_vton._compiled_call_impl is None)
         # stock processors (no folded cross-attention) on the garment UNet and the VAE, as the original
         processors = [*components.unet_garm.attn_processors.values(), *components.vae.attn_processors.values()]
         stock.append(all(type(p).__name__ == "AttnProcessor2_0" for p in processors))
         seen.append(components)
-        return real(components, *args, **kwargs)
+        return real(run, *args, **kwargs)
 
-    monkeypatch.setattr(bench, "_run_original", spy)
+    monkeypatch.setattr(reference._OriginalRun, "__call__", spy)
     out = run_bench(random_weights="tiny", resolution=(384, 512), num_samples=1, steps=1, channels_last=True,
                     compare_original=True, step_repeats=1)
     assert out["config"]["channels_last"] is True and out["config"]["compile"] is False
