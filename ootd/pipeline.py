@@ -214,7 +214,8 @@ class TryOnPipeline:
         callback: StepCallback | None = None,
     ) -> TryOnResult:
         """One try-on: `num_samples` pictures of the person wearing the garment."""
-        settings = self.settings(num_samples, steps, guidance_scale, seed, resolution, scheduler)
+        settings = self.settings(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale, seed=seed,
+                                 resolution=resolution, scheduler=scheduler)
         person_inputs = self.prepare_person(person, category, mask=mask, resolution=settings.resolution,
                                             fit=fit, mask_grow=mask_grow)
         garment_inputs = self.prepare_garment(garment, category, resolution=settings.resolution, fit=fit)
