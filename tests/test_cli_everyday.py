@@ -412,3 +412,84 @@ def test_run_json_includes_the_memory_plan(tmp_path: Path, tiny_tree: Path, exam
 def use_tiny_hd(monkeypatch: pytest.MonkeyPatch, pipe_hd):  # noqa: ANN001, ANN201
     monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type, **_: pipe_hd)
     return pipe_hd
+
+
+# ---------------------------------------------------------------------------------------------- 14. released?
+
+
+def test_verify_and_doctor_say_a_tiny_tree_is_not_the_released_one(tiny_tree: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    table = invoke("checkpoints", "verify", tiny_tree, "--quick")
+    assert table.exit_code == 0, table.output  # a warning, not a failure: tests run on such trees
+    last = table.stdout.strip().splitlines()[-1]
+    assert "not the released OOTDiffusion models" in last and "text_encoder hidden_size 32" in last
+    as_json = json.loads(invoke("checkpoints", "verify", tiny_tree, "--json").stdout)
+    assert as_json["ok"] is True and as_json["released"] is False
+    assert any(d.startswith("unet_garm (hd) block_out_channels") for d in as_json["architecture"])
+
+    from ootd import device
+
+    monkeypatch.setattr(device, "_cpu_info", lambda: device.DeviceInfo(type="cpu", total_memory=8 << 30,
+                                                                       free_memory=6 << 30))
+    doctor = invoke("doctor", "--checkpoints", tiny_tree, "--no-kernels", "--quick", "--json")
+    assert doctor.exit_code == 0, doctor.output
+    report = json.loads(doctor.stdout)
+    items = {(i["section"], i["item"]): i for i in report["items"]}
+    assert items[("checkpoints", "architecture")]["status"] == "warn" and report["released"] is False
+    ram = items[("memory", "RAM")]  # this CPU machine, 6 GiB free: short of a 768x1024 try-on
+    assert ram["status"] == "warn" and "needs about" in ram["detail"] and "384x512" in ram["fix"]
+    plain = invoke("doctor", "--checkpoints", tiny_tree, "--no-kernels", "--quick")
+    assert "try-ons can run, but not with the released models" in plain.stdout
+
+
+def test_released_dimensions_and_parameter_counts_pass(tmp_path: Path, tiny_tree: Path) -> None:
+    """A tree whose configs carry the released dimensions is recognised; a parameter count that differs is not."""
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    from ootd.architecture import compare_to_released, safetensors_params
+    from ootd.model_sizes import RELEASED_UNET_CONFIG, RELEASED_VAE_CONFIG
+
+    root = tmp_path / "ck"
+    shutil.copytree(tiny_tree, root)
+    for weights in root.rglob("*"):
+        if weights.suffix in (".safetensors", ".bin"):
+            weights.unlink()
+
+    def edit(path: Path, **values: object) -> None:
+        config = json.loads(path.read_text())
+        config.update(values)
+        path.write_text(json.dumps(config))
+
+    unet = {k: list(RELEASED_UNET_CONFIG[k]) if isinstance(RELEASED_UNET_CONFIG[k], tuple) else RELEASED_UNET_CONFIG[k]
+            for k in ("block_out_channels", "layers_per_block", "cross_attention_dim")}
+    for model in ("hd", "dc"):
+        base = root / "ootd" / f"ootd_{model}" / "checkpoint-36000"
+        edit(base / "unet_garm" / "config.json", **unet, in_channels=4)
+        edit(base / "unet_vton" / "config.json", **unet, in_channels=8)
+    edit(root / "ootd" / "vae" / "config.json", block_out_channels=list(RELEASED_VAE_CONFIG["block_out_channels"]),
+         latent_channels=4, layers_per_block=2)
+    edit(root / "ootd" / "text_encoder" / "config.json", hidden_size=768, num_hidden_layers=12, intermediate_size=3072)
+    clip = json.loads((root / "clip-vit-large-patch14" / "config.json").read_text())
+    clip.setdefault("vision_config", {}).update(hidden_size=1024, num_hidden_layers=24)
+    clip["projection_dim"] = 768
+    (root / "clip-vit-large-patch14" / "config.json").write_text(json.dumps(clip))
+    assert compare_to_released(root) == []
+
+    weights = root / "ootd" / "ootd_hd" / "checkpoint-36000" / "unet_garm" / "diffusion_pytorch_model.safetensors"
+    save_file({"a": torch.zeros(3, 5), "b": torch.zeros(7)}, str(weights))
+    assert safetensors_params(weights) == 22
+    diffs = compare_to_released(root, ["hd"])
+    assert [(d.component, d.what, d.found) for d in diffs] == [("unet_garm (hd)", "parameters", 22)]
+
+
+def test_an_empty_folder_lists_the_released_file_names(tmp_path: Path) -> None:
+    result = invoke("checkpoints", "verify", tmp_path, "--models", "hd", "--json")
+    assert result.exit_code == 1
+    paths = {f["component"]: f["path"] for f in json.loads(result.stdout)["files"]}
+    assert paths["text_encoder weights"].endswith("text_encoder/pytorch_model.bin")
+    assert paths["vae weights"].endswith("vae/diffusion_pytorch_model.bin")
+    assert paths["unet_vton (hd) weights"].endswith("unet_vton/diffusion_pytorch_model.safetensors")
+    assert paths["CLIP image encoder weights"].endswith("clip-vit-large-patch14/model.safetensors")
