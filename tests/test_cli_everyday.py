@@ -293,7 +293,7 @@ def test_run_reports_decode_after_denoise(tmp_path: Path, tiny_tree: Path, examp
 
     class Recorder:
         def __init__(self, enabled: bool) -> None:
-            pass
+            self.enabled = enabled
 
         def __enter__(self):  # noqa: ANN204
             return self
@@ -493,3 +493,24 @@ def test_an_empty_folder_lists_the_released_file_names(tmp_path: Path) -> None:
     assert paths["vae weights"].endswith("vae/diffusion_pytorch_model.bin")
     assert paths["unet_vton (hd) weights"].endswith("unet_vton/diffusion_pytorch_model.safetensors")
     assert paths["CLIP image encoder weights"].endswith("clip-vit-large-patch14/model.safetensors")
+
+
+def test_loading_reports_progress_per_component(tmp_path: Path, tiny_tree: Path, example_images,  # noqa: ANN001
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a terminal the loading bar moves per component (the real loader on the tiny tree)."""
+    import torch
+
+    from ootd.loading import load_components
+
+    ticks: list[tuple] = []
+    dtypes = dict.fromkeys(("unet", "vae", "text_encoder", "image_encoder"), torch.float32)
+    load_components(tiny_tree, "hd", dtypes, progress=lambda *tick: ticks.append(tick))
+    assert ticks == [("load", k, 8) for k in range(1, 9)]
+
+    handed: list[object] = []
+    monkeypatch.setattr(cli_run, "show_progress", lambda quiet, json_out: True)
+    monkeypatch.setattr(app_load, "load_pipeline",
+                        lambda config, model_type, **kw: handed.append(kw.get("progress")) or FakePipe(model_type))
+    result = invoke(*run_args(example_images, tiny_tree, tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert handed and callable(handed[0])  # the display itself

@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def load_pipeline(config: RunConfig, model_type: ModelType, preprocessor: Any = None) -> TryOnPipeline:
+def load_pipeline(config: RunConfig, model_type: ModelType, preprocessor: Any = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> TryOnPipeline:
     """Build the pipeline a config asks for (device, precision, attention, memory, speed options).
-    `preprocessor`: pose + parsing already loaded (see `load_preprocessor`), else loaded when first needed."""
+    `preprocessor`: pose + parsing already loaded (see `load_preprocessor`), else loaded when first needed;
+    `progress` hears ("load", done, total) per component."""
     from ootd.pipeline import TryOnPipeline
 
     quiet_libraries(importing=True)  # importing transformers/diffusers may have reset their levels
@@ -38,6 +40,7 @@ def load_pipeline(config: RunConfig, model_type: ModelType, preprocessor: Any = 
         attention=str(config.attention), parsing_provider=str(config.parsing_provider),
         max_memory=config.max_memory, channels_last=config.channels_last, compile=config.compile,
         **({"preprocessor": preprocessor} if preprocessor is not None else {}),
+        **({"progress": progress} if progress is not None else {}),
     )
 
 

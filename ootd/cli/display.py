@@ -19,11 +19,11 @@ class Display:
     """
 
     LABELS = {
-        "load": "loading models", "person": "preparing person", "garment": "preparing garment",
-        "denoise": "denoising", "decode": "decoding", "pairs": "pairs",
+        "pose": "pose + parsing", "load": "loading models", "person": "preparing person",
+        "garment": "preparing garment", "denoise": "denoising", "decode": "decoding", "pairs": "pairs",
     }
-    UNITS = {"denoise": "step", "pairs": "pair"}
-    SEQUENCE = ("load", "person", "garment", "denoise", "decode")  # one try-on's stages, in order
+    UNITS = {"denoise": "step", "pairs": "pair", "load": "part"}
+    SEQUENCE = ("pose", "load", "person", "garment", "denoise", "decode")  # one try-on's stages, in order
 
     def __init__(self, enabled: bool, console: Any = None) -> None:
         self.enabled = enabled

@@ -81,18 +81,23 @@ def run_command(
     with Display(show_progress(options["quiet"], json_out)) as display:
         preprocessor = None
         if request.mask is None:
-            display("person", 0, 1)
+            display("pose", 0, 2)
             t = time.perf_counter()
             preprocessor = load.load_preprocessor(config)
+            display("pose", 1, 2)
             check_person(request, config, preprocessor)
+            display("pose", 2, 2)
             timings["pose_parsing"] = time.perf_counter() - t
         # 3. the heavy part
         display("load", 0, 1)
         t = time.perf_counter()
         extra = {"preprocessor": preprocessor} if preprocessor is not None else {}
+        if display.enabled:  # a bar that moves per component
+            extra["progress"] = display
         pipe = load.load_pipeline(config, chosen_model, **extra)
         timings["load"] = time.perf_counter() - t
-        display("load", 1, 1)
+        if "progress" not in extra:
+            display("load", 1, 1)
         if explain and not json_out:
             from ootd.app.outputs import describe_pipeline
 
