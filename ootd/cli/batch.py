@@ -120,8 +120,9 @@ def batch_command(
     pairing: Annotated[str, typer.Option("--pairing", metavar=choices(Pairing), help="Folder mode: product "
                                          "(everyone x everything) or zip (i-th with i-th).",
                                          rich_help_panel=INPUTS)] = Pairing.PRODUCT.value,
-    shard: Annotated[str | None, typer.Option("--shard", help="Run only shard K of N (K/N, from 0), e.g. one per "
-                                              "GPU.", rich_help_panel=HARDWARE, show_default=False)] = None,
+    shard: Annotated[str | None, typer.Option("--shard", metavar="K/N", help="Run only shard K of N (K/N, from 0), "
+                                              "e.g. one per GPU.", rich_help_panel=HARDWARE,
+                                              show_default=False)] = None,
     report: Annotated[Path | None, typer.Option("--report", help=f"JSON-lines report. Default: OUTPUT/{REPORT_NAME}"
                                                 " (one per shard).", rich_help_panel=OUTPUTS,
                                                 show_default=False)] = None,

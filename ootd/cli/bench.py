@@ -11,6 +11,7 @@ from ootd.cli.errors import echo_err, guarded_command
 from ootd.cli.options import (
     INPUTS,
     LOGGING_OPTIONS,
+    MODEL_TYPES,
     OUTPUTS,
     RUN_OPTIONS,
     SAMPLING,
@@ -38,7 +39,8 @@ def bench_command(
                                                        help="Benchmark in-memory random weights instead: full "
                                                        "(released sizes) or tiny.", rich_help_panel=INPUTS,
                                                        show_default=False)] = None,
-    model_type: Annotated[str, typer.Option("--model-type", help="hd or dc.", rich_help_panel=INPUTS)] = "hd",
+    model_type: Annotated[str, typer.Option("--model-type", metavar=choices(MODEL_TYPES), help="hd or dc.",
+                                            rich_help_panel=INPUTS)] = "hd",
     seed: Annotated[int, typer.Option("--seed", help="Random seed.", rich_help_panel=SAMPLING)] = 0,
     compare_original: Annotated[bool, typer.Option("--compare-original", help="Also time the original "
                                                    "formulation on the same weights.")] = False,
