@@ -55,6 +55,17 @@ def test_device_and_precision_mistakes_are_usage_errors(tmp_path: Path, tiny_tre
         assert "OOTD_DEVICE" not in lines[0]
 
 
+def test_batch_checks_the_device_once_before_any_pair(tmp_path: Path, tiny_tree: Path, example_images,  # noqa: ANN001
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app_load, "load_pipeline", lambda *a, **k: pytest.fail("loaded models"))
+    people, garments = images_tree(tmp_path, example_images, 2, 2)
+    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks", people,
+                    "--checkpoints", tiny_tree, "-o", tmp_path / "out", *RUN, env={"OOTD_DEVICE": "gpu"})
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown device 'gpu'" in lines[0] and "OOTD_DEVICE" in lines[0]
+
+
 def test_output_naming_a_file_is_a_usage_error(tmp_path: Path, tiny_tree: Path, example_images,  # noqa: ANN001
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     fake_loader(monkeypatch)

@@ -53,6 +53,8 @@ class RememberingPreprocessor:
         self._latest: tuple[tuple, Any] | None = None
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (copying): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def __call__(self, person: Any, category: Any, model_type: Any, grow: int = 0) -> Any:
