@@ -209,3 +209,10 @@ class SamplingSettings:
         )
         settings.validate()
         return settings
+
+
+class EngineName(Choice):
+    """Where `ootd batch` runs its pairs: in this process, or on the actors of a Ray cluster (the `ray` extra)."""
+
+    LOCAL = "local"
+    RAY = "ray"

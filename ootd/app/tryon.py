@@ -65,6 +65,7 @@ class TryOnRequest:
     person_name: str | None = None
     garment_name: str | None = None
     mask_name: str | None = None
+    mask_checked: bool = False  # check_mask_input ran on the mask as given (run_tryon then skips it)
 
     def source(self, role: str) -> Any:
         return {"person": self.person, "garment": self.garment, "mask": self.mask}[role]
@@ -154,6 +155,17 @@ def check_person(request: TryOnRequest, config: RunConfig, preprocessor: Any) ->
         raise no_person_error(request.label("person")) from None
 
 
+def _frame_like_results(result: Any, fit: Any) -> None:
+    """Crop the padding off the intermediates (mask, masked person, pose, parsing) as the pipeline crops it off
+    the results, so every saved picture of a --fit pad try-on has the photo's framing."""
+    from ootd.images import restore_framing
+
+    intermediates = getattr(result, "intermediates", None)
+    if fit is None or not intermediates:
+        return
+    result.intermediates = {k: restore_framing(v, fit, keep_scale=True) for k, v in intermediates.items()}
+
+
 def _cached(cache: InputCache | None, key: tuple | None, compute: Callable[[], Any]) -> tuple[Any, bool]:
     if cache is None or key is None:
         return compute(), True
@@ -177,7 +189,10 @@ def run_tryon(
     fit = str(config.fit)
 
     def prepare_person() -> Any:
+        from ootd.app.masking import check_mask_input
+
         tick("person", 0, 1)
+        check_mask_input(request, fit=fit)
         mask = request.pipeline_input("mask") if request.mask is not None else None
         try:
             prepared = pipe.prepare_person(request.pipeline_input("person"), category, mask=mask,
@@ -207,6 +222,7 @@ def run_tryon(
             tick("decode", 0, config.sampling.num_samples)
 
     result = pipe.generate(person, garment, config.sampling, progress=staged if progress else None, **extra)
+    _frame_like_results(result, getattr(person, "fit", None))
     return TryOnOutcome(request, model_type, result, describe_pipeline(pipe, config),
                         {"person": not person_new, "garment": not garment_new})
 
