@@ -29,6 +29,17 @@ def invoke(*args: object, env: dict[str, str] | None = None):  # noqa: ANN201
     return CliRunner().invoke(cli.app, [str(a) for a in args], env=env)
 
 
+def masks_for(people: Path, example_images: dict[str, Path]) -> Path:
+    """A masks folder with a two-tone mask named like each person photo."""
+    import shutil
+
+    masks = people.parent / "masks"
+    masks.mkdir(exist_ok=True)
+    for photo in people.iterdir():
+        shutil.copy(example_images["mask"], masks / photo.name)
+    return masks
+
+
 def run_args(example_images: dict[str, Path], tiny_tree: Path, out: Path, mask: bool = True) -> list[object]:
     masked = ["--mask", example_images["mask"]] if mask else []
     return ["run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper", *masked,
@@ -59,7 +70,8 @@ def test_batch_checks_the_device_once_before_any_pair(tmp_path: Path, tiny_tree:
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(app_load, "load_pipeline", lambda *a, **k: pytest.fail("loaded models"))
     people, garments = images_tree(tmp_path, example_images, 2, 2)
-    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks", people,
+    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks",
+                    masks_for(people, example_images),
                     "--checkpoints", tiny_tree, "-o", tmp_path / "out", *RUN, env={"OOTD_DEVICE": "gpu"})
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
@@ -163,7 +175,8 @@ def test_batch_stops_once_when_the_model_cannot_load(tmp_path: Path, tiny_tree: 
 
     monkeypatch.setattr(app_load, "load_pipeline", broken)
     people, garments = images_tree(tmp_path, example_images, 2, 2)
-    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks", people,
+    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks",
+                    masks_for(people, example_images),
                     "--checkpoints", tiny_tree, "-o", tmp_path / "out", *RUN)
     assert result.exit_code == 1, result.output
     lines = result.stderr.strip().splitlines()
@@ -179,7 +192,8 @@ def test_batch_plain_lines_and_log_file_when_not_a_terminal(tmp_path: Path, tiny
     fake_loader(monkeypatch)
     people, garments = images_tree(tmp_path, example_images, 1, 2)
     log = tmp_path / "logs" / "batch.log"
-    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks", people,
+    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks",
+                    masks_for(people, example_images),
                     "--checkpoints", tiny_tree, "-o", tmp_path / "out", "--log-file", log, *RUN)
     assert result.exit_code == 0, result.output
     lines = result.stderr.strip().splitlines()  # CliRunner's stderr is no terminal, as under nohup
@@ -187,7 +201,8 @@ def test_batch_plain_lines_and_log_file_when_not_a_terminal(tmp_path: Path, tiny
     assert all(" in " in line and str(tmp_path / "out") in line and ".png" in line for line in lines)
     logged = log.read_text().splitlines()
     assert [line.split(" ", 2)[2] for line in logged] == lines  # date, time, then the same line
-    quiet = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks", people,
+    quiet = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks",
+                    masks_for(people, example_images),
                    "--checkpoints", tiny_tree, "-o", tmp_path / "out2", "-q", *RUN)
     assert quiet.exit_code == 0 and quiet.stderr == ""
 
@@ -229,7 +244,8 @@ def test_errors_print_above_live_bars_and_decode_gets_its_bar(tmp_path: Path, ti
     monkeypatch.setattr(cli_display.Display, "__call__", record)
     monkeypatch.setattr(cli_display.Display, "print", record_print)
     people, garments = images_tree(tmp_path, example_images, 1, 2)
-    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks", people,
+    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks",
+                    masks_for(people, example_images),
                     "--checkpoints", tiny_tree, "-o", tmp_path / "out", *RUN)
     assert result.exit_code == 1
     assert len(printed) == 1 and printed[0].startswith("error: ") and "bad pair" in printed[0]
@@ -264,7 +280,8 @@ def test_display_rate_eta_and_clean_error_line() -> None:
 
 def test_help_shows_choices_no_bool_has_examples_completion_fits_80_columns() -> None:
     env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(REPO), "TERM": "dumb"}
-    commands = [["run"], ["batch"], ["download"], ["doctor"], ["checkpoints"], ["checkpoints", "verify"], ["bench"]]
+    commands = [["run"], ["batch"], ["mask"], ["serve"], ["download"], ["doctor"], ["checkpoints"],
+                ["checkpoints", "verify"], ["bench"]]
     for command in commands:
         shown = subprocess.run([sys.executable, "-m", "ootd", *command, "--help"], capture_output=True, text=True,
                                env=env, check=True).stdout
