@@ -322,7 +322,13 @@ class BatchRunner:
         """The reports of the pairs to do (given in run order), as they finish: here one after the other in this
         process; another engine (ootd/app/ray_engine.py) runs them elsewhere."""
         for pair, model_type, targets in order:
-            yield self.run_one(pair, model_type, targets)
+            report = self.run_one(pair, model_type, targets)
+            failed = self.loader.failure(model_type)
+            if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
+                # every later pair of this model would fail the same way: stop once, with one line
+                raise type(failed)(f"cannot load the {model_type.value} model: {_one_line(failed)}; stopped "
+                                   f"before {pair.source} (finished pairs are in the report)") from failed
+            yield report
 
     def run_one(self, pair: Pair, model_type: ModelType, targets: Targets) -> PairReport:
         """One pair that passed the precheck; never raises (a failure is the report's error)."""
@@ -336,21 +342,14 @@ class BatchRunner:
         config = self.config
         report = PairReport(pair, "error", model_type.value, seed=config.sampling.seed)
         start = time.perf_counter()
-        loading = not self.loader.holds(model_type)
-        if loading:
-            self._tick("load", 0, 1)
         try:
+            loading = not self.loader.holds(model_type)
+            if loading:
+                self._tick("load", 0, 1)
             pipe = self.loader.get(model_type)
-        except (CheckpointError, DeviceError) as exc:  # every later pair would fail the same way: stop once
-            raise type(exc)(f"cannot load the {model_type.value} model: {_one_line(exc)}; stopped before "
-                            f"{pair.source} (finished pairs are in the report)") from exc
-        except OotdError as exc:
-            report.error = _one_line(exc)
-            return report
-        if loading:
-            self._tick("load", 1, 1)
-            start = time.perf_counter()  # loading is reported once, not in this pair's time
-        try:
+            if loading:
+                self._tick("load", 1, 1)
+                start = time.perf_counter()  # loading is reported once, not in this pair's time
             outcome = run_tryon(pipe, pair.request(), config, self.progress, persons=self.persons,
                                 garments=self.garments)
             self.info = outcome.info

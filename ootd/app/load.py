@@ -137,6 +137,10 @@ class PipelineLoader:
         self._current = (model_type, pipe)
         return pipe
 
+    def failure(self, model_type: ModelType) -> OotdError | None:
+        """The error loading `model_type` failed with (remembered), else None."""
+        return self._failed.get(model_type)
+
     def holds(self, model_type: ModelType) -> bool:
         return self._current is not None and self._current[0] is model_type
 
