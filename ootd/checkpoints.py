@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +33,26 @@ HOW_TO_GET = (
 )
 
 
+def user_checkpoints_dir() -> Path:
+    """The per-user checkpoints folder: `$XDG_DATA_HOME/ootd/checkpoints` (default `~/.local/share/...`) on
+    Linux, `~/Library/Application Support/ootd/checkpoints` on macOS, `%LOCALAPPDATA%\\ootd\\checkpoints` on
+    Windows. `ootd download` fills it when no ./checkpoints folder exists, so `ootd run` works from any folder."""
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "ootd" / "checkpoints"
+
+
 def default_checkpoints_dir() -> Path:
-    return Path(os.environ.get(ENV_CHECKPOINTS, "checkpoints"))
+    """$OOTD_CHECKPOINTS, else ./checkpoints when that folder exists, else the per-user folder."""
+    env = os.environ.get(ENV_CHECKPOINTS)
+    if env:
+        return Path(env)
+    local = Path("checkpoints")
+    return local if local.is_dir() else user_checkpoints_dir()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import glob
 import logging
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 CLIP_DIR = "clip-vit-large-patch14"
 STAGING_DIR = ".download"  # inside dest; removed after a complete download
+DISK_MARGIN = 256 * 2**20  # room kept free beyond the files themselves
 _OOTD_PREFIX = "checkpoints/"
 _OOTD_TOP_DIRS = ("ootd", "humanparsing", "openpose")
 
@@ -180,7 +181,7 @@ def _hub_error(exc: BaseException, repo_id: str, revision: str | None, dest: Pat
     """One line for any failure of the hub client: what went wrong and how to get the files anyway."""
     from huggingface_hub import errors as hub_errors
 
-    cause = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    cause = _short_cause(exc)
     if isinstance(exc, hub_errors.RevisionNotFoundError):
         return CheckpointError(f"revision {revision!r} not found in {repo_id} on the Hugging Face hub ({cause})")
     if isinstance(exc, hub_errors.GatedRepoError | hub_errors.RepositoryNotFoundError):
@@ -193,7 +194,69 @@ def _hub_error(exc: BaseException, repo_id: str, revision: str | None, dest: Pat
         why = "offline mode is on (HF_HUB_OFFLINE)"
     else:
         why = "the Hugging Face hub could not be reached"
-    return CheckpointError(f"cannot download {repo_id}: {why} ({cause}); {fetch_instructions(dest, models)}")
+    return CheckpointError(f"cannot download {repo_id}: {why} ({cause}); {BY_HAND.format(dest=dest)}")
+
+
+BY_HAND = "retry online, or fetch the files into {dest} by hand (`ootd download --list` says which go where)"
+
+
+def _short_cause(exc: BaseException) -> str:
+    """The root of an exception chain in a few words (the hub client's own messages run to paragraphs)."""
+    link: BaseException = exc
+    for _ in range(8):
+        nxt = link.__cause__ or link.__context__
+        if nxt is None:
+            break
+        link = nxt
+    text = " ".join(str(link).split())
+    first = text.split(". ")[0]
+    return f"{type(link).__name__}: {first[:120]}"
+
+
+def file_list(dest: Path, models: Sequence[str | ModelType] = ("hd", "dc")) -> list[tuple[str, Path]]:
+    """(hub URL, local path) of every file a download must produce: for fetching by hand."""
+    rows = []
+    for repo_id, paths in required_files(models).items():
+        for repo_path in paths:
+            rel = repo_path_to_layout_path(repo_id, repo_path)
+            if rel is not None:
+                rows.append((f"https://huggingface.co/{repo_id}/resolve/main/{repo_path}", Path(dest) / rel))
+    return rows
+
+
+def remote_size(repo_id: str, patterns: list[str], present: Iterable[str], revision: str | None) -> int | None:
+    """Bytes the files still to fetch take on the hub (None when the hub cannot say: the download reports
+    that error itself)."""
+    try:
+        import huggingface_hub
+
+        info = huggingface_hub.HfApi().model_info(repo_id, revision=revision, files_metadata=True)
+    except Exception as exc:
+        if not _is_hub_failure(exc):
+            raise
+        logger.debug("size of %s unknown: %s", repo_id, _short_cause(exc))
+        return None
+    skip = set(present)
+    return sum(int(s.size or 0) for s in (info.siblings or [])
+               if _matches(s.rfilename, patterns) and s.rfilename not in skip)
+
+
+def _size_text(value: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"
+
+
+def _prune_empty(folder: Path, keep: Path | None) -> None:
+    """Remove empty folders under `folder` (and `folder` itself unless it is `keep`): a failed download leaves
+    nothing empty behind, while partial files stay for the resume."""
+    if not folder.is_dir():
+        return
+    for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        _remove_if_empty(sub)
+    if folder != keep:
+        _remove_if_empty(folder)
 
 
 def _is_hub_failure(exc: BaseException) -> bool:
@@ -232,70 +295,77 @@ def download_checkpoints(
     *,
     clip_revision: str | None = None,
     force: bool = False,
+    on_size: Callable[[str, int | None, int], None] | None = None,
 ) -> list[Path]:
     """Download the checkpoint files for `models` into `dest`; returns every layout file the download covers.
 
     `revision` pins levihsu/OOTDiffusion (a 40-hex commit for reproducibility), `clip_revision` pins the CLIP
-    repo (their commits differ). Files already in place are not fetched again unless `force`.
-    Raises CheckpointError (one line: what to fetch and where) when the hub cannot be used.
+    repo (their commits differ). Files already in place are not fetched again unless `force`. Before each repo,
+    the size still to fetch is asked of the hub and checked against the free disk space; `on_size(repo, bytes or
+    None, free bytes)` hears it. A failed download leaves no empty folder behind (partial files stay, to resume).
+    Raises CheckpointError (one line) when the hub cannot be used or the disk is too small.
     """
     dest = Path(dest)
     chosen = parse_models(models)
+    existed = dest.exists()
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CheckpointError(f"cannot create checkpoints folder {dest}: {exc.strerror or exc}") from None
-    patterns = allow_patterns(chosen)
-    required = required_files(chosen)
-    revisions = {HUB_REPO: revision, CLIP_REPO: clip_revision}
-
-    for repo_id, repo_patterns in patterns.items():
-        missing = _missing(dest, repo_id, required[repo_id])
-        if not missing and not force:
-            logger.info("%s: all files already in %s", repo_id, dest)
-            continue
-        if _offline():
-            what = (
-                f"{len(missing)} file(s) are missing, e.g. {missing[0]}"
-                if missing
-                else "a fresh copy was asked for (force)"
-            )
-            raise CheckpointError(
-                f"cannot download {repo_id}: offline mode is on (HF_HUB_OFFLINE) and {what}; "
-                f"{fetch_instructions(dest, chosen)}"
-            )
-        present = [] if force else [p for p, _ in _layout_files_of(dest, repo_id) if _matches(p, repo_patterns)]
-        staging = dest / STAGING_DIR / repo_id.replace("/", "--")
-        logger.info("downloading %s into %s", repo_id, dest)
-        _snapshot(
-            repo_id,
-            repo_patterns,
-            [glob.escape(p) for p in present],
-            staging,
-            revisions[repo_id],
-            progress,
-            dest,
-            chosen,
-        )
-        try:
-            moved = _move_into_layout(staging, dest, repo_id, repo_patterns)
-        except OSError as exc:
-            raise CheckpointError(f"cannot move downloaded files into {dest}: {exc}") from None
-        logger.info("%s: %d file(s) placed", repo_id, len(moved))
-        still_missing = _missing(dest, repo_id, required[repo_id])
-        if still_missing:
-            names = ", ".join(str(p) for p in still_missing[:4]) + (" ..." if len(still_missing) > 4 else "")
-            raise CheckpointError(
-                f"download of {repo_id} incomplete: missing {names}; run the download again "
-                f"(it resumes) or {fetch_instructions(dest, chosen)}"
-            )
-        shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for repo_id in allow_patterns(chosen):
+            _download_repo(dest, repo_id, chosen, revision if repo_id == HUB_REPO else clip_revision, progress,
+                           force, on_size)
+    except BaseException:
+        _prune_empty(dest, keep=dest if existed else None)
+        raise
     _remove_if_empty(dest / STAGING_DIR)
-
     covered = []
-    for repo_id, repo_patterns in patterns.items():
+    for repo_id, repo_patterns in allow_patterns(chosen).items():
         covered += [file for path, file in _layout_files_of(dest, repo_id) if _matches(path, repo_patterns)]
     return sorted(covered)
+
+
+def _download_repo(dest: Path, repo_id: str, chosen: list[ModelType], revision: str | None, progress: bool,
+                   force: bool, on_size: Callable[[str, int | None, int], None] | None) -> None:
+    """One repo: skip when complete, refuse offline or without room, fetch into staging, move into place."""
+    repo_patterns = allow_patterns(chosen)[repo_id]
+    required = required_files(chosen)[repo_id]
+    missing = _missing(dest, repo_id, required)
+    if not missing and not force:
+        logger.info("%s: all files already in %s", repo_id, dest)
+        return
+    if _offline():
+        what = f"{len(missing)} file(s) are missing" if missing else "a fresh copy was asked for"
+        raise CheckpointError(
+            f"cannot download {repo_id}: offline mode is on (HF_HUB_OFFLINE) and {what}; {BY_HAND.format(dest=dest)}"
+        )
+    present = [] if force else [p for p, _ in _layout_files_of(dest, repo_id) if _matches(p, repo_patterns)]
+    need = remote_size(repo_id, repo_patterns, present, revision)
+    free = shutil.disk_usage(dest).free
+    if on_size is not None:
+        on_size(repo_id, need, free)
+    if need is not None and need + DISK_MARGIN > free:
+        raise CheckpointError(
+            f"not enough free disk space in {dest}: {repo_id} needs {_size_text(need)} and "
+            f"{_size_text(free)} is free; free some space or choose another --dest"
+        )
+    staging = dest / STAGING_DIR / repo_id.replace("/", "--")
+    logger.info("downloading %s into %s", repo_id, dest)
+    _snapshot(repo_id, repo_patterns, [glob.escape(p) for p in present], staging, revision, progress, dest, chosen)
+    try:
+        moved = _move_into_layout(staging, dest, repo_id, repo_patterns)
+    except OSError as exc:
+        raise CheckpointError(f"cannot move downloaded files into {dest}: {exc}") from None
+    logger.info("%s: %d file(s) placed", repo_id, len(moved))
+    still_missing = _missing(dest, repo_id, required)
+    if still_missing:
+        names = ", ".join(str(p) for p in still_missing[:4]) + (" ..." if len(still_missing) > 4 else "")
+        raise CheckpointError(
+            f"download of {repo_id} incomplete: missing {names}; run the download again (it resumes) or put the "
+            f"files in {dest} by hand (`ootd download --list`)"
+        )
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _snapshot(repo_id, patterns, ignore, staging: Path, revision, progress: bool, dest: Path, models) -> None:

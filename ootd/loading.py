@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -193,19 +194,27 @@ class Components:
     scheduler_config: dict
 
 
-def load_components(root: Path, model_type: ModelType | str, dtypes: dict[str, torch.dtype]) -> Components:
-    """Load every component of one model type (hd or dc) onto the CPU in the given dtypes."""
+def load_components(root: Path, model_type: ModelType | str, dtypes: dict[str, torch.dtype],
+                    progress: Callable[[str, int, int], None] | None = None) -> Components:
+    """Load every component of one model type (hd or dc) onto the CPU in the given dtypes. `progress` hears
+    ("load", done, total) after each component, for a progress bar."""
     model_type = ModelType(model_type)
     layout = Layout(Path(root))
     if not layout.root.is_dir():
         raise CheckpointError(f"checkpoints folder {layout.root} does not exist; {layout.how_to_get()}")
-    return Components(
-        tokenizer=load_tokenizer(layout),
-        text_encoder=load_text_encoder(layout, dtypes["text_encoder"]),
-        image_encoder=load_image_encoder(layout, dtypes["image_encoder"]),
-        image_processor=load_image_processor(layout),
-        vae=load_vae(layout, dtypes["vae"]),
-        unet_garm=load_unet(layout.unet_garm(model_type), layout, dtypes["unet"], "garment UNet"),
-        unet_vton=load_unet(layout.unet_vton(model_type), layout, dtypes["unet"], "try-on UNet"),
-        scheduler_config=load_scheduler_config(layout),
-    )
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("tokenizer", lambda: load_tokenizer(layout)),
+        ("text_encoder", lambda: load_text_encoder(layout, dtypes["text_encoder"])),
+        ("image_encoder", lambda: load_image_encoder(layout, dtypes["image_encoder"])),
+        ("image_processor", lambda: load_image_processor(layout)),
+        ("vae", lambda: load_vae(layout, dtypes["vae"])),
+        ("unet_garm", lambda: load_unet(layout.unet_garm(model_type), layout, dtypes["unet"], "garment UNet")),
+        ("unet_vton", lambda: load_unet(layout.unet_vton(model_type), layout, dtypes["unet"], "try-on UNet")),
+        ("scheduler_config", lambda: load_scheduler_config(layout)),
+    ]
+    loaded: dict[str, Any] = {}
+    for done, (name, load) in enumerate(steps, 1):
+        loaded[name] = load()
+        if progress is not None:
+            progress("load", done, len(steps))
+    return Components(**loaded)

@@ -112,13 +112,15 @@ class TryOnPipeline:
         max_memory: int | None = None,
         channels_last: bool | None = None,
         compile: bool | None = None,
+        progress: Progress | None = None,
     ) -> TryOnPipeline:
         """Load every component of the hd or dc model from a checkpoints tree in the released layout.
 
         `device` None picks the best available; `dtype` None follows the device profile (fp32 on CPU);
         `attention` is a backend name (auto, flash, sdpa, chunked, math) or an attention function;
         `profile` a TOML file overriding the device profile from configs/profiles/; `channels_last` and
-        `compile` None follow the profile (ootd/runtime.py resolves all of them).
+        `compile` None follow the profile (ootd/runtime.py resolves all of them). `progress` hears ("load", done,
+        total) as each component loads.
         """
         start = time.perf_counter()
         model_type = ModelType.parse(model_type)
@@ -128,7 +130,7 @@ class TryOnPipeline:
             "unet": precision.unet, "vae": precision.vae,
             "text_encoder": precision.text_encoder, "image_encoder": precision.image_encoder,
         }
-        components = load_components(Path(checkpoints_dir), model_type, dtypes)
+        components = load_components(Path(checkpoints_dir), model_type, dtypes, progress)
         pipe = cls(components, model_type, runtime.device, precision, runtime.attention, Path(checkpoints_dir),
                    preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile)
         pipe.load_seconds = time.perf_counter() - start

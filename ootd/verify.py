@@ -182,6 +182,20 @@ def find_weight_file(folder: Path, kind: str) -> Path | None:
     return None
 
 
+def released_weight_name(root: Path, folder: Path, kind: str) -> str:
+    """The weight file name the released layout has in `folder` (`pytorch_model.bin` for the text encoder,
+    `diffusion_pytorch_model.bin` for the VAE, safetensors for the UNets and CLIP): what a missing file is
+    listed as."""
+    from ootd.download import repo_path_to_layout_path, required_files
+
+    for repo_id, paths in required_files(("hd", "dc")).items():
+        for repo_path in paths:
+            rel = repo_path_to_layout_path(repo_id, repo_path)
+            if rel is not None and root / rel.parent == folder and rel.name in WEIGHT_NAMES[kind]:
+                return rel.name
+    return WEIGHT_NAMES[kind][0]
+
+
 def _check_weights(component: str, folder: Path, kind: str, root: Path, models, load: bool) -> FileCheck:
     chosen = find_weight_file(folder, kind)
     if chosen is not None:
@@ -190,7 +204,7 @@ def _check_weights(component: str, folder: Path, kind: str, root: Path, models, 
     hint = _source_hint(root, folder / "config.json").replace("config.json", "*")
     return FileCheck(
         component,
-        folder / WEIGHT_NAMES[kind][0],
+        folder / released_weight_name(root, folder, kind),
         False,
         None,
         False,

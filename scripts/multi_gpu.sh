@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# One `ootd batch` process per GPU over one pairs CSV, each taking its shard (--shard K/N).
+# One `ootd batch` process per GPU over one pairs CSV (or a folder of people x a folder of garments), each
+# taking its shard (--shard K/N).
 #
 #   scripts/multi_gpu.sh PAIRS.csv [extra ootd batch options...]
+#   scripts/multi_gpu.sh PEOPLE_DIR GARMENTS_DIR [extra ootd batch options...]
 #
 # Shards are contiguous blocks of the batch's run order (grouped by garment, so each garment is prepared once
 # or twice in total), near-equal in size, and stable: rerunning the same command resumes every shard.
 # Each process sees exactly one GPU through HIP_VISIBLE_DEVICES (ROCm) or CUDA_VISIBLE_DEVICES (NVIDIA) and
-# runs on cuda:0 of its view; logs go to OUT/shard<K>.log, reports to OUT/batch_report.shard<K>of<N>.jsonl and
+# runs on DEVICE of its view (cuda:0); logs (one line per finished pair) go to OUT/shard<K>.log, reports to OUT/batch_report.shard<K>of<N>.jsonl and
 # are concatenated into OUT/batch_report.jsonl at the end.
 #
 # Environment knobs (all optional):
 #   GPUS              GPU indices to use, e.g. "0,1,2,3" (default: every visible GPU)
 #   GPU_VAR           HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES (default: HIP on ROCm, CUDA otherwise)
+#   DEVICE            the device each process uses within its one-GPU view (default cuda:0)
 #   OUT               output folder shared by all shards (default outputs/batch)
+#   CATEGORY          upper, lower or dress: folder mode, and CSV rows without a category
+#   PAIRING, MASKS    folder mode: product or zip; a folder of masks named like the person photos
 #   OOTD_CHECKPOINTS, STEPS, SAMPLES, RESOLUTION, SEED, PRECISION, ATTENTION   as in batch_tryon.sh
 #   PYTORCH_HIP_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF   passed through untouched
 #   OOTD              the ootd command (default: `ootd`, else `python -m ootd`)
@@ -26,8 +31,17 @@ if [[ $# -lt 1 || "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     [[ $# -lt 1 ]] && exit 2 || exit 0
 fi
 
-pairs=$1
-shift
+if [[ -d "$1" ]]; then  # folder mode: PEOPLE_DIR GARMENTS_DIR
+    if [[ $# -lt 2 || ! -d "$2" ]]; then
+        echo "error: folder mode takes PEOPLE_DIR GARMENTS_DIR" >&2
+        exit 2
+    fi
+    inputs=(--models "$1" --cloths "$2" --pairing "${PAIRING:-product}")
+    shift 2
+else
+    inputs=("$1")
+    shift
+fi
 out=${OUT:-outputs/batch}
 
 # shellcheck source=scripts/ootd_command.sh
@@ -55,16 +69,18 @@ fi
 n=${#gpus[@]}
 
 common=(--output "$out" --steps "${STEPS:-20}" --samples "${SAMPLES:-1}" --resolution "${RESOLUTION:-768x1024}"
-    --precision "${PRECISION:-auto}" --attention "${ATTENTION:-auto}" --device cuda:0 --quiet)
+    --precision "${PRECISION:-auto}" --attention "${ATTENTION:-auto}" --device "${DEVICE:-cuda:0}")
 [[ -n "${OOTD_CHECKPOINTS:-}" ]] && common+=(--checkpoints "$OOTD_CHECKPOINTS")
 [[ -n "${SEED:-}" ]] && common+=(--seed "$SEED")
+[[ -n "${CATEGORY:-}" ]] && common+=(--category "$CATEGORY")
+[[ -n "${MASKS:-}" ]] && common+=(--masks "$MASKS")
 
 if [[ "${DRY_RUN:-0}" != "1" ]]; then
     mkdir -p "$out"
 fi
 pids=()
 for ((k = 0; k < n; k++)); do
-    cmd=("${ootd_cmd[@]}" batch "$pairs" --shard "$k/$n" "${common[@]}"
+    cmd=("${ootd_cmd[@]}" batch "${inputs[@]}" --shard "$k/$n" "${common[@]}"
         --report "$out/batch_report.shard${k}of${n}.jsonl" "$@")
     if [[ "${DRY_RUN:-0}" == "1" ]]; then
         printf '%s=%s ' "$GPU_VAR" "${gpus[$k]}"

@@ -39,7 +39,7 @@ def synthetic_preprocessor():  # noqa: ANN201
 def use_pipes(monkeypatch: pytest.MonkeyPatch, pipe_hd, pipe_dc):  # noqa: ANN001, ANN201
     """Serve the session's loaded tiny pipelines instead of loading them again."""
     pipes = {"hd": pipe_hd, "dc": pipe_dc}
-    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type: pipes[model_type.value])
+    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type, **_: pipes[model_type.value])
     return pipe_hd, pipe_dc
 
 
@@ -68,7 +68,7 @@ def test_run_hd_json_metadata_seed_overwrite(tmp_path: Path, tiny_tree: Path, ex
     assert summary["device"] == "cpu" and summary["precision"] == "fp32" and summary["attention"]
     assert {"load", "preprocess", "garment_unet", "denoise", "decode", "total"} <= set(summary["timings"])
     assert summary["peak_memory"]["host_rss_bytes"] > 0
-    assert summary["settings"]["steps"] == "1" and summary["describe"]["device"] == "cpu"
+    assert summary["settings"]["steps"] == 1 and summary["describe"]["device"] == "cpu"
     with Image.open(target) as im:
         assert im.size == (384, 512)
         meta = dict(im.text)
@@ -124,7 +124,9 @@ def test_run_768x1024_one_step(tmp_path: Path, tiny_tree: Path, example_images: 
 def test_save_intermediates_with_automatic_mask(tmp_path: Path, tiny_tree: Path, example_images: dict[str, Path],
                                                 use_pipes, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     pipe_hd, _ = use_pipes
-    monkeypatch.setattr(pipe_hd, "_preprocessor", synthetic_preprocessor())
+    early = app_load.RememberingPreprocessor(synthetic_preprocessor())  # checked before loading, then reused
+    monkeypatch.setattr(app_load, "load_preprocessor", lambda config: early)
+    monkeypatch.setattr(pipe_hd, "_preprocessor", early)
     result = invoke("run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper",
                     "--checkpoints", tiny_tree, "-o", tmp_path, "--save-intermediates", "--seed", "2", *RUN)
     assert result.exit_code == 0, result.output

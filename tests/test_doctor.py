@@ -64,8 +64,10 @@ def test_collect_report_with_complete_checkpoints(tmp_path: Path) -> None:
     report = collect_report(tmp_path)
     assert report.can_run, [i for i in report.items if i.status == FAIL]
     assert report.models_available == ["hd", "dc"]
-    (summary,) = report.section("checkpoints")
+    summary = next(i for i in report.section("checkpoints") if i.item == "summary")
     assert summary.status == OK and "22/22 files ok" in summary.detail
+    architecture = next(i for i in report.section("checkpoints") if i.item == "architecture")
+    assert architecture.status == WARN and "not the released" in architecture.detail  # a made-up tree
 
 
 def test_one_model_missing_still_runs(tmp_path: Path) -> None:

@@ -230,7 +230,7 @@ def test_mask_command_without_diffusion_models_and_fed_back(tmp_path: Path, exam
 
     # the same mask as a try-on makes, and one that can be given back as it is
     monkeypatch.setattr(pipe_hd, "_preprocessor", synthetic_preprocessor())
-    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type: pipe_hd)
+    monkeypatch.setattr(app_load, "load_pipeline", lambda config, model_type, **_: pipe_hd)  # + the early pose
     auto = invoke("run", "-m", photo, "-c", example_images["tshirt"], "-k", "upper", "--checkpoints", tiny_tree,
                   "-o", tmp_path / "auto", "--save-intermediates", "--seed", "1", *RUN)
     assert auto.exit_code == 0, auto.output

@@ -30,7 +30,7 @@ from ootd.app.pairs import Pair, order_key
 from ootd.app.resume import expected_settings, resume_state, stale_error
 from ootd.app.tryon import Progress, run_tryon
 from ootd.config import ModelType
-from ootd.errors import OotdError, OutputError, UsageError
+from ootd.errors import CheckpointError, DeviceError, OotdError, OutputError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -322,7 +322,13 @@ class BatchRunner:
         """The reports of the pairs to do (given in run order), as they finish: here one after the other in this
         process; another engine (ootd/app/ray_engine.py) runs them elsewhere."""
         for pair, model_type, targets in order:
-            yield self.run_one(pair, model_type, targets)
+            report = self.run_one(pair, model_type, targets)
+            failed = self.loader.failure(model_type)
+            if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
+                # every later pair of this model would fail the same way: stop once, with one line
+                raise type(failed)(f"cannot load the {model_type.value} model: {_one_line(failed)}; stopped "
+                                   f"before {pair.source} (finished pairs are in the report)") from failed
+            yield report
 
     def run_one(self, pair: Pair, model_type: ModelType, targets: Targets) -> PairReport:
         """One pair that passed the precheck; never raises (a failure is the report's error)."""

@@ -21,6 +21,31 @@ EXIT_INTERRUPTED = 130
 LIBRARY_LOGGERS = ("diffusers", "transformers", "huggingface_hub", "onnxruntime", "PIL", "urllib3", "httpx")
 
 
+_library_level = {"level": logging.ERROR}  # what console_logging chose; reapplied after libraries are imported
+
+
+def quiet_libraries(importing: bool = False) -> None:
+    """Library loggers at the chosen level, and their progress bars off unless --debug: importing transformers
+    or diffusers resets their levels, and their load reports (tables with ANSI codes) are not for users.
+    `importing`: import them first (a caller about to load models), so the levels set here stay."""
+    if importing:
+        import importlib
+
+        for module in ("transformers.utils.logging", "diffusers.utils.logging"):
+            try:
+                importlib.import_module(module)
+            except ImportError:  # pragma: no cover - both are dependencies
+                pass
+    level = _library_level["level"]
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+    if level > logging.INFO:
+        for module in ("transformers.utils.logging", "diffusers.utils.logging"):
+            utils = sys.modules.get(module)
+            if utils is not None and hasattr(utils, "disable_progress_bar"):
+                utils.disable_progress_bar()
+
+
 def one_line(value: object) -> str:
     return " ".join(str(value).split())
 
@@ -82,13 +107,25 @@ class _StderrHandler(logging.StreamHandler):
     def stream(self, value) -> None:  # noqa: ANN001
         pass
 
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Each distinct warning once per command (a memory plan made twice warns twice)."""
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, record.getMessage())
+        seen = self.__dict__.setdefault("_seen", set())
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
     def format(self, record: logging.LogRecord) -> str:
         return super().format(record).replace(record.levelname, record.levelname.lower(), 1)
 
 
 @contextmanager
-def console_logging(verbose: bool, quiet: bool) -> Iterator[None]:
-    """-v: the ootd logger at DEBUG and library chatter at WARNING; default: ootd warnings only; -q: errors.
+def console_logging(verbose: bool, quiet: bool, debug: bool = False) -> Iterator[None]:
+    """-v: the ootd logger at DEBUG, library chatter at ERROR as by default; --debug: libraries at INFO too
+    (load reports); default: ootd warnings only; -q: errors.
 
     Levels and handlers are restored afterwards (commands also run in-process, e.g. under tests).
     """
@@ -99,8 +136,9 @@ def console_logging(verbose: bool, quiet: bool) -> Iterator[None]:
     ootd_logger.addHandler(handler)
     ootd_logger.propagate = False
     ootd_logger.setLevel(logging.DEBUG if verbose else logging.ERROR if quiet else logging.WARNING)
-    for name in LIBRARY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING if verbose else logging.ERROR)
+    saved_library_level = _library_level["level"]
+    _library_level["level"] = logging.INFO if debug else logging.ERROR
+    quiet_libraries()
     try:
         with warnings.catch_warnings():
             if not verbose:
@@ -109,5 +147,6 @@ def console_logging(verbose: bool, quiet: bool) -> Iterator[None]:
     finally:
         ootd_logger.removeHandler(handler)
         ootd_logger.propagate = saved_propagate
+        _library_level["level"] = saved_library_level
         for name, level in saved.items():
             logging.getLogger(name).setLevel(level)

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ootd.app.config import RunConfig
-from ootd.app.console import LIBRARY_LOGGERS
+from ootd.app.console import quiet_libraries
 from ootd.config import ModelType, PrecisionName
-from ootd.errors import CheckpointError, OotdError
+from ootd.errors import CheckpointError, DeviceError, OotdError, UsageError
 
 if TYPE_CHECKING:
     from ootd.pipeline import TryOnPipeline
@@ -26,19 +26,78 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def load_pipeline(config: RunConfig, model_type: ModelType) -> TryOnPipeline:
-    """Build the pipeline a config asks for (device, precision, attention, memory, speed options)."""
+def load_pipeline(config: RunConfig, model_type: ModelType, preprocessor: Any = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> TryOnPipeline:
+    """Build the pipeline a config asks for (device, precision, attention, memory, speed options).
+    `preprocessor`: pose + parsing already loaded (see `load_preprocessor`), else loaded when first needed;
+    `progress` hears ("load", done, total) per component."""
     from ootd.pipeline import TryOnPipeline
 
-    if not logging.getLogger("ootd").isEnabledFor(logging.DEBUG):
-        for name in LIBRARY_LOGGERS:  # importing transformers/diffusers may have reset their levels
-            logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_libraries(importing=True)  # importing transformers/diffusers may have reset their levels
     return TryOnPipeline.from_pretrained(
         config.checkpoints, model_type=model_type.value, device=config.device,
         dtype=None if config.precision == PrecisionName.AUTO else str(config.precision),
         attention=str(config.attention), parsing_provider=str(config.parsing_provider),
         max_memory=config.max_memory, channels_last=config.channels_last, compile=config.compile,
+        **({"preprocessor": preprocessor} if preprocessor is not None else {}),
+        **({"progress": progress} if progress is not None else {}),
     )
+
+
+class RememberingPreprocessor:
+    """Pose + parsing that remembers its latest answer: the mask made for the early "is there a person?" check is
+    the one the pipeline uses, not computed twice. Anything else is the wrapped preprocessor's."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._latest: tuple[tuple, Any] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (copying): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __call__(self, person: Any, category: Any, model_type: Any, grow: int = 0) -> Any:
+        import hashlib
+
+        key = (person.size, person.mode, hashlib.sha256(person.tobytes()).digest(), str(category), str(model_type),
+               grow)
+        if self._latest is not None and self._latest[0] == key:
+            return self._latest[1]
+        made = self.inner(person, category, model_type, grow=grow)
+        self._latest = (key, made)
+        return made
+
+
+def load_preprocessor(config: RunConfig) -> RememberingPreprocessor:
+    """Pose + parsing alone (seconds), on the device the pipeline will use, so "no person detected" comes before
+    the diffusion models load (minutes). The device's runtime settings are applied first, as the pipeline does."""
+    import torch
+
+    from ootd.device import apply_environment, detect_device, peek_device, runtime_environment
+    from ootd.preprocessing import Preprocessor
+
+    apply_environment(runtime_environment(peek_device(config.device), torch.__version__))
+    device = detect_device(config.device).torch_device
+    return RememberingPreprocessor(Preprocessor.from_checkpoints(config.checkpoints, device,
+                                                                 str(config.parsing_provider)))
+
+
+def check_hardware(config: RunConfig, device_source: str | None = None) -> None:
+    """The device name and the precision a user asked for, checked without loading anything: an unknown device
+    or a precision the device cannot run is a usage error (exit 2). `device_source` names where the device word
+    came from when it was not an option (e.g. "OOTD_DEVICE"), so the message points at it."""
+    from ootd.device import choose_precision, peek_device
+
+    where = f" (from {device_source})" if device_source else ""
+    try:
+        info = peek_device(config.device)
+    except DeviceError as exc:
+        raise UsageError(f"{exc}{where}") from None
+    try:
+        choose_precision(info, str(config.precision))
+    except DeviceError as exc:
+        raise UsageError(str(exc)) from None
 
 
 class PipelineLoader:
@@ -77,6 +136,10 @@ class PipelineLoader:
         self.loads[model_type.value] = self.loads.get(model_type.value, 0) + 1
         self._current = (model_type, pipe)
         return pipe
+
+    def failure(self, model_type: ModelType) -> OotdError | None:
+        """The error loading `model_type` failed with (remembered), else None."""
+        return self._failed.get(model_type)
 
     def holds(self, model_type: ModelType) -> bool:
         return self._current is not None and self._current[0] is model_type

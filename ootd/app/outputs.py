@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ootd.app.config import RunConfig
 from ootd.app.naming import render_name
-from ootd.errors import OotdError, OutputError
+from ootd.errors import OotdError, OutputError, UsageError
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -73,6 +73,15 @@ def targets_for(request: TryOnRequest, config: RunConfig) -> Targets:
                    path(GRID) if config.grid else None)
 
 
+def prepare_output_dir(path: Path) -> Path:
+    """The output folder, created and proven writable; a path naming a file is a usage error (exit 2)."""
+    from ootd.images import check_output_dir
+
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"output folder {path} exists and is not a folder: -o/--output takes a folder")
+    return check_output_dir(path)
+
+
 def refuse_existing(paths: list[Path]) -> None:
     """Without --overwrite a try-on never replaces a file: say so before any work starts."""
     existing = [p for p in paths if p.exists()]
@@ -104,6 +113,21 @@ def png_metadata(outcome: TryOnOutcome, config: RunConfig, sample: int | None = 
     if sample is not None:
         meta["sample"] = str(sample)
     return meta
+
+
+def settings_json(settings: dict[str, Any] | None) -> dict[str, Any]:
+    """The pipeline's settings for JSON: numbers as numbers (`"steps": 2`), words as words."""
+    out: dict[str, Any] = {}
+    for key, value in (settings or {}).items():
+        if isinstance(value, str):
+            for kind in (int, float):
+                try:
+                    value = kind(value)
+                    break
+                except ValueError:
+                    continue
+        out[str(key)] = value
+    return out
 
 
 def save_outcome(outcome: TryOnOutcome, config: RunConfig, targets: Targets,

@@ -134,8 +134,25 @@ def no_person_error(person: str | Path) -> NoPersonError:
     """The pose model's error, naming the file and the way around it."""
     return NoPersonError(
         f"no person detected in {person} (pose estimation found nobody; use a photo showing one person, "
-        "or pass a mask image)"
+        "or give a mask image with --mask)"
     )
+
+
+def check_person(request: TryOnRequest, config: RunConfig, preprocessor: Any) -> None:
+    """Run pose + parsing on the person (framed as the pipeline frames it) before any diffusion model loads:
+    "no person detected" in seconds. With a `RememberingPreprocessor` the pipeline reuses this mask."""
+    from ootd.images import fit_to_aspect, load_image
+
+    if request.mask is not None:
+        return
+    person = request.pipeline_input("person")
+    if isinstance(person, str | Path):
+        person = load_image(person, "person")
+    framed, _ = fit_to_aspect(person, config.sampling.resolution.size, str(config.fit), pad_color="edge")
+    try:
+        preprocessor(framed, request.category, config.model_type_for(request.category), grow=config.mask_grow)
+    except NoPersonError:
+        raise no_person_error(request.label("person")) from None
 
 
 def _frame_like_results(result: Any, fit: Any) -> None:
@@ -198,7 +215,13 @@ def run_tryon(
     garment, garment_new = _cached(garments, None if garment_key is None else (model_type, category, garment_key),
                                    prepare_garment)
     extra = {"callback": callback} if callback is not None else {}
-    result = pipe.generate(person, garment, config.sampling, progress=progress, **extra)
+
+    def staged(stage: str, done: int, total: int) -> None:  # the decode starts when the last step ends
+        tick(stage, done, total)
+        if stage == "denoise" and done == total:
+            tick("decode", 0, config.sampling.num_samples)
+
+    result = pipe.generate(person, garment, config.sampling, progress=staged if progress else None, **extra)
     _frame_like_results(result, getattr(person, "fit", None))
     return TryOnOutcome(request, model_type, result, describe_pipeline(pipe, config),
                         {"person": not person_new, "garment": not garment_new})

@@ -28,13 +28,13 @@ app = typer.Typer(
     epilog="Start with `ootd download`, then `ootd doctor`, then `ootd run --help`. Exit codes: 0 ok, 1 failure, "
            "2 usage error, 130 interrupted.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
     context_settings=HELP_OPTIONS,
 )
 checkpoints_app = typer.Typer(help="Inspect the checkpoints folder.", no_args_is_help=True, rich_markup_mode="rich",
-                              context_settings=HELP_OPTIONS)
+                              context_settings=HELP_OPTIONS, epilog=checkpoints.GROUP_EPILOG)
 app.add_typer(checkpoints_app, name="checkpoints")
 
 app.command("run", epilog=run.EPILOG)(run.run_command)

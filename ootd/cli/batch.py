@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,14 +14,15 @@ from ootd.app.batch import REPORT_NAME
 from ootd.cli.display import Display, print_json, show_progress
 from ootd.cli.errors import echo_err, guarded_command
 from ootd.cli.options import (
+    CATEGORY_METAVAR,
     HARDWARE,
     INPUTS,
     LOGGING_OPTIONS,
     OUTPUTS,
     RUN_OPTIONS,
     JsonOpt,
+    checked_config,
     choices,
-    config_from,
     with_options,
 )
 from ootd.config import EngineName, Pairing
@@ -50,6 +53,54 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     return index, count
 
 
+def error_text(entry: Any) -> str:
+    """`<source> (<person> + <garment>): <problem>`, the location said once."""
+    problem = str(entry.error or "")
+    source = entry.pair.source
+    if source and problem.startswith(f"{source}: "):
+        problem = problem[len(source) + 2:]
+    return f"{source} ({entry.pair.describe()}): {problem}"
+
+
+def pair_line(entry: Any, done: int, total: int) -> str:
+    """One finished pair as one plain line: position, status, seconds, outputs (or the error)."""
+    from ootd.app.outputs import format_seconds
+
+    seconds = entry.timings.get("wall") if entry.timings else None
+    took = f" in {format_seconds(seconds)}" if isinstance(seconds, float | int) else ""
+    what = error_text(entry) if entry.status == "error" else f"{entry.pair.describe()}: {', '.join(entry.outputs)}"
+    return f"[{done}/{total}] {entry.status}{took} {what}"
+
+
+class PairLog:
+    """Counts finished pairs; appends each one's line (with the time of day) to --log-file when given."""
+
+    def __init__(self, path: Path | None, total: int) -> None:
+        self.path, self.total, self.done = path, total, 0
+        self._file = None
+
+    def __enter__(self) -> PairLog:
+        if self.path is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in __exit__
+            except OSError as exc:
+                raise UsageError(f"cannot write the log file {self.path}: {exc.strerror or exc}") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def write(self, entry: Any) -> str:
+        self.done += 1
+        line = pair_line(entry, self.done, self.total)
+        if self._file is not None:
+            self._file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+            self._file.flush()
+        return line
+
+
 @with_options(RUN_OPTIONS, LOGGING_OPTIONS)
 @guarded_command
 def batch_command(
@@ -63,20 +114,25 @@ def batch_command(
     masks: Annotated[Path | None, typer.Option("--masks", help="Folder of masks named like the person photos "
                                                "(folder mode).", rich_help_panel=INPUTS,
                                                show_default=False)] = None,
-    category: Annotated[str | None, typer.Option("--category", "-k", help="Category for folder mode (and for CSV "
+    category: Annotated[str | None, typer.Option("--category", "-k", metavar=CATEGORY_METAVAR,
+                                                 help="Category for folder mode (and for CSV "
                                                  "rows without one).", rich_help_panel=INPUTS,
                                                  show_default=False)] = None,
     pairing: Annotated[str, typer.Option("--pairing", metavar=choices(Pairing), help="Folder mode: product "
                                          "(everyone x everything) or zip (i-th with i-th).",
                                          rich_help_panel=INPUTS)] = Pairing.PRODUCT.value,
-    shard: Annotated[str | None, typer.Option("--shard", help="Run only shard K of N (K/N, from 0), e.g. one per "
-                                              "GPU.", rich_help_panel=HARDWARE, show_default=False)] = None,
+    shard: Annotated[str | None, typer.Option("--shard", metavar="K/N", help="Run only shard K of N (K/N, from 0), "
+                                              "e.g. one per GPU.", rich_help_panel=HARDWARE,
+                                              show_default=False)] = None,
     report: Annotated[Path | None, typer.Option("--report", help=f"JSON-lines report. Default: OUTPUT/{REPORT_NAME}"
                                                 " (one per shard).", rich_help_panel=OUTPUTS,
                                                 show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo pairs whose outputs exist (default: skip "
                                             "those made with these settings, so a rerun resumes; refuse to start "
                                             "when some were made with others).", rich_help_panel=OUTPUTS)] = False,
+    log_file: Annotated[Path | None, typer.Option("--log-file", help="Also append one line per finished pair "
+                                                  "(time, status, seconds, outputs) to this file.",
+                                                  rich_help_panel=OUTPUTS, show_default=False)] = None,
     engine: Annotated[str, typer.Option("--engine", metavar=choices(EngineName), help="Where the pairs run: in "
                                         "this process, or on a Ray cluster (needs the ray extra).",
                                         rich_help_panel=HARDWARE)] = EngineName.LOCAL.value,
@@ -101,11 +157,11 @@ def batch_command(
     from ootd.app.batch import PairReport, report_name
     from ootd.app.contact import index_name
     from ootd.app.engines import ClusterOptions, make_engine, require_engine
+    from ootd.app.outputs import prepare_output_dir
     from ootd.app.pairs import collect_pairs, select_shard
     from ootd.config import Category
-    from ootd.images import check_output_dir
 
-    config = config_from({**options, "overwrite": overwrite})
+    config = checked_config({**options, "overwrite": overwrite})
     engine_name = require_engine(engine)
     cluster = ClusterOptions(address=address, workers=workers, gpus_per_worker=gpus_per_worker)
     if engine_name is EngineName.LOCAL and cluster != ClusterOptions():
@@ -115,14 +171,18 @@ def batch_command(
     pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks)
     if sharding is not None:
         pairs = select_shard(pairs, sharding[0], sharding[1], config)
-    check_output_dir(config.output)
+    prepare_output_dir(config.output)
     report = report if report is not None else config.output / report_name(sharding)
 
-    with Display(show_progress(options["quiet"], json_out)) as display:
+    plain = not options["quiet"] and not json_out and not sys.stderr.isatty()  # nohup, 2> file: lines to follow
+    with Display(show_progress(options["quiet"], json_out)) as display, PairLog(log_file, len(pairs)) as log:
         def on_report(entry: PairReport) -> None:
             display.reset(*PER_PAIR_BARS)
-            if entry.status == "error":  # as it happens: a long batch should not hide its failures
-                echo_err(f"error: {entry.pair.source} ({entry.pair.describe()}): {entry.error}")
+            line = log.write(entry)
+            if entry.status == "error":  # as it happens, above the bars: a long batch should not hide failures
+                display.print(f"error: {error_text(entry)}")
+            elif plain:
+                echo_err(line)
             else:
                 logger.info("%s: %s", entry.pair.describe(), entry.status)
 

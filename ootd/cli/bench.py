@@ -11,6 +11,7 @@ from ootd.cli.errors import echo_err, guarded_command
 from ootd.cli.options import (
     INPUTS,
     LOGGING_OPTIONS,
+    MODEL_TYPES,
     OUTPUTS,
     RUN_OPTIONS,
     SAMPLING,
@@ -38,14 +39,16 @@ def bench_command(
                                                        help="Benchmark in-memory random weights instead: full "
                                                        "(released sizes) or tiny.", rich_help_panel=INPUTS,
                                                        show_default=False)] = None,
-    model_type: Annotated[str, typer.Option("--model-type", help="hd or dc.", rich_help_panel=INPUTS)] = "hd",
+    model_type: Annotated[str, typer.Option("--model-type", metavar=choices(MODEL_TYPES), help="hd or dc.",
+                                            rich_help_panel=INPUTS)] = "hd",
     seed: Annotated[int, typer.Option("--seed", help="Random seed.", rich_help_panel=SAMPLING)] = 0,
     compare_original: Annotated[bool, typer.Option("--compare-original", help="Also time the original "
                                                    "formulation on the same weights.")] = False,
     flops: Annotated[bool, typer.Option("--flops", help="Count FLOPs per denoising step.")] = False,
     profile: Annotated[bool, typer.Option("--profile", help="Add a torch profiler table of one step.")] = False,
     matrix: Annotated[bool, typer.Option("--matrix", help="Every precision x attention backend on random "
-                                         "weights.")] = False,
+                                         "weights (or only the --precision / --attention given), then a table."
+                                         )] = False,
     save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON report to this file.",
                                               rich_help_panel=OUTPUTS, show_default=False)] = None,
     json_out: JsonOpt = False,
@@ -68,7 +71,8 @@ def bench_command(
               "steps": options["steps"], "log": say}
     if matrix:
         report = bench.run_matrix(random_weights=random_weights or "full", original=compare_original,
-                                  count_flops=flops, **common)
+                                  count_flops=flops, dtypes=_matrix_words(PrecisionName, "precision", precision),
+                                  attentions=_matrix_words(AttentionName, "attention", attention), **common)
     else:
         source = {"random_weights": random_weights} if random_weights else {
             "checkpoints": options["checkpoints"] or default_checkpoints_dir()}
@@ -82,6 +86,55 @@ def bench_command(
         save.write_text(to_json(report) + "\n")
     if json_out:
         print_json(report)
+    elif matrix:
+        for line in matrix_table(report):
+            typer.echo(line)
+
+
+def _matrix_words(kind: Any, name: str, chosen: str) -> tuple[str, ...]:
+    """The matrix axis: the word typed on the command line, else every word but auto."""
+    if given(name) and chosen != "auto":
+        return (chosen,)
+    return tuple(w for w in kind.words() if w != "auto")
+
+
+def given(name: str) -> bool:
+    """Whether an option was typed (or came from the environment), rather than left at its default."""
+    try:
+        from typer._click.core import ParameterSource
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer on top of click
+        from click import get_current_context
+        from click.core import ParameterSource
+    ctx = get_current_context(silent=True)
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source is not None and source is not ParameterSource.DEFAULT
+
+
+def matrix_table(report: dict[str, Any]) -> list[str]:
+    """The matrix as a plain table: one row per run (s/it, whole call, peak against the estimate), then what
+    was skipped and why."""
+    rows = [("precision", "attention", "options", "s/it", "call s", "peak GiB", "estimate GiB")]
+    for run in report.get("runs", []):
+        ours, memory = run.get("ours", {}), run.get("memory", {})
+        options = ",".join(k for k in ("channels_last", "compile") if run.get(k)) or "-"
+        rows.append((str(run.get("dtype")), str(run.get("attention")), options, _num(ours.get("s_per_it"), 3),
+                     _num(ours.get("wall"), 2), _num(_gib(memory.get("measured_peak")), 2),
+                     _num(_gib(memory.get("estimated_peak")), 2)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    for skip in report.get("skipped", []):
+        what = " ".join(str(skip[k]) for k in ("dtype", "attention") if skip.get(k))
+        lines.append(f"skipped {what}: {skip.get('reason')}")
+    return lines
+
+
+def _gib(value: Any) -> float | None:
+    return value / 2**30 if isinstance(value, int | float) else None
+
+
+def _num(value: Any, digits: int) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
 
 
 def _log_to(quiet: bool, json_out: bool) -> Any:

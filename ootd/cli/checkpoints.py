@@ -14,18 +14,22 @@ from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, JsonOpt, ModelsOpt, pa
 from ootd.errors import CheckpointError
 
 VERIFY_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints --models hd"
+GROUP_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints --models hd --json"
 
 
 @with_options(LOGGING_OPTIONS)
 @guarded_command
 def verify_command(
-    folder: Annotated[Path | None, typer.Argument(help="Checkpoints folder. Default: $OOTD_CHECKPOINTS or "
-                                                  "./checkpoints.", metavar="[DIR]", show_default=False)] = None,
+    folder: Annotated[Path | None, typer.Argument(help="Checkpoints folder. Default: $OOTD_CHECKPOINTS, "
+                                                  "else ./checkpoints if it exists, else the per-user folder.",
+                                                  metavar="[DIR]", show_default=False)] = None,
     models: ModelsOpt = ALL_MODELS,
     quick: Annotated[bool, typer.Option("--quick", help="Presence and size only (no load checks).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check every expected checkpoint file: present, size, loadable, and the fix. Exit 1 on any problem."""
+    """Check every expected checkpoint file: present, size, loadable, and the fix; then whether the tree is the
+    released models (config dimensions, parameter counts: a warning otherwise). Exit 1 on any file problem."""
+    from ootd.architecture import compare_to_released, summary
     from ootd.checkpoints import default_checkpoints_dir
     from ootd.verify import verify_checkpoints
 
@@ -36,9 +40,11 @@ def verify_command(
         raise CheckpointError(f"checkpoints folder {root} {what}; run `ootd download --dest {root}`")
     checks = verify_checkpoints(root, chosen, load=not quick)
     bad = [c for c in checks if not c.ok]
+    diffs = compare_to_released(root, chosen, count_params=not quick) if any(c.present for c in checks) else []
     if json_out:
         print_json({
-            "root": str(root), "ok": not bad,
+            "root": str(root), "ok": not bad, "released": not diffs and not bad,
+            "architecture": [str(d) for d in diffs],
             "files": [
                 {"component": c.component, "path": str(c.path), "present": c.present, "size": c.size, "ok": c.ok,
                  "problem": c.problem, "fix": c.fix}
@@ -50,8 +56,11 @@ def verify_command(
         if bad:
             typer.echo(f"{len(bad)} of {len(checks)} files have problems; fix them (or run "
                        f"`ootd download --dest {root}`) and verify again")
+        elif diffs:
+            typer.echo(f"all {len(checks)} files ok, but warning: {summary(diffs)}; try-ons run, but their "
+                       f"pictures are noise (`ootd download --dest {root}` fetches the released weights)")
         else:
-            typer.echo(f"all {len(checks)} files ok")
+            typer.echo(f"all {len(checks)} files ok: the released OOTDiffusion models")
     if bad:
         raise typer.Exit(1)
 

@@ -11,18 +11,23 @@ import typer
 
 
 class Display:
-    """Progress bars on stderr (load, preparing inputs, denoising steps, decode); nothing when disabled.
+    """Progress bars on stderr (load, preparing inputs, denoising steps, decode, pairs) with rate and ETA;
+    nothing when disabled. Called as the pipeline's progress callback: (stage, done, total).
 
-    Called as the pipeline's progress callback: (stage, done, total).
+    Messages printed while the bars are live go through `print`, so they appear above the bars instead of being
+    glued to a stale one. A stage that starts stops the clock of the one before it (decode after denoise).
     """
 
     LABELS = {
-        "load": "loading models", "person": "preparing person", "garment": "preparing garment",
-        "denoise": "denoising", "decode": "decoding", "pairs": "pairs",
+        "pose": "pose + parsing", "load": "loading models", "person": "preparing person",
+        "garment": "preparing garment", "denoise": "denoising", "decode": "decoding", "pairs": "pairs",
     }
+    UNITS = {"denoise": "step", "pairs": "pair", "load": "part"}
+    SEQUENCE = ("pose", "load", "person", "garment", "denoise", "decode")  # one try-on's stages, in order
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, console: Any = None) -> None:
         self.enabled = enabled
+        self.console = console  # default: a rich console on stderr
         self._progress = None
         self._tasks: dict[str, Any] = {}
 
@@ -36,11 +41,13 @@ class Display:
                 SpinnerColumn,
                 TextColumn,
                 TimeElapsedColumn,
+                TimeRemainingColumn,
             )
 
             self._progress = Progress(
-                SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]:>10}"), TimeElapsedColumn(), TextColumn("eta"),
+                TimeRemainingColumn(), console=self.console or Console(stderr=True), transient=True,
             )
             self._progress.start()
         return self
@@ -50,15 +57,41 @@ class Display:
             self._progress.stop()
             self._progress = None
 
+    def print(self, message: str) -> None:
+        """A line on stderr above the live bars (or plainly when there are none)."""
+        if self._progress is not None:
+            self._progress.console.print(message, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
     def __call__(self, stage: str, done: int, total: int) -> None:
         if self._progress is None:
             return
         task = self._tasks.get(stage)
         if task is None:
-            self._tasks[stage] = self._progress.add_task(self.LABELS.get(stage, stage), total=total,
-                                                         completed=done)
-        else:
-            self._progress.update(task, completed=done, total=total)
+            self._finish_earlier(stage)
+            self._tasks[stage] = task = self._progress.add_task(self.LABELS.get(stage, stage), total=total,
+                                                                completed=0, rate="")
+        self._progress.update(task, completed=done, total=total, rate=self._rate(stage, task, done))
+        if done >= total:
+            self._progress.stop_task(task)
+
+    def _rate(self, stage: str, task: Any, done: int) -> str:
+        elapsed = self._progress.tasks[self._progress.task_ids.index(task)].elapsed if done else None
+        if not elapsed or stage not in self.UNITS:
+            return ""
+        per = elapsed / done
+        unit = self.UNITS[stage]
+        return f"{per:.1f} s/{unit}" if per >= 1 else f"{1 / per:.1f} {unit}/s"
+
+    def _finish_earlier(self, stage: str) -> None:
+        """Stop the clocks of the try-on stages before `stage` (their bars stay, complete)."""
+        if stage not in self.SEQUENCE:
+            return
+        for earlier in self.SEQUENCE[: self.SEQUENCE.index(stage)]:
+            task = self._tasks.get(earlier)
+            if task is not None:
+                self._progress.stop_task(task)
 
     def reset(self, *stages: str) -> None:
         """Remove per-pair bars so the next pair starts fresh."""

@@ -1,5 +1,5 @@
 """`ootd doctor`: everything that decides whether (and how fast) a try-on can run here (the checks are
-ootd/doctor.py's)."""
+ootd/doctor/'s)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def doctor_command(
     if json_out:
         print_json({
             "can_run": report.can_run, "worst": report.worst, "models_available": report.models_available,
+            "released": not any(i.item == "architecture" and i.status == "warn" for i in report.items),
             "items": [
                 {"section": i.section, "item": i.item, "status": i.status, "detail": i.detail, "fix": i.fix,
                  "blocking": i.blocking}
@@ -63,7 +64,9 @@ def doctor_command(
                           escape(item.fix or ""))
         console().print(table)
         models_text = ", ".join(report.models_available) or "none"
-        verdict = "try-ons can run" if report.can_run else "try-ons cannot run until the FAIL items are fixed"
+        released = not any(i.item == "architecture" and i.status == "warn" for i in report.items)
+        verdict = ("try-ons can run" if released else "try-ons can run, but not with the released models (their "
+                   "pictures are noise)") if report.can_run else "try-ons cannot run until the FAIL items are fixed"
         typer.echo(f"{verdict} (models available: {models_text})")
     if not report.can_run:
         raise typer.Exit(1)

@@ -7,32 +7,49 @@ from typing import Annotated, Any
 
 import typer
 
+from ootd.cli.display import size_text
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, ModelsOpt, parse_model_list, with_options
 
-EPILOG = "[bold]Example[/bold]\n\n  ootd download --dest checkpoints --models hd,dc"
+EPILOG = ("[bold]Examples[/bold]\n\n  ootd download   (into ./checkpoints if that folder exists, else the per-user "
+          "folder)\n\n  ootd download --dest checkpoints --models hd\n\n  ootd download --list   (the files and "
+          "where they go, to fetch them by hand)")
 
 
 @with_options(LOGGING_OPTIONS)
 @guarded_command
 def download_command(
-    dest: Annotated[Path | None, typer.Option("--dest", help="Checkpoints folder. Default: $OOTD_CHECKPOINTS or "
-                                              "./checkpoints.", show_default=False)] = None,
+    dest: Annotated[Path | None, typer.Option("--dest", metavar="DIR", help="Checkpoints folder. Default: "
+                                              "$OOTD_CHECKPOINTS, else ./checkpoints if it exists, else the "
+                                              "per-user folder.", show_default=False)] = None,
     models: ModelsOpt = ALL_MODELS,
     revision: Annotated[str | None, typer.Option("--revision", help="Commit or tag of levihsu/OOTDiffusion "
                                                  "(pin it for reproducible runs).", show_default=False)] = None,
     clip_revision: Annotated[str | None, typer.Option("--clip-revision", help="Commit of "
                                                       "openai/clip-vit-large-patch14.", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Fetch again even when files are present.")] = False,
+    list_files: Annotated[bool, typer.Option("--list", help="Print each file's hub URL and where it goes, and "
+                                             "download nothing.")] = False,
     **logging: Any,
 ) -> None:
-    """Fetch exactly the released files ootd needs from the Hugging Face hub (resumable)."""
+    """Fetch exactly the released files ootd needs from the Hugging Face hub (resumable; the size is shown and
+    the free disk space checked first)."""
     from ootd.checkpoints import default_checkpoints_dir
-    from ootd.download import download_checkpoints
+    from ootd.download import download_checkpoints, file_list
 
     target = dest if dest is not None else default_checkpoints_dir()
     chosen = parse_model_list(models)
+    if list_files:
+        for url, path in file_list(target, chosen):
+            typer.echo(f"{url} -> {path}")
+        return
+
+    def on_size(repo: str, need: int | None, free: int) -> None:
+        if not logging["quiet"]:
+            what = size_text(need) if need is not None else "size unknown"
+            typer.echo(f"{repo}: {what} to fetch into {target} ({size_text(free)} free)", err=True)
+
     files = download_checkpoints(target, chosen, revision, progress=not logging["quiet"],
-                                 clip_revision=clip_revision, force=force)
+                                 clip_revision=clip_revision, force=force, on_size=on_size)
     typer.echo(f"{len(files)} checkpoint files in {target} (models: {', '.join(m.value for m in chosen)})")
     typer.echo(f"next: ootd checkpoints verify {target}")

@@ -49,7 +49,7 @@ def guarded_command(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         flags = {name: kwargs.get(name, False) for name in LOGGING_PARAMS}
         passed = {k: v for k, v in kwargs.items() if takes_all or k in accepted or k not in LOGGING_PARAMS}
-        with console_logging(flags["verbose"], flags["quiet"]):
+        with console_logging(flags["verbose"], flags["quiet"], flags["debug"]):
             code = guarded(lambda: fn(*args, **passed), debug=flags["debug"])
         if code:
             raise typer.Exit(code)
@@ -61,6 +61,7 @@ class OotdGroup(TyperGroup):
     """Click's own usage errors as one line (`error: ... (see `ootd run --help`)`), exit code 2."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001, ANN201
+        tidy_help(self)
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                               **extra)
@@ -78,3 +79,23 @@ class OotdGroup(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def tidy_help(command: Any) -> None:
+    """Flags show no value type in --help (typer would print `<bool>` after them), here and in subcommands."""
+    params = list(getattr(command, "params", []))
+    make_help = getattr(command, "get_help_option", None)
+    if callable(make_help) and not getattr(make_help, "_tidied", False):
+        def help_option(ctx: Any, _make: Any = make_help) -> Any:
+            option = _make(ctx)
+            if option is not None:
+                option.metavar = ""
+            return option
+
+        help_option._tidied = True  # type: ignore[attr-defined]
+        command.get_help_option = help_option
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in (getattr(command, "commands", None) or {}).values():
+        tidy_help(sub)

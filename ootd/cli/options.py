@@ -20,6 +20,7 @@ from ootd.app.config import RunConfig, build_config
 from ootd.app.naming import NAME_FIELDS
 from ootd.config import (
     AttentionName,
+    Category,
     Choice,
     FitMode,
     ModelType,
@@ -47,21 +48,25 @@ def _opt(*names: str, panel: str, default_shown: bool = True, **kwargs: Any) -> 
 
 
 MODEL_TYPES = tuple(m.value for m in ModelType)
+CATEGORY_METAVAR = choices(tuple(c.value for c in Category))
 
 ModelTypeOpt = Annotated[str | None, _opt(
     "--model-type", metavar=choices(MODEL_TYPES), panel=INPUTS, default_shown=False,
     help="hd (half-body, upper only) or dc (full-body). Default: hd for upper, dc otherwise.")]
 CheckpointsOpt = Annotated[Path | None, _opt(
-    "--checkpoints", panel=INPUTS, default_shown=False,
-    help="Checkpoints folder. Default: $OOTD_CHECKPOINTS or ./checkpoints.")]
+    "--checkpoints", panel=INPUTS, default_shown=False, metavar="DIR",
+    help="Checkpoints folder. Default: $OOTD_CHECKPOINTS, else ./checkpoints if it exists, else the per-user "
+         "folder `ootd download` fills.")]
 FitOpt = Annotated[str, _opt("--fit", metavar=choices(FitMode), panel=INPUTS, help="Framing of non-3:4 photos.")]
-MaskGrowOpt = Annotated[int, _opt("--mask-grow", panel=INPUTS, help="Grow the mask by N pixels (at 512 px height).")]
-SamplesOpt = Annotated[int, _opt("--samples", "-n", panel=SAMPLING, help="Images per pair, each from its own noise.")]
-StepsOpt = Annotated[int, _opt("--steps", panel=SAMPLING, help="Denoising steps.")]
+MaskGrowOpt = Annotated[int, _opt("--mask-grow", panel=INPUTS, metavar="N",
+                                   help="Grow the mask by N pixels (at 512 px height).")]
+SamplesOpt = Annotated[int, _opt("--samples", "-n", panel=SAMPLING, metavar="N",
+                                  help="Images per pair, each from its own noise.")]
+StepsOpt = Annotated[int, _opt("--steps", panel=SAMPLING, metavar="N", help="Denoising steps.")]
 ScaleOpt = Annotated[float, _opt("--scale", panel=SAMPLING, help="Image guidance scale (off below 1.0).")]
-SeedOpt = Annotated[int | None, _opt("--seed", panel=SAMPLING, default_shown=False,
+SeedOpt = Annotated[int | None, _opt("--seed", panel=SAMPLING, default_shown=False, metavar="N",
                                      help="Random seed; drawn at random (and printed) when absent.")]
-ResolutionOpt = Annotated[str, _opt("--resolution", panel=SAMPLING,
+ResolutionOpt = Annotated[str, _opt("--resolution", panel=SAMPLING, metavar="WxH",
                                     help="Working resolution, width x height: 384x512 or 768x1024.")]
 SchedulerOpt = Annotated[str, _opt("--scheduler", metavar=choices(SchedulerName), panel=SAMPLING,
                                    help="Sampler (unipc: the original's).")]
@@ -70,9 +75,10 @@ PrecisionOpt = Annotated[str, _opt("--precision", metavar=choices(PrecisionName)
 AttentionOpt = Annotated[str, _opt("--attention", metavar=choices(AttentionName), panel=HARDWARE,
                                    help="Attention backend.")]
 DeviceOpt = Annotated[str | None, _opt("--device", envvar="OOTD_DEVICE", panel=HARDWARE, default_shown=False,
+                                       metavar="DEVICE",
                                        help="cpu, cuda, cuda:N (also ROCm) or mps. Default: the best available.")]
 MaxMemoryOpt = Annotated[str | None, _opt(
-    "--max-memory", panel=HARDWARE, default_shown=False,
+    "--max-memory", panel=HARDWARE, default_shown=False, metavar="SIZE",
     help="Memory a try-on may use, e.g. 20GiB (default: free device memory less a margin).")]
 ChannelsLastOpt = Annotated[bool | None, _opt(
     "--channels-last/--no-channels-last", panel=HARDWARE, default_shown=False,
@@ -86,7 +92,8 @@ ProviderOpt = Annotated[str, _opt(
     "--parsing-provider", metavar=choices(ParsingProvider), panel=HARDWARE,
     help="ONNX Runtime provider for human parsing: cpu (as the original) or auto (MIGraphX, ROCm, CUDA, then "
          "CPU).")]
-OutputOpt = Annotated[Path, _opt("--output", "-o", panel=OUTPUTS, help="Output folder (created if needed).")]
+OutputOpt = Annotated[Path, _opt("--output", "-o", panel=OUTPUTS, metavar="DIR",
+                                 help="Output folder (created if needed).")]
 IntermediatesOpt = Annotated[bool, _opt(
     "--save-intermediates", panel=OUTPUTS,
     help="Also save the pose skeleton, parsing colour map, mask and masked person.")]
@@ -153,6 +160,34 @@ def with_options(*groups: dict[str, tuple[Any, Any]], **defaults: Any) -> Callab
 def config_from(options: dict[str, Any]) -> RunConfig:
     """The RunConfig from a command's shared options (the other entries are left alone)."""
     return build_config(**{name: options[name] for name in RUN_OPTIONS if name in options})
+
+
+DEVICE_ENV = "OOTD_DEVICE"
+
+
+def option_source(name: str) -> str | None:
+    """Where an option's value came from when it was not typed: the environment variable's name, else None."""
+    try:
+        from typer._click.core import ParameterSource
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer on top of click
+        from click import get_current_context
+        from click.core import ParameterSource
+    ctx = get_current_context(silent=True)
+    if ctx is None or ctx.get_parameter_source(name) is not ParameterSource.ENVIRONMENT:
+        return None
+    param = next((p for p in ctx.command.params if p.name == name), None)
+    envvar = getattr(param, "envvar", None)
+    return envvar if isinstance(envvar, str) else DEVICE_ENV if name == "device" else None
+
+
+def checked_config(options: dict[str, Any]) -> RunConfig:
+    """`config_from` plus the device and precision checked against this machine (usage errors, exit 2)."""
+    from ootd.app.load import check_hardware
+
+    config = config_from(options)
+    check_hardware(config, option_source("device"))
+    return config
 
 
 ModelsOpt = Annotated[str, typer.Option("--models", metavar="hd,dc", help="Model types: hd, dc or hd,dc.")]

@@ -16,13 +16,14 @@ import typer
 from ootd.cli.display import Display, plan_lines, print_json, show_progress
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import (
+    CATEGORY_METAVAR,
     INPUTS,
     LOGGING_OPTIONS,
     OUTPUTS,
     RUN_OPTIONS,
     GridOpt,
     JsonOpt,
-    config_from,
+    checked_config,
     with_options,
 )
 
@@ -35,7 +36,6 @@ EPILOG = (
     "  ootd run -m person.jpg -c shirt.jpg --category upper --mask mask.png --resolution 384x512 --json\n\n"
     "  ootd run -m person.jpg -c shirt.jpg -k upper --seed 7 --grid --name \"{person}__{garment}__{seed}__{i}\""
 )
-TIMED_STAGES = ("load", "preprocess", "garment_unet", "denoise", "decode")  # the summary line's stages
 
 
 @with_options(RUN_OPTIONS, LOGGING_OPTIONS)
@@ -45,7 +45,8 @@ def run_command(
                                         rich_help_panel=INPUTS, show_default=False)],
     cloth: Annotated[Path, typer.Option("--cloth", "--garment", "-c", help="Garment photo.", metavar="GARMENT",
                                         rich_help_panel=INPUTS, show_default=False)],
-    category: Annotated[str, typer.Option("--category", "-k", help="upper, lower or dress (also upperbody, "
+    category: Annotated[str, typer.Option("--category", "-k", metavar=CATEGORY_METAVAR,
+                                          help="upper, lower or dress (also upperbody, "
                                           "lowerbody, dresses, 0, 1, 2).", rich_help_panel=INPUTS,
                                           show_default=False)],
     mask: Annotated[Path | None, typer.Option("--mask", help="Mask image (white = repaint); skips pose and "
@@ -61,19 +62,18 @@ def run_command(
 
     from ootd.app import load
     from ootd.app.masking import check_mask_input
-    from ootd.app.outputs import peak_memory, refuse_existing, save_outcome, targets_for
-    from ootd.app.tryon import TryOnRequest, run_tryon
+    from ootd.app.outputs import peak_memory, prepare_output_dir, refuse_existing, save_outcome, targets_for
+    from ootd.app.tryon import TryOnRequest, check_person, run_tryon
     from ootd.config import Category
-    from ootd.images import check_output_dir
 
     started = time.perf_counter()
     # 1. everything cheap first: options, input images, checkpoints folder, output folder and names
-    config = replace(config_from(options), grid=grid)
+    config = replace(checked_config(options), grid=grid)
     request = TryOnRequest(model, cloth, Category.parse(category), mask)
     chosen_model = config.model_type_for(request.category)
     request = check_mask_input(request.decoded(), raw_mask=mask, fit=config.fit)
     load.check_checkpoints_present(config.checkpoints, [chosen_model], need_preprocess=mask is None)
-    check_output_dir(config.output)
+    prepare_output_dir(config.output)
     targets = targets_for(request, config)
     if not config.overwrite:
         refuse_existing(targets.all())
@@ -82,14 +82,28 @@ def run_command(
         note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
         logger.info("seed %d%s", config.sampling.seed, note)
 
-    # 2. the heavy part
+    # 2. pose + parsing (seconds) before the diffusion models (minutes), when the mask is automatic
     timings: dict[str, Any] = {}
     with Display(show_progress(options["quiet"], json_out)) as display:
+        preprocessor = None
+        if request.mask is None:
+            display("pose", 0, 2)
+            t = time.perf_counter()
+            preprocessor = load.load_preprocessor(config)
+            display("pose", 1, 2)
+            check_person(request, config, preprocessor)
+            display("pose", 2, 2)
+            timings["pose_parsing"] = time.perf_counter() - t
+        # 3. the heavy part
         display("load", 0, 1)
         t = time.perf_counter()
-        pipe = load.load_pipeline(config, chosen_model)
+        extra = {"preprocessor": preprocessor} if preprocessor is not None else {}
+        if display.enabled:  # a bar that moves per component
+            extra["progress"] = display
+        pipe = load.load_pipeline(config, chosen_model, **extra)
         timings["load"] = time.perf_counter() - t
-        display("load", 1, 1)
+        if "progress" not in extra:
+            display("load", 1, 1)
         if explain and not json_out:
             from ootd.app.outputs import describe_pipeline
 
@@ -100,6 +114,7 @@ def run_command(
         timings["save"] = time.perf_counter() - t
 
     timings.update(outcome.timings())
+    timings["save"] = timings.pop("save")  # in the order things happened
     timings["total"] = time.perf_counter() - started
     _report(outcome, config, images, intermediates, timings, peak_memory(pipe), random_seed, json_out, explain)
 
@@ -107,7 +122,7 @@ def run_command(
 def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[str, Path], timings: dict[str, Any],
             memory: dict[str, Any], random_seed: bool, json_out: bool, explain: bool) -> None:
     """The summary: paths, seed and time as lines, or everything as JSON."""
-    from ootd.app.outputs import format_seconds
+    from ootd.app.outputs import settings_json
 
     result, info, request = outcome.result, outcome.info, outcome.request
     if json_out:
@@ -119,7 +134,8 @@ def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[s
             "mask": request.label("mask") if request.mask is not None else None,
             "category": request.category.value, "model_type": outcome.model_type.value,
             "device": info.get("device"), "precision": info.get("precision"), "attention": info.get("attention"),
-            "timings": timings, "peak_memory": memory, "settings": dict(result.settings or {}),
+            "timings": timings, "peak_memory": memory, "settings": settings_json(result.settings),
+            "plan": info.get("plan"),
         }
         if explain:
             summary["describe"] = info
@@ -129,10 +145,31 @@ def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[s
         typer.echo(str(path))
     note = f" (random; pass --seed {result.seed} to reproduce)" if random_seed else ""
     typer.echo(f"seed: {result.seed}{note}")
-    stages = ", ".join(f"{name} {format_seconds(timings[name])}" for name in TIMED_STAGES
-                       if isinstance(timings.get(name), float))
-    typer.echo(f"time: {format_seconds(timings['total'])} ({stages}) on {info.get('device')}, "
-               f"{info.get('precision')}, attention {info.get('attention')}")
+    typer.echo(f"time: {timing_line(timings)} on {info.get('device')}, {info.get('precision')}, "
+               f"attention {attention_word(info.get('attention'))}")
+
+
+def timing_line(timings: dict[str, Any]) -> str:
+    """`12.3 s (load 5.1 s, ..., other 0.1 s)`: every stage that took time, plus what no stage covers, so the
+    parts add up to the total."""
+    from ootd.app.outputs import format_seconds
+
+    parts = {name: value for name, value in timings.items() if name != "total" and isinstance(value, float)}
+    other = timings["total"] - sum(parts.values())
+    if other >= 0.0005:
+        parts["other"] = other
+    stages = ", ".join(f"{name} {format_seconds(value)}" for name, value in parts.items())
+    return f"{format_seconds(timings['total'])} ({stages})"
+
+
+def attention_word(described: Any) -> str:
+    """The backend that ran, without the dispatch trace (`auto: sdpa > chunked > math (used: sdpa x 17)` ->
+    `sdpa`); the full description is in --json and --explain."""
+    text = str(described or "unknown")
+    if "(used:" in text:
+        used = text.split("(used:", 1)[1].rstrip(") ")
+        return ", ".join(part.split(" x ")[0].strip() for part in used.split(","))
+    return text.split(":", 1)[0]
 
 
 def _explain(pipe: Any, info: dict[str, Any], config: Any) -> None:

@@ -13,7 +13,7 @@ import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ootd.doctor.checkpoints import checkpoint_items
+from ootd.doctor.checkpoints import architecture_items, checkpoint_items, cpu_memory_items
 from ootd.doctor.kernels import (
     flash_attn_items,
     flash_attn_probe,
@@ -40,7 +40,8 @@ from ootd.doctor.system import (
 from ootd.verify import verify_checkpoints
 
 __all__ = [
-    "FAIL", "GROUP_FIX", "OK", "WARN", "GpuInfo", "Item", "Report", "Status", "TorchBuild", "checkpoint_items",
+    "FAIL", "GROUP_FIX", "OK", "WARN", "GpuInfo", "Item", "Report", "Status", "TorchBuild", "architecture_items",
+    "checkpoint_items", "cpu_memory_items",
     "collect_report", "device_access_items", "env_items", "flash_attn_items", "gpu_items", "onnxruntime_items",
     "python_item", "sdpa_items", "torch_items",
 ]
@@ -88,4 +89,8 @@ def collect_report(
     checks = verify_checkpoints(Path(checkpoints), models, load=load_checkpoints)
     items, report.models_available = checkpoint_items(checks, Path(checkpoints), list(models))
     add(items)
+    if report.models_available:
+        add(architecture_items(Path(checkpoints), report.models_available, count_params=load_checkpoints))
+    if not gpus:
+        add(cpu_memory_items())
     return report

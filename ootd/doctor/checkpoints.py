@@ -55,3 +55,42 @@ def checkpoint_items(
         ),
     )
     return items, available
+
+
+def architecture_items(root: Path, models: Sequence[str], count_params: bool = True) -> list[Item]:
+    """A warning when the tree loads but is not the released models (tiny random test weights make noise)."""
+    from ootd.architecture import compare_to_released, summary
+
+    if not root.is_dir():
+        return []
+    diffs = compare_to_released(root, models, count_params=count_params)
+    if not diffs:
+        return [Item("checkpoints", "architecture", OK, "the released OOTDiffusion architectures")]
+    return [Item("checkpoints", "architecture", WARN, f"{summary(diffs)}: try-ons run, but their pictures are noise",
+                 f"run `ootd download --dest {root}` for the released weights (test trees are fine for tests)")]
+
+
+def cpu_memory_items(info: object | None = None) -> list[Item]:
+    """On the CPU: does RAM hold a 768x1024 try-on by the memory planner's estimate (released models, fp32)?"""
+    import torch
+
+    from ootd.device import detect_device
+    from ootd.memory import gib, make_plan
+    from ootd.model_sizes import RELEASED_SIZES
+
+    info = info if info is not None else detect_device("cpu")
+    if getattr(info, "free_memory", None) is None:
+        return [Item("memory", "RAM", WARN, "available memory unknown (no /proc/meminfo)")]
+
+    def peak(size: tuple[int, int]) -> int:
+        return make_plan(info, size, 1, True, torch.float32, "sdpa", RELEASED_SIZES).estimate["peak"]
+
+    full, small = peak((768, 1024)), peak((384, 512))
+    free, total = info.free_memory, info.total_memory
+    detail = (f"a 768x1024 try-on on the CPU needs about {gib(full)} (the memory planner's estimate); "
+              f"{gib(free)} of {gib(total or free)} available")
+    if full <= free:
+        return [Item("memory", "RAM", OK, detail)]
+    fix = (f"close other programs, or use --resolution 384x512 (about {gib(small)}) or --max-memory "
+           "(slower: the plan trades speed for memory)")
+    return [Item("memory", "RAM", WARN, detail, fix)]
