@@ -74,7 +74,8 @@ def load_preprocessor(config: RunConfig) -> RememberingPreprocessor:
     the diffusion models load (minutes). The device's runtime settings are applied first, as the pipeline does."""
     import torch
 
-    from ootd.device import apply_environment, detect_device, peek_device, runtime_environment
+    from ootd.device import detect_device, peek_device
+    from ootd.device_policy import apply_environment, runtime_environment
     from ootd.preprocessing import Preprocessor
 
     apply_environment(runtime_environment(peek_device(config.device), torch.__version__))
@@ -87,7 +88,8 @@ def check_hardware(config: RunConfig, device_source: str | None = None) -> None:
     """The device name and the precision a user asked for, checked without loading anything: an unknown device
     or a precision the device cannot run is a usage error (exit 2). `device_source` names where the device word
     came from when it was not an option (e.g. "OOTD_DEVICE"), so the message points at it."""
-    from ootd.device import choose_precision, peek_device
+    from ootd.device import peek_device
+    from ootd.device_policy import choose_precision
 
     where = f" (from {device_source})" if device_source else ""
     try:
