@@ -84,17 +84,21 @@ def batch_command(
     """
     from ootd.app.batch import BatchRunner, PairReport, report_name
     from ootd.app.pairs import collect_pairs, select_shard
+    from ootd.app.safety import check_batch_outputs
+    from ootd.app.tempfiles import clean_stale_temps
     from ootd.config import Category
     from ootd.images import check_output_dir
 
     config = config_from({**options, "overwrite": overwrite})
     default_category = Category.parse(category) if category is not None else None
     sharding = parse_shard(shard)
-    pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks)
+    pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks, output=config.output)
     if sharding is not None:
         pairs = select_shard(pairs, sharding[0], sharding[1], config)
-    check_output_dir(config.output)
     report = report if report is not None else config.output / report_name(sharding)
+    check_batch_outputs(pairs, config, report, [csv_file])  # no output replaces an input or a file not ours
+    check_output_dir(config.output)
+    clean_stale_temps(config.output)
 
     with Display(show_progress(options["quiet"], json_out)) as display:
         def on_report(entry: PairReport) -> None:

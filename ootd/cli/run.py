@@ -47,7 +47,10 @@ def run_command(
 ) -> None:
     """Dress one person in one garment: writes [bold]<person>__<garment>__<i>.png[/bold] per sample."""
     from ootd.app import load
+    from ootd.app.budget import check_memory_budget
     from ootd.app.outputs import peak_memory, refuse_existing, save_outcome, targets_for
+    from ootd.app.safety import check_outputs
+    from ootd.app.tempfiles import clean_stale_temps
     from ootd.app.tryon import TryOnRequest, run_tryon
     from ootd.config import Category
     from ootd.images import check_output_dir
@@ -60,9 +63,12 @@ def run_command(
     request = request.decoded()
     load.check_checkpoints_present(config.checkpoints, [chosen_model], need_preprocess=mask is None)
     check_output_dir(config.output)
+    clean_stale_temps(config.output)
     targets = targets_for(request, config)
+    check_outputs(targets.all(), [model, cloth, mask])  # never replace an input
     if not config.overwrite:
         refuse_existing(targets.all())
+    check_memory_budget(config, [chosen_model])
     random_seed = options["seed"] is None
     if not json_out:
         note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
