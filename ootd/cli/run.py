@@ -65,7 +65,7 @@ def run_command(
     check_output_dir(config.output)
     clean_stale_temps(config.output)
     targets = targets_for(request, config)
-    check_outputs(targets.all(), [model, cloth, mask])  # never replace an input
+    check_outputs(targets.all(), [model, cloth, mask], overwrite=config.overwrite)  # never replace an input
     if not config.overwrite:
         refuse_existing(targets.all())
     check_memory_budget(config, [chosen_model])
