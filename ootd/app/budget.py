@@ -62,8 +62,14 @@ def _quiet_planner():
 
 def _planner(config: RunConfig, model_type: ModelType) -> Any:
     """fits(resolution, samples) -> (fits, estimated peak bytes) for this config's device, precision, budget."""
-    from ootd.device import choose_precision, load_profile, peek_device
+    from ootd.device import peek_device
     from ootd.memory import make_plan
+
+    try:  # where the device policy lives once ootd/device.py is split by responsibility
+        from ootd.device_policy import choose_precision
+        from ootd.profiles import load_profile
+    except ImportError:
+        from ootd.device import choose_precision, load_profile
 
     device = peek_device(config.device)  # the GPU runtime is not initialised here: loading sets it up first
     profile = load_profile(device)

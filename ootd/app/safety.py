@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ootd.errors import OutputError, UsageError, no_space, printable
 
@@ -29,8 +29,13 @@ try:
 except ImportError:  # pragma: no cover - Windows: no lock, whole-line appends only
     fcntl = None
 
+if TYPE_CHECKING:
+    from ootd.app.config import RunConfig
+    from ootd.app.pairs import Pair
+
 SOFTWARE_KEY = "software"
 SOFTWARE_PREFIX = "ootd"
+REPORT_LINE_START = b'{"index": '  # how every report line begins (PairReport.to_json)
 
 
 def _identity(path: Path) -> tuple[object, ...]:
@@ -66,6 +71,8 @@ def is_our_report(path: Path) -> bool:
         return False
     if not first:
         return True  # empty: a batch stopped before its first line
+    if not first.endswith(b"\n"):  # a running batch is writing its first line
+        return first.startswith(REPORT_LINE_START)
     try:
         entry = json.loads(first)
     except ValueError:
@@ -97,7 +104,7 @@ def check_outputs(images: Iterable[Path], inputs: Iterable[Path | None], *, repo
                              "choose another --output, or pass --overwrite")
 
 
-def check_batch_outputs(pairs: Iterable[Any], config: Any, report: Path | None,
+def check_batch_outputs(pairs: Iterable[Pair], config: RunConfig, report: Path | None,
                         extra_inputs: Iterable[Path | None] = ()) -> None:
     """`check_outputs` for a batch: every readable pair's targets against every pair's inputs."""
     from ootd.app.outputs import targets_for
