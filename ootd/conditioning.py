@@ -1,4 +1,4 @@
-"""Prompt embeddings: the garment's CLIP image embedding, joined to a text embedding (SPEC section 3)."""
+"""Prompt embeddings: the garment's CLIP image embedding, joined to a text embedding (docs/upstream.md §3)."""
 
 from __future__ import annotations
 

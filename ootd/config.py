@@ -9,9 +9,29 @@ from enum import StrEnum
 from ootd.errors import UsageError
 
 
-class ModelType(StrEnum):
+class Choice(StrEnum):
+    """A closed set of user words: parsed once, case-insensitively, with the valid words in the error."""
+
+    @classmethod
+    def parse(cls, value: str | Choice, what: str | None = None) -> Choice:
+        try:
+            return cls(str(getattr(value, "value", value)).strip().lower())
+        except ValueError:
+            label = what or cls.__name__
+            raise UsageError(f"unknown {label} {value!r}: use one of {', '.join(cls.words())}") from None
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+
+class ModelType(Choice):
     HD = "hd"  # half-body model (VITON-HD): upper-body garments only
     DC = "dc"  # full-body model (Dress Code): upper, lower, dress
+
+    @classmethod
+    def parse(cls, value: str | ModelType, what: str | None = "model type") -> ModelType:
+        return super().parse(value, what)
 
 
 class Category(StrEnum):
@@ -21,12 +41,12 @@ class Category(StrEnum):
 
     @property
     def mask_name(self) -> str:
-        """The name the masking rules use (SPEC section 8)."""
+        """The name the masking rules use (docs/upstream.md §8)."""
         return {"upper": "upper_body", "lower": "lower_body", "dress": "dresses"}[self.value]
 
     @property
     def prompt_word(self) -> str:
-        """The word the dc model's text encoder is given (SPEC section 3)."""
+        """The word the dc model's text encoder is given (docs/upstream.md §3)."""
         return {"upper": "upperbody", "lower": "lowerbody", "dress": "dress"}[self.value]
 
     @classmethod
@@ -71,7 +91,7 @@ class Resolution:
 
 
 RESOLUTIONS = {"384x512": Resolution(384, 512), "768x1024": Resolution(768, 1024)}
-PREPROCESS_RESOLUTION = Resolution(384, 512)  # pose, parsing and the mask always work here (SPEC 2)
+PREPROCESS_RESOLUTION = Resolution(384, 512)  # pose, parsing and the mask always work here (docs/upstream.md §2)
 # --mask-grow is counted in pixels of the PREPROCESS_RESOLUTION frame. Growing by its height already spreads a
 # mask over nearly the whole picture, so more can only mean a mistake, and OpenCV's dilation needs a kernel of
 # (2N+1)^2 bytes (N = 20000 crashes it, 100000 fails to allocate).
@@ -98,22 +118,6 @@ def parse_resolution(value: str | tuple[int, int] | Resolution) -> Resolution:
     if res not in RESOLUTIONS.values():
         raise UsageError(f"unsupported resolution {res}: use 384x512 or 768x1024 (width x height)")
     return res
-
-
-class Choice(StrEnum):
-    """A closed set of user words: parsed once, case-insensitively, with the valid words in the error."""
-
-    @classmethod
-    def parse(cls, value: str | Choice, what: str | None = None) -> Choice:
-        try:
-            return cls(str(getattr(value, "value", value)).strip().lower())
-        except ValueError:
-            label = what or cls.__name__
-            raise UsageError(f"unknown {label} {value!r}: use one of {', '.join(cls.words())}") from None
-
-    @classmethod
-    def words(cls) -> tuple[str, ...]:
-        return tuple(member.value for member in cls)
 
 
 class AttentionName(Choice):
@@ -205,3 +209,10 @@ class SamplingSettings:
         )
         settings.validate()
         return settings
+
+
+class EngineName(Choice):
+    """Where `ootd batch` runs its pairs: in this process, or on the actors of a Ray cluster (the `ray` extra)."""
+
+    LOCAL = "local"
+    RAY = "ray"

@@ -1,4 +1,4 @@
-"""Fetch exactly the released files the port needs from the Hugging Face hub into the SPEC section 1 layout.
+"""Fetch exactly the released files the port needs from the Hugging Face hub into the docs/upstream.md §1 layout.
 
 `levihsu/OOTDiffusion` keeps its files under `checkpoints/` in the repo; they land at `dest/ootd/...`,
 `dest/humanparsing/...` and `dest/openpose/...`. `openai/clip-vit-large-patch14` lands at
@@ -60,10 +60,7 @@ def parse_models(models: Iterable[str | ModelType]) -> list[ModelType]:
     """hd/dc words to ModelTypes, in order, without duplicates."""
     out: list[ModelType] = []
     for model in models:
-        try:
-            value = ModelType(str(model).strip().lower())
-        except ValueError:
-            raise UsageError(f"unknown model type {model!r}: use hd and/or dc") from None
+        value = ModelType.parse(model)
         if value not in out:
             out.append(value)
     if not out:
@@ -80,22 +77,21 @@ def _unet_files(model: ModelType) -> list[str]:
     ]
 
 
+def _per_repo(models: Sequence[str | ModelType], common: list[str], clip: list[str]) -> dict[str, list[str]]:
+    ootd = list(common)
+    for model in parse_models(models):
+        ootd += _unet_files(model)
+    return {HUB_REPO: ootd, CLIP_REPO: list(clip)}
+
+
 def allow_patterns(models: Sequence[str | ModelType] = ("hd", "dc")) -> dict[str, list[str]]:
     """snapshot_download allow_patterns per repo (fnmatch globs against full repo paths)."""
-    chosen = parse_models(models)
-    ootd = list(_OOTD_COMMON)
-    for model in chosen:
-        ootd += _unet_files(model)
-    return {HUB_REPO: ootd, CLIP_REPO: list(_CLIP)}
+    return _per_repo(models, _OOTD_COMMON, _CLIP)
 
 
 def required_files(models: Sequence[str | ModelType] = ("hd", "dc")) -> dict[str, list[str]]:
     """Repo paths that a complete download must have produced, per repo."""
-    chosen = parse_models(models)
-    ootd = list(_OOTD_REQUIRED_COMMON)
-    for model in chosen:
-        ootd += _unet_files(model)
-    return {HUB_REPO: ootd, CLIP_REPO: list(_CLIP_REQUIRED)}
+    return _per_repo(models, _OOTD_REQUIRED_COMMON, _CLIP_REQUIRED)
 
 
 def repo_path_to_layout_path(repo_id: str, repo_path: str) -> PurePosixPath | None:

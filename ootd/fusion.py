@@ -1,4 +1,4 @@
-"""Outfitting fusion on stock diffusers UNets (SPEC section 5), through attention processors and hooks.
+"""Outfitting fusion on stock diffusers UNets (docs/upstream.md §5), through attention processors and hooks.
 
 Garment side: forward pre-hooks on every transformer block of the garment UNet record the block's
 input hidden states during its single run. Try-on side: each block's self-attention processor uses

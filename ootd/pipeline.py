@@ -1,35 +1,26 @@
-"""TryOnPipeline: one try-on as numbered steps of short methods (SPEC sections 2-5)."""
+"""TryOnPipeline: one try-on as numbered steps of short methods (docs/upstream.md §2-§5).
+
+The pipeline holds the models and runs the stages; it asks ootd/runtime.py how to run (device, precision,
+attention), ootd/residency.py where the models live (and to retry a stage after out-of-memory), ootd/memory.py
+for the plan, and ootd/sampling.py for the denoising loop.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import logging
-import secrets
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from diffusers.image_processor import VaeImageProcessor
-from diffusers.utils.torch_utils import randn_tensor
 from PIL import Image
 
-from ootd.attention import (
-    AttentionFn,
-    ChunkedBackend,
-    build_attention,
-    install_attention,
-    patch_sdpa,
-    sdpa_attention,
-)
+from ootd.attention import AttentionFn, install_attention, patch_sdpa, sdpa_attention
 from ootd.conditioning import prompt_embeddings
 from ootd.config import (
+    AttentionName,
     Category,
+    FitMode,
     ModelType,
     Resolution,
     SamplingSettings,
@@ -38,106 +29,31 @@ from ootd.config import (
     check_model_category,
     parse_resolution,
 )
-from ootd.device import (
-    DeviceInfo,
-    DeviceProfile,
-    Precision,
-    SpeedOptions,
-    apply_environment,
-    choose_precision,
-    choose_speed,
-    detect_device,
-    load_profile,
-    peek_device,
-    runtime_environment,
-)
-from ootd.errors import OutOfMemoryError, UsageError
+from ootd.denoise import guided_model, initial_noise, latent_mask, sample_index
+from ootd.device import DeviceInfo
+from ootd.device_policy import Precision, SpeedOptions
+from ootd.errors import UsageError
 from ootd.fusion import TryOnFusion, capture_block_inputs
 from ootd.images import FitInfo
 from ootd.loading import Components, load_components
-from ootd.memory import ModelSizes, Plan, apply_plan_to_vae, gib, make_plan
+from ootd.mask_images import as_image as _as_image
+from ootd.mask_images import binarize_mask, grow_mask, masked_person_image
+from ootd.memory import ModelSizes, Plan, make_plan
+from ootd.profiles import DeviceProfile, load_profile
+from ootd.residency import Residency, T
+from ootd.runtime import resolve_runtime
+from ootd.sampling import Inpaint, StepCallback, StepTimer, chain, sample
 from ootd.schedulers import build_scheduler
-from ootd.speed import as_memory_format, compile_error, compile_module, is_compile_failure, set_memory_format
+from ootd.speed import as_memory_format, compile_module, set_memory_format
+from ootd.tryon_types import GarmentInputs, ImageInput, PersonInputs, Progress, TryOnResult
 from ootd.weights_check import require_finite_latents
 
-logger = logging.getLogger(__name__)
+FIT_MODES = FitMode.words()
 
-FIT_MODES = ("pad", "crop", "stretch")
-
-ImageInput = Image.Image | str | Path
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
-T = TypeVar("T")
-
-
-@dataclass
-class TryOnResult:
-    """What one call returns. `timings` holds seconds per stage (and "steps": seconds per step)."""
-
-    images: list[Image.Image]
-    mask: Image.Image
-    masked_person: Image.Image
-    seed: int
-    timings: dict[str, float | list[float]] = field(default_factory=dict)
-    intermediates: dict[str, Image.Image] = field(default_factory=dict)
-    settings: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class PersonInputs:
-    """The person side of a try-on, reusable across garments."""
-
-    category: Category
-    resolution: Resolution
-    person: Image.Image  # at the working resolution, framed 3:4
-    mask: Image.Image  # "L", 255 inside, working resolution
-    masked_person: Image.Image
-    fit: FitInfo
-    intermediates: dict[str, Image.Image]
-    person_latents: torch.Tensor  # masked person, unscaled
-    original_latents: torch.Tensor  # person, times the VAE scaling factor
-    timings: dict[str, float]
-
-
-@dataclass
-class GarmentInputs:
-    """The garment side of a try-on, reusable across people."""
-
-    category: Category
-    resolution: Resolution
-    garment: Image.Image
-    prompt: torch.Tensor  # [1, L, D]
-    features: dict[str, torch.Tensor]  # garment UNet block inputs, batch [garment, zeros]
-    timings: dict[str, float]
-
-
-def _as_image(value: ImageInput, role: str) -> Image.Image:
-    if isinstance(value, Image.Image):
-        return value.convert("L" if role == "mask" else "RGB")
-    from ootd.images import load_image
-
-    return load_image(Path(value), role)
-
-
-def masked_person_image(person: Image.Image, mask: Image.Image) -> Image.Image:
-    """The person with every masked pixel replaced by gray 127 (SPEC section 2)."""
-    gray = Image.new("RGB", person.size, (127, 127, 127))
-    return Image.composite(gray, person, mask)
-
-
-def grow_mask(mask: Image.Image, pixels: int) -> Image.Image:
-    """Dilate a binary mask by `pixels` (for users who want a looser mask)."""
-    if pixels <= 0:
-        return mask
-    import cv2
-
-    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * pixels + 1, 2 * pixels + 1))
-    return Image.fromarray(cv2.dilate(np.asarray(mask), kernel), mode="L")
-
-
-def binarize_mask(mask: Image.Image) -> Image.Image:
-    """255 where the mask is >= 127 (the original's threshold), 0 elsewhere."""
-    arr = np.asarray(mask.convert("L"))
-    return Image.fromarray(np.where(arr >= 127, 255, 0).astype(np.uint8), mode="L")
+__all__ = [
+    "GarmentInputs", "PersonInputs", "TryOnPipeline", "TryOnResult", "binarize_mask",
+    "grow_mask", "masked_person_image",
+]
 
 
 class TryOnPipeline:
@@ -172,20 +88,15 @@ class TryOnPipeline:
         self.load_seconds = 0.0
         self.max_memory = max_memory  # bytes a call may use; None: the device's free memory less a margin
         self.profile = profile or load_profile(device)  # the device's defaults, which the memory plan reads too
-        self.plan: Plan | None = None  # the plan of the latest call
         self._sizes: ModelSizes | None = None
-        self._offload = "none"
-        for module in self._modules():
-            module.eval().requires_grad_(False)
-        self._place_models("none")
+        c = components
+        # the try-on UNet runs every step: it is the model that never leaves the device
+        self.residency = Residency([c.text_encoder, c.image_encoder, c.vae, c.unet_garm, c.unet_vton],
+                                   c.unet_vton, device, attention, c.vae)
         self.speed = speed or SpeedOptions()
         set_memory_format([components.unet_garm, components.unet_vton, components.vae], self.speed.channels_last)
         if self.speed.compile:
             compile_module(components.unet_vton)  # the network that runs every step
-
-    def _modules(self) -> list[torch.nn.Module]:
-        c = self.components
-        return [c.text_encoder, c.image_encoder, c.vae, c.unet_garm, c.unet_vton]
 
     @classmethod
     def from_pretrained(
@@ -194,7 +105,7 @@ class TryOnPipeline:
         model_type: str | ModelType = "hd",
         device: str | None = None,
         dtype: str | torch.dtype | None = None,
-        attention: str | AttentionFn = "auto",
+        attention: str | AttentionFn = AttentionName.AUTO,
         preprocessor=None,  # noqa: ANN001
         parsing_provider: str = "cpu",
         profile: str | Path | None = None,
@@ -207,38 +118,36 @@ class TryOnPipeline:
         `device` None picks the best available; `dtype` None follows the device profile (fp32 on CPU);
         `attention` is a backend name (auto, flash, sdpa, chunked, math) or an attention function;
         `profile` a TOML file overriding the device profile from configs/profiles/; `channels_last` and
-        `compile` None follow the profile.
+        `compile` None follow the profile (ootd/runtime.py resolves all of them).
         """
         start = time.perf_counter()
-        try:
-            model_type = ModelType(str(getattr(model_type, "value", model_type)).lower())
-        except ValueError:
-            raise UsageError(f"unknown model type {model_type!r}: use hd or dc") from None
-        # runtime settings (allocator, kernels) must be in place before torch initialises the device
-        apply_environment(runtime_environment(peek_device(device), torch.__version__))
-        info = detect_device(device)
-        device_profile = load_profile(info, Path(profile) if profile else None)
-        if isinstance(dtype, torch.dtype):
-            dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
-        precision = choose_precision(info, dtype or "auto", device_profile)
-        if isinstance(attention, str):
-            attention = build_attention(attention, info, precision.unet, profile=device_profile)
+        model_type = ModelType.parse(model_type)
+        runtime = resolve_runtime(device, dtype, attention, profile, channels_last=channels_last, compile=compile)
+        precision = runtime.precision
         dtypes = {
             "unet": precision.unet, "vae": precision.vae,
             "text_encoder": precision.text_encoder, "image_encoder": precision.image_encoder,
         }
         components = load_components(Path(checkpoints_dir), model_type, dtypes)
-        speed = choose_speed(info, device_profile, channels_last=channels_last, compile=compile)
-        pipe = cls(components, model_type, info, precision, attention, Path(checkpoints_dir), preprocessor,
-                   parsing_provider, max_memory, speed, device_profile)
+        pipe = cls(components, model_type, runtime.device, precision, runtime.attention, Path(checkpoints_dir),
+                   preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile)
         pipe.load_seconds = time.perf_counter() - start
         return pipe
 
-    # -- memory plan --------------------------------------------------------------------------------
+    # -- memory plan (ootd/memory.py decides, ootd/residency.py puts it into effect) ------------------
+
+    @property
+    def plan(self) -> Plan | None:
+        """The plan of the latest call."""
+        return self.residency.plan
+
+    @plan.setter
+    def plan(self, plan: Plan | None) -> None:
+        self.residency.plan = plan
 
     def make_plan(self, resolution: Resolution, num_samples: int, guidance: bool,
                   max_memory: int | None = None) -> Plan:
-        """The memory plan for a call (ootd/memory.py decides; this only gathers its inputs)."""
+        """The memory plan for a call (this only gathers its inputs)."""
         if self._sizes is None:
             self._sizes = ModelSizes.from_components(self.components)
         attention_name = str(getattr(self.attention, "label", "custom"))
@@ -248,78 +157,11 @@ class TryOnPipeline:
 
     def apply_plan(self, plan: Plan) -> None:
         """Put the plan's choices into effect: chunk budget, VAE slicing/tiling, where the models live."""
-        for backend in getattr(self.attention, "backends", ()):
-            if isinstance(backend, ChunkedBackend):
-                backend.budget_bytes = plan.attention_budget_bytes
-        apply_plan_to_vae(self.components.vae, plan)
-        self._place_models(plan.offload)
-        self.plan = plan
-
-    def _place_models(self, offload: str) -> None:
-        """none: everything on the device. model: only the try-on UNet stays; the others visit the device for
-        their stage. sequential: accelerate streams each layer's weights to the device as it runs."""
-        device = self.device.torch_device
-        if offload == self._offload and offload != "none":
-            return
-        if offload == "sequential":
-            from accelerate import cpu_offload
-
-            for module in self._modules():
-                module.to("cpu")
-                cpu_offload(module, execution_device=device)
-        else:
-            for module in self._modules():
-                stays = offload == "none" or module is self.components.unet_vton
-                module.to(device if stays else "cpu")
-        self._offload = offload
-
-    @contextlib.contextmanager
-    def _stage(self, *modules: torch.nn.Module) -> Iterator[None]:
-        """Bring offloaded models to the device for one stage, and send them back after it."""
-        visiting = [m for m in modules if self._offload == "model" and m is not self.components.unet_vton]
-        for module in visiting:
-            module.to(self.device.torch_device)
-        try:
-            yield
-        finally:
-            for module in visiting:
-                module.to("cpu")
+        self.residency.apply(plan)
 
     def _retry_on_oom(self, stage: str, fn: Callable[[], T]) -> T:
-        """Run a stage; on a device out-of-memory error free what can be freed, re-plan with half the budget
-        and try once more. A second one is a clear error that shows the plan that failed. A torch.compile
-        failure becomes a one-line error too."""
-        try:
-            return fn()
-        except torch.OutOfMemoryError as first:
-            plan = self.plan
-            self._free_memory()
-            if plan is None:
-                raise OutOfMemoryError(f"out of memory during {stage}: {str(first).splitlines()[0]}") from first
-            smaller = plan.halved()
-            logger.warning("out of memory during %s; retrying once with half the memory budget (%s)",
-                           stage, gib(smaller.budget_bytes))
-            self.apply_plan(smaller)
-            try:
-                return fn()
-            except torch.OutOfMemoryError as second:
-                self._free_memory()
-                raise OutOfMemoryError(
-                    f"out of memory during {stage} again after re-planning with half the budget; "
-                    f"plan that failed: {smaller.to_dict()}; try --max-memory lower, fewer --samples or "
-                    f"--resolution 384x512"
-                ) from second
-        except Exception as exc:
-            if is_compile_failure(exc):
-                raise compile_error(exc) from exc
-            raise
-
-    def _free_memory(self) -> None:
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        elif self.device.type == "mps":
-            torch.mps.empty_cache()
+        """Run a stage through the residency (one retry with half the budget after out-of-memory)."""
+        return self.residency.run(stage, fn)
 
     def describe(self) -> dict[str, object]:
         """Device, precision and attention backend, for --json, --explain and logs."""
@@ -360,35 +202,26 @@ class TryOnPipeline:
         category: str | Category,
         *,
         mask: ImageInput | None = None,
-        num_samples: int = 1,
-        steps: int = 20,
-        guidance_scale: float = 2.0,
+        num_samples: int = SamplingSettings.num_samples,
+        steps: int = SamplingSettings.steps,
+        guidance_scale: float = SamplingSettings.guidance_scale,
         seed: int | None = None,
-        resolution: tuple[int, int] | str | Resolution = (768, 1024),
-        scheduler: str | SchedulerName = "unipc",
-        fit: str = "pad",
+        resolution: tuple[int, int] | str | Resolution = SamplingSettings.resolution,
+        scheduler: str | SchedulerName = SamplingSettings.scheduler,
+        fit: str = FitMode.PAD,
         mask_grow: int = 0,
         progress: Progress | None = None,
+        callback: StepCallback | None = None,
     ) -> TryOnResult:
         """One try-on: `num_samples` pictures of the person wearing the garment."""
-        settings = self.settings(num_samples, steps, guidance_scale, seed, resolution, scheduler)
+        settings = self.settings(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale, seed=seed,
+                                 resolution=resolution, scheduler=scheduler)
         person_inputs = self.prepare_person(person, category, mask=mask, resolution=settings.resolution,
                                             fit=fit, mask_grow=mask_grow)
         garment_inputs = self.prepare_garment(garment, category, resolution=settings.resolution, fit=fit)
-        return self.generate(person_inputs, garment_inputs, settings, progress=progress)
+        return self.generate(person_inputs, garment_inputs, settings, progress=progress, callback=callback)
 
-    @staticmethod
-    def settings(num_samples: int = 1, steps: int = 20, guidance_scale: float = 2.0, seed: int | None = None,
-                 resolution: tuple[int, int] | str | Resolution = (768, 1024),
-                 scheduler: str | SchedulerName = "unipc") -> SamplingSettings:
-        """Validated sampling settings; a random seed is drawn (and later reported) when none is given."""
-        settings = SamplingSettings(
-            num_samples=num_samples, steps=steps, guidance_scale=guidance_scale,
-            seed=seed if seed is not None else secrets.randbelow(2**32),
-            resolution=parse_resolution(resolution), scheduler=SchedulerName.parse(scheduler),
-        )
-        settings.validate()
-        return settings
+    settings = staticmethod(SamplingSettings.from_words)
 
     @torch.inference_mode()
     def prepare_person(
@@ -467,8 +300,11 @@ class TryOnPipeline:
 
     @torch.inference_mode()
     def generate(self, person: PersonInputs, garment: GarmentInputs, settings: SamplingSettings,
-                 progress: Progress | None = None) -> TryOnResult:
-        """The denoising loop and decode for one prepared person and garment."""
+                 progress: Progress | None = None, callback: StepCallback | None = None) -> TryOnResult:
+        """The denoising loop and decode for one prepared person and garment.
+
+        `callback(step, t, latents)` runs after every step (after the inpainting blend) and may return new
+        latents, as diffusers' callback_on_step_end."""
         if person.resolution != settings.resolution or garment.resolution != settings.resolution:
             raise UsageError("person, garment and settings were prepared at different resolutions")
         if person.category is not garment.category:
@@ -476,14 +312,16 @@ class TryOnPipeline:
         timings: dict[str, float | list[float]] = {**person.timings, **garment.timings}
         self.apply_plan(self.make_plan(settings.resolution, settings.num_samples, settings.guidance_scale >= 1.0))
         tick = time.perf_counter()
-        latent_mask = self._latent_mask(person.mask, person.original_latents.shape[-2:])
+        device, dtype, latent_hw = self.device.torch_device, self.precision.unet, person.original_latents.shape[-2:]
+        mask = latent_mask(person.mask, latent_hw, device, dtype)
 
         def denoise() -> tuple[torch.Tensor, list[float]]:
             sched = build_scheduler(settings.scheduler, self.components.scheduler_config)
             sched.set_timesteps(settings.steps, device=self.device.torch_device)
-            noise = self._initial_noise(settings, person.original_latents.shape[-2:])
-            return self._denoise(sched, noise * sched.init_noise_sigma, noise, garment.prompt, garment.features,
-                                 person.person_latents, person.original_latents, latent_mask, settings, progress)
+            noise = initial_noise(settings.seed, settings.num_samples, latent_hw, device, dtype)
+            inpaint = Inpaint(person.original_latents, noise, mask)
+            return self._denoise(sched, noise * sched.init_noise_sigma, inpaint, garment, person.person_latents,
+                                 settings, progress, callback)
 
         latents, step_times = self._retry_on_oom("denoising", denoise)
         require_finite_latents(latents, self.precision.unet)
@@ -516,7 +354,8 @@ class TryOnPipeline:
 
     def _conditioning(self, garment: Image.Image, category: Category) -> torch.Tensor:
         c = self.components
-        with self._stage(c.text_encoder, c.image_encoder), patch_sdpa(self.attention):  # CLIP calls SDPA directly
+        # CLIP calls SDPA directly
+        with self.residency.visit(c.text_encoder, c.image_encoder), patch_sdpa(self.attention):
             embeds = prompt_embeddings(
                 garment, category, self.model_type, c.tokenizer, c.text_encoder, c.image_processor, c.image_encoder
             )
@@ -529,7 +368,7 @@ class TryOnPipeline:
         # dense in the chosen layout: the processor's output is a channels-last view, and PyTorch's CPU GroupNorm
         # kernel for channels-last input is ~1e-3 off in fp32 (one-pass float32 statistics)
         pixels = as_memory_format(pixels.to(self.device.torch_device, self.precision.vae), self.speed.channels_last)
-        with self._stage(vae):
+        with self.residency.visit(vae):
             if self.plan is None or self.plan.vae_encode_batched:
                 latents = vae.encode(pixels).latent_dist.mode()
             else:
@@ -542,57 +381,22 @@ class TryOnPipeline:
         batch = as_memory_format(torch.cat([garment_latents, torch.zeros_like(garment_latents)]),
                                  self.speed.channels_last)
         unet = self.components.unet_garm
-        with self._stage(unet), capture_block_inputs(unet, stop_early=True) as features:
+        with self.residency.visit(unet), capture_block_inputs(unet, stop_early=True) as features:
             unet(batch, 0, encoder_hidden_states=prompt.expand(batch.shape[0], -1, -1), return_dict=False)
         return dict(features)
 
-    def _initial_noise(self, settings: SamplingSettings, latent_hw: torch.Size) -> torch.Tensor:
-        """Drawn on the CPU generator, so a seed gives the same images on every device."""
-        generator = torch.Generator("cpu").manual_seed(settings.seed)
-        shape = (settings.num_samples, 4, *latent_hw)
-        return randn_tensor(shape, generator=generator, device=self.device.torch_device, dtype=self.precision.unet)
-
-    def _latent_mask(self, mask: Image.Image, latent_hw: torch.Size) -> torch.Tensor:
-        arr = torch.from_numpy((np.asarray(mask) >= 127).astype(np.float32))[None, None]
-        return F.interpolate(arr, size=tuple(latent_hw)).to(self.device.torch_device, self.precision.unet)
-
-    def _denoise(
-        self, sched, latents: torch.Tensor, noise: torch.Tensor, prompt: torch.Tensor,  # noqa: ANN001
-        features: dict[str, torch.Tensor], person_latents: torch.Tensor, original_latents: torch.Tensor,
-        latent_mask: torch.Tensor, settings: SamplingSettings, progress: Progress | None,
-    ) -> tuple[torch.Tensor, list[float]]:
-        samples = settings.num_samples
-        guidance = settings.guidance_scale >= 1.0
-        copies = 2 if guidance else 1
-        batch = samples * copies
-        # try-on batch is [conditional..., unconditional...]: garment item 0 then 1 (zeros)
-        sample_index = torch.arange(copies, device=latents.device).repeat_interleave(samples)
-        person_batch = person_latents.expand(batch, -1, -1, -1)
-        prompt_batch = prompt.expand(batch, -1, -1)
-        timesteps = sched.timesteps
-        step_times: list[float] = []
+    def _denoise(self, sched, latents: torch.Tensor, inpaint: Inpaint, garment: GarmentInputs,  # noqa: ANN001
+                 person_latents: torch.Tensor, settings: SamplingSettings, progress: Progress | None,
+                 callback: StepCallback | None = None) -> tuple[torch.Tensor, list[float]]:
+        """ootd/sampling.py's loop over the try-on UNet with image guidance; returns latents and step seconds."""
+        index = sample_index(settings.num_samples, settings.guidance_scale >= 1.0, latents.device)
         unet = self.components.unet_vton
-        with self.fusion.garment(features, sample_index):
-            for i, t in enumerate(timesteps):
-                start = time.perf_counter()
-                model_in = torch.cat([latents] * copies) if guidance else latents
-                model_in = sched.scale_model_input(model_in, t)
-                model_in = as_memory_format(torch.cat([model_in, person_batch], dim=1), self.speed.channels_last)
-                pred = self._unet_vton(unet, model_in, t, prompt_batch, sample_index, guidance)
-                if guidance:
-                    cond, uncond = pred.chunk(2)
-                    pred = uncond + settings.guidance_scale * (cond - uncond)
-                latents = sched.step(pred, t, latents, return_dict=False)[0]
-                init = original_latents
-                if i < len(timesteps) - 1:
-                    init = sched.add_noise(init, noise, timesteps[i + 1 : i + 2])
-                latents = (1 - latent_mask) * init + latent_mask * latents
-                if latents.device.type == "cuda":
-                    torch.cuda.synchronize(latents.device)
-                step_times.append(time.perf_counter() - start)
-                if progress is not None:
-                    progress("denoise", i + 1, len(timesteps))
-        return latents, step_times
+        model_fn = guided_model(lambda *args: self._unet_vton(unet, *args), garment.prompt, person_latents, index,
+                                settings.guidance_scale, self.speed.channels_last)
+        timer = StepTimer(len(sched.timesteps), progress)
+        with self.fusion.garment(garment.features, index):
+            latents = sample(model_fn, sched, latents, inpaint=inpaint, callback=chain(callback, timer))
+        return latents, timer.times
 
     def _unet_vton(self, unet: torch.nn.Module, model_in: torch.Tensor, t: torch.Tensor, prompt: torch.Tensor,
                    sample_index: torch.Tensor, guidance: bool) -> torch.Tensor:
@@ -608,7 +412,7 @@ class TryOnPipeline:
     def _decode(self, latents: torch.Tensor, progress: Progress | None) -> list[Image.Image]:
         """VAE decode; the plan switches the VAE's own slicing (one image at a time) and tiling on."""
         vae = self.components.vae
-        with self._stage(vae):
+        with self.residency.visit(vae):
             latents = as_memory_format((latents / vae.config.scaling_factor).to(self.precision.vae),
                                        self.speed.channels_last)
             pixels = vae.decode(latents, return_dict=False)[0]

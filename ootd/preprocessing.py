@@ -1,11 +1,13 @@
-"""Pose + parsing -> the inpainting mask, at 384x512 (SPEC sections 2, 6-8).
+"""Pose + parsing -> the inpainting mask, at 384x512 (docs/upstream.md §2, §6-§8).
 
 Loaded lazily by the pipeline: a run with a user mask never needs the pose and parsing files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,10 +15,24 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ootd import errors
 from ootd.checkpoints import Layout, require_file
 from ootd.config import PREPROCESS_RESOLUTION, Category, ModelType
 
 logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def ootd_errors() -> Iterator[None]:
+    """preprocess/ raises its own errors (it does not import ootd); each becomes ootd's typed error of the
+    same name, so exit codes and messages are those of the rest of the program."""
+    from preprocess import errors as preprocess_errors
+
+    try:
+        yield
+    except preprocess_errors.PreprocessError as exc:
+        ours = getattr(errors, type(exc).__name__, errors.OotdError)
+        raise ours(str(exc)) from exc
 
 
 @dataclass
@@ -43,8 +59,9 @@ class Preprocessor:
         layout = Layout(Path(root))
         for path in (layout.body_pose, layout.parsing_atr, layout.parsing_lip):
             require_file(path, layout)
-        pose = PoseEstimator.from_checkpoint(layout.body_pose, device)
-        parser = HumanParser(layout.parsing_atr, layout.parsing_lip, provider=parsing_provider)
+        with ootd_errors():
+            pose = PoseEstimator.from_checkpoint(layout.body_pose, device)
+            parser = HumanParser(layout.parsing_atr, layout.parsing_lip, provider=parsing_provider)
         return cls(pose, parser)
 
     @property
@@ -58,8 +75,9 @@ class Preprocessor:
         from preprocess.pose import draw_pose
 
         small = person.convert("RGB").resize(PREPROCESS_RESOLUTION.size)
-        keypoints = self.pose(small)
-        labels = self.parser(small)
-        mask, _mask_gray = inpaint_mask(labels, keypoints, category.mask_name, model_type.value, grow=grow)
+        with ootd_errors():
+            keypoints = self.pose(small)
+            labels = self.parser(small)
+            mask, _mask_gray = inpaint_mask(labels, keypoints, category.mask_name, model_type.value, grow=grow)
         intermediates = {"pose": draw_pose(small, keypoints), "parsing": colorize(labels)}
         return MaskResult(mask=mask, keypoints=keypoints, labels=labels, intermediates=intermediates)

@@ -1,49 +1,94 @@
-"""The denoising loop as a plain function, k-diffusion style: the caller supplies the model (guidance, fusion
-and conditioning live in `model_fn`), the scheduler and the starting latents; the loop only steps.
+"""The denoising loop as a plain function (k-diffusion style), shared by the pipeline and any reference.
 
-Inpainting (docs/upstream.md §4): after every step, the latents outside the mask are replaced by the original
-latents noised to the next timestep (the last step uses the original latents themselves), so only the masked
-region is generated. A per-step `callback` may return new latents (as diffusers' `callback_on_step_end`),
-so step-level features plug in without editing the loop.
+`sample` knows nothing about UNets, guidance or fusion: the caller passes a `model_fn` that turns the
+scheduler-scaled latents and a timestep into a noise prediction (guidance already combined), and a
+scheduler whose timesteps are already set. Inpainting keeps the unmasked region on the noised original
+after every step (docs/upstream.md §4). A per-step `callback` sees the latents after the step and the
+blend and may replace them (as diffusers' `callback_on_step_end`), so step-level features (timing,
+progress, latent edits, cached-feature modes) plug in without editing the loop.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-# (latents after scheduler.scale_model_input, timestep) -> noise prediction, guidance already combined
+# (latents after scheduler.scale_model_input, t) -> noise prediction (guidance already combined)
 ModelFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-# (step index, timestep, latents after the step) -> replacement latents, or None to keep them
-StepCallback = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor | None]
+# (step index, t, latents after the step and the inpainting blend) -> replacement latents or None
+StepCallback = Callable[[int, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
 
 
 @dataclass(frozen=True)
 class Inpaint:
-    """Keep the region outside `mask` (1 = generate) equal to `original`, noised with `noise`."""
+    """Keep the unmasked region: latents = (1 - mask) * noised(original) + mask * latents after every step.
+
+    `original` is the clean latent image (already times the VAE scaling factor), `noise` the noise it is
+    re-noised with (the same draw as the initial latents), `mask` 1 where the model repaints.
+    """
 
     original: torch.Tensor
     noise: torch.Tensor
     mask: torch.Tensor
 
+    def blend(self, latents: torch.Tensor, scheduler, step: int) -> torch.Tensor:  # noqa: ANN001
+        """The known region at the noise level of the next step (the clean original after the last one)."""
+        timesteps = scheduler.timesteps
+        known = self.original
+        if step < len(timesteps) - 1:
+            known = scheduler.add_noise(known, self.noise, timesteps[step + 1 : step + 2])
+        return (1 - self.mask) * known + self.mask * latents
 
-def sample(model_fn: ModelFn, scheduler: Any, latents: torch.Tensor, *, inpaint: Inpaint | None = None,
-           callback: StepCallback | None = None) -> torch.Tensor:
-    """Run every timestep of `scheduler` (already `set_timesteps`) from `latents`; return the final latents."""
-    timesteps = scheduler.timesteps
-    for i, t in enumerate(timesteps):
+
+def sample(model_fn: ModelFn, scheduler, latents: torch.Tensor, *,  # noqa: ANN001 - any diffusers scheduler
+           inpaint: Inpaint | None = None, callback: StepCallback | None = None) -> torch.Tensor:
+    """Run every timestep of `scheduler` from `latents` (already times `init_noise_sigma`); return the result."""
+    for i, t in enumerate(scheduler.timesteps):
         pred = model_fn(scheduler.scale_model_input(latents, t), t)
         latents = scheduler.step(pred, t, latents, return_dict=False)[0]
         if inpaint is not None:
-            known = inpaint.original
-            if i < len(timesteps) - 1:
-                known = scheduler.add_noise(known, inpaint.noise, timesteps[i + 1 : i + 2])
-            latents = (1 - inpaint.mask) * known + inpaint.mask * latents
+            latents = inpaint.blend(latents, scheduler, i)
         if callback is not None:
             replaced = callback(i, t, latents)
             if replaced is not None:
                 latents = replaced
     return latents
+
+
+def chain(*callbacks: StepCallback | None) -> StepCallback | None:
+    """One callback that runs several in order, each seeing the latents the previous one returned."""
+    present = [cb for cb in callbacks if cb is not None]
+    if not present:
+        return None
+
+    def run(step: int, t: torch.Tensor, latents: torch.Tensor) -> torch.Tensor | None:
+        changed = None
+        for cb in present:
+            out = cb(step, t, latents)
+            if out is not None:
+                latents = changed = out
+        return changed
+
+    return run
+
+
+class StepTimer:
+    """A step callback that records seconds per step (waiting for the GPU) and reports progress."""
+
+    def __init__(self, total: int, progress: Callable[[str, int, int], None] | None = None) -> None:
+        self.total = total
+        self.progress = progress
+        self.times: list[float] = []
+        self._start = time.perf_counter()
+
+    def __call__(self, step: int, t: torch.Tensor, latents: torch.Tensor) -> None:
+        if latents.device.type == "cuda":
+            torch.cuda.synchronize(latents.device)
+        now = time.perf_counter()
+        self.times.append(now - self._start)
+        self._start = now
+        if self.progress is not None:
+            self.progress("denoise", step + 1, self.total)

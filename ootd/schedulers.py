@@ -1,4 +1,4 @@
-"""Schedulers built from the released config the way the original builds them (SPEC section 4)."""
+"""Schedulers built from the released config the way the original builds them (docs/upstream.md §4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Check a checkpoints folder file by file, cheaply, before a run fails an hour into a batch.
 
-Each expected file (SPEC section 1) is looked for and given the cheapest check that catches the usual damage:
+Each expected file (docs/upstream.md §1) is looked for and given the cheapest check that catches the usual damage:
 truncated downloads, Git LFS pointer files instead of the data (a clone without LFS), hand-edited JSON.
 Nothing is loaded into memory in full: safetensors headers, memory-mapped torch files, ONNX protobuf parsing.
 """

@@ -1,11 +1,11 @@
-"""The inpainting mask: which person pixels the try-on UNet repaints (SPEC section 8).
+"""The inpainting mask: which person pixels the try-on UNet repaints (docs/upstream.md §8).
 
 The released weights were trained on masks built by one procedure (the reference's
 `get_mask_location`), so this module reproduces it: garment labels grown by dilation, arms redrawn
 from the pose as thick polylines (so long sleeves can replace short ones and vice versa), hands,
 head, shoes and the other garment kept, holes filled and only the largest region kept.
 
-One upstream defect is deliberately not reproduced (SPEC 9): arm polyline coordinates stay signed,
+One upstream defect is deliberately not reproduced (docs/upstream.md §9): arm polyline coordinates stay signed,
 so a wrist extended past the left or top edge is clipped by the drawing instead of wrapping around
 to ~65,000 and painting a band across the image.
 """
@@ -18,8 +18,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ootd.config import check_mask_grow
-from ootd.errors import UsageError
+from preprocess.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -208,6 +207,12 @@ def mask_array(labels: np.ndarray, keypoints: np.ndarray, category: str, model_t
     return largest_region(mask)
 
 
+def dilate(mask: np.ndarray, pixels: int) -> np.ndarray:
+    """Grow a uint8 mask by `pixels` in every direction (an elliptic kernel, so corners stay round)."""
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * pixels + 1, 2 * pixels + 1))
+    return cv2.dilate(mask, kernel)
+
+
 def inpaint_mask(
     labels: np.ndarray, keypoints: np.ndarray, category: str, model_type: str, grow: int = 0
 ) -> tuple[Image.Image, Image.Image]:
@@ -219,11 +224,11 @@ def inpaint_mask(
     hd | dc (arm width). `grow` > 0 dilates the final mask by that many pixels (--mask-grow) and
     fills any hole that creates; 0 gives exactly the reference mask.
     """
-    check_mask_grow(grow)
+    if not 0 <= grow <= MASK_HEIGHT:  # a larger kernel only covers the frame, and crashes OpenCV when huge
+        raise UsageError(f"mask grow must be 0 to {MASK_HEIGHT} pixels, got {grow}")
     mask = mask_array(labels, keypoints, category, model_type)
     if grow > 0:
-        kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1, 2 * grow + 1))
-        mask = cv2.dilate(mask.astype(np.uint8), kernel) > 0
+        mask = dilate(mask.astype(np.uint8), grow) > 0
         mask = fill_mask_holes(mask, clear_border=False)
     if not mask.any():
         logger.warning("the %s inpainting mask is empty: the parsing found no garment to replace", category)

@@ -1,7 +1,7 @@
 """Human parsing with the two SCHP networks (ATR and LIP) on ONNX Runtime.
 
 The released try-on weights were trained on masks built from this exact parsing procedure
-(SPEC section 6), so the pre- and post-processing below reproduce it step for step: the
+(docs/upstream.md §6), so the pre- and post-processing below reproduce it step for step: the
 affine warp into the square network input, the BGR normalisation, the align-corners upsampling,
 the inverse warp of the logits, the hole filling of the upper-body clothes and the neck label.
 
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from ootd.errors import CheckpointError, DeviceError
+from preprocess.errors import CheckpointError, DeviceError
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def _holes(region: np.ndarray) -> np.ndarray:
 
 
 def fill_holes(labels: np.ndarray) -> np.ndarray:
-    """Relabel small holes inside the upper clothes + arms as upper clothes (SPEC 6).
+    """Relabel small holes inside the upper clothes + arms as upper clothes (docs/upstream.md §6).
 
     The map is padded by one background pixel, the region upper clothes (4) + arms (14, 15) is
     flood-filled from the corner, and every enclosed pixel that is neither upper clothes nor arm

@@ -1,4 +1,4 @@
-"""OpenPose body keypoints (COCO-18) for the inpainting mask (SPEC section 7).
+"""OpenPose body keypoints (COCO-18) for the inpainting mask (docs/upstream.md §7).
 
 The network is the CMU two-branch body model; its parameter names are those of the released
 `body_pose_model.pth`, so that file loads as is. Pre- and post-processing reproduce the reference
@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from ootd.errors import CheckpointError
+from preprocess.errors import CheckpointError
 from preprocess.pose_decode import (
     KEYPOINT_NAMES,
     LIMBS,

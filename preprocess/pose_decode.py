@@ -1,7 +1,7 @@
 """OpenPose body decoding in pure numpy: heatmaps + part affinity fields -> one person's COCO-18 keypoints.
 
 Kept apart from the network so it can be tested with synthetic maps and reasoned about on its own.
-The procedure and its constants follow the reference OpenPose body decoder (SPEC section 7): peaks on
+The procedure and its constants follow the reference OpenPose body decoder (docs/upstream.md §7): peaks on
 Gaussian-smoothed heatmaps, limb candidates scored by PAF line integrals, greedy assembly of people.
 The one deliberate difference: upstream keeps the first person found, this module keeps the person
 with the most keypoints (ties: the larger keypoint bounding box), which is what a try-on photo needs.
@@ -14,7 +14,7 @@ import logging
 import numpy as np
 from scipy.ndimage import gaussian_filter
 
-from ootd.errors import NoPersonError
+from preprocess.errors import NoPersonError
 
 logger = logging.getLogger(__name__)
 

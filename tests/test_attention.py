@@ -28,8 +28,9 @@ from ootd.attention import (
     plan_chunks,
 )
 from ootd.attention.chunked import score_bytes
-from ootd.device import DeviceInfo, load_profile
+from ootd.device import DeviceInfo
 from ootd.errors import DeviceError, UsageError
+from ootd.profiles import load_profile
 
 CPU = DeviceInfo(type="cpu")
 FAKE_GPU = DeviceInfo(type="cuda", index=0, vendor="amd", arch="gfx1100", name="fake", total_memory=24 << 30,

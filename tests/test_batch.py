@@ -48,7 +48,7 @@ class FakePipe:
         if mask is not None and not isinstance(mask, Image.Image):
             load_image(mask, "mask")
         self.persons.append(person)
-        return SimpleNamespace(category=Category.parse(category), image=image, name=str(person))
+        return SimpleNamespace(category=Category.parse(category), image=image, name=str(person), auto=mask is None)
 
     def prepare_garment(self, garment, category, *, resolution=None, fit="pad"):  # noqa: ANN001, ANN201
         self.calls["garment"] += 1
@@ -70,8 +70,15 @@ class FakePipe:
             timings={"preprocess": 0.01, "encode_person": 0.01, "conditioning": 0.01, "garment_unet": 0.01,
                      "denoise": 0.02, "steps": [0.02], "decode": 0.01, "total": 0.07},
             intermediates={"mask": Image.new("L", (48, 64), 255),
-                           "masked_person": Image.new("RGB", (48, 64), (127, 127, 127))},
-            settings={"model_type": self.model_type.value, "steps": str(settings.steps), "seed": str(settings.seed)},
+                           "masked_person": Image.new("RGB", (48, 64), (127, 127, 127)),
+                           **({"pose": Image.new("RGB", (36, 48)), "parsing": Image.new("RGB", (36, 48))}
+                              if getattr(person, "auto", False) else {})},
+            settings={  # as the real pipeline records them
+                "model_type": self.model_type.value, "category": person.category.value,
+                "samples": str(settings.num_samples), "steps": str(settings.steps),
+                "scale": str(settings.guidance_scale), "seed": str(settings.seed),
+                "resolution": str(settings.resolution), "scheduler": settings.scheduler.value,
+            },
         )
 
 
@@ -241,7 +248,7 @@ def test_batch_csv_bad_pair_in_the_middle_then_resume(tmp_path: Path, example_im
     assert "file not found" in report[2]["error"]
     assert "sideways" in report[3]["error"]
     assert report[0]["outputs"] == [str(out / "p0__g0__0.png")]
-    assert set(report[0]["intermediates"]) == {"mask", "masked_person"}  # what the (fake) pipeline made
+    assert set(report[0]["intermediates"]) == {"mask", "masked_person", "pose", "parsing"}
     assert "3 error" in result.stdout and "broken.png" in result.stderr
     assert (out / "p1__g0__0.png").is_file() and not (out / "broken__g0__0.png").exists()
     assert made["hd"][0].calls["generate"] == 2
@@ -302,7 +309,8 @@ def test_batch_interrupt_exits_130_and_keeps_report(tmp_path: Path, example_imag
     assert result.exit_code == 130
     assert result.stderr.strip() == "interrupted"
     assert [r["status"] for r in read_report(out / "batch_report.jsonl")] == ["ok"]
-    assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "p0__g0__0.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "index.html", "p0__g0__0.png"]
+    assert 'src="p0__g0__0.png"' in (out / "index.html").read_text()  # refreshed as the pair finished
 
 
 def test_batch_usage_errors(tmp_path: Path, tiny_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:

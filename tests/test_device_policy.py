@@ -7,23 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from ootd.device import (
-    PROFILES_DIR,
-    DeviceInfo,
+from ootd.device import DeviceInfo, detect_device, gfx_name, kfd_gpu_archs
+from ootd.device_policy import (
     apply_environment,
-    attention_budget,
-    attention_order,
+    attention_budget_for,
     choose_precision,
-    detect_device,
-    environment_warnings,
-    gfx_name,
-    kfd_gpu_archs,
-    load_profile,
-    profile_name,
+    free_memory,
     runtime_environment,
-    vae_tiling_threshold,
 )
 from ootd.errors import DeviceError, UsageError
+from ootd.profiles import PROFILES_DIR, load_profile, profile_name
 
 GIB = 1 << 30
 fp32, fp16, bf16 = torch.float32, torch.float16, torch.bfloat16
@@ -69,7 +62,7 @@ def test_policy_table(key: str) -> None:
         with pytest.raises(DeviceError, match="bf16"):
             choose_precision(info, "bf16")
     assert choose_precision(info, "fp32").vae is fp32
-    assert attention_order(info) == order
+    assert load_profile(info).attention_order == order
     env = runtime_environment(info, TORCH[info.vendor])
     assert set(env) == env_keys
     assert "HSA_OVERRIDE_GFX_VERSION" not in env
@@ -140,14 +133,6 @@ def test_apply_environment_keeps_user_values() -> None:
     assert apply_environment(wanted, environ) == {}
 
 
-def test_environment_warnings() -> None:
-    notes = environment_warnings(DEVICES["gfx1100"], {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})
-    assert notes and "HSA_OVERRIDE_GFX_VERSION" in notes[0]
-    assert environment_warnings(DEVICES["gfx1100"], {}) == []
-    assert environment_warnings(DeviceInfo(type="cuda", vendor="amd", arch="gfx1031"),
-                                {"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}) == []
-
-
 def test_user_profile_overrides(tmp_path: Path) -> None:
     user = tmp_path / "mine.toml"
     user.write_text('[attention]\norder = ["chunked"]\nbudget_max_mib = 512\n[precision]\nbf16 = false\n')
@@ -159,7 +144,7 @@ def test_user_profile_overrides(tmp_path: Path) -> None:
     assert profile.environment_aotriton_experimental is True
     with pytest.raises(DeviceError, match="bf16"):
         choose_precision(info, "bf16", profile)
-    assert attention_budget(info, profile) == 512 << 20
+    assert attention_budget_for(free_memory(info), info, profile) == 512 << 20
     user.write_text("[attention]\nordr = []\n")
     with pytest.raises(DeviceError, match="ordr"):
         load_profile(info, user)
@@ -170,16 +155,14 @@ def test_user_profile_overrides(tmp_path: Path) -> None:
         load_profile(info, tmp_path / "missing.toml")
 
 
-def test_budgets_and_vae_tiling() -> None:
-    gfx1100 = DEVICES["gfx1100"]
-    assert attention_budget(gfx1100) == 2048 << 20  # 25% of 23 GiB, capped
-    assert attention_budget(DEVICES["cpu"]) == 1024 << 20  # memory unknown: the cap
+def test_attention_budget_from_free_memory() -> None:
+    def budget(info: DeviceInfo) -> int:
+        return attention_budget_for(free_memory(info), info, load_profile(info))
+
+    assert budget(DEVICES["gfx1100"]) == 2048 << 20  # 25% of 23 GiB, capped
+    assert budget(DEVICES["cpu"]) == 1024 << 20  # memory unknown: the cap
     small = DeviceInfo(type="cuda", vendor="nvidia", arch="sm_86", total_memory=GIB, free_memory=100 << 20)
-    assert attention_budget(small) == 64 << 20  # floor
-    assert vae_tiling_threshold(DEVICES["gfx942"], choose_precision(DEVICES["gfx942"])) == 16_000_000
-    threshold = vae_tiling_threshold(gfx1100, choose_precision(gfx1100))
-    assert 768 * 1024 < threshold <= 4_000_000
-    assert vae_tiling_threshold(small, choose_precision(small)) < 768 * 1024  # 100 MiB free: tile
+    assert budget(small) == 64 << 20  # floor
 
 
 def test_kfd_topology(tmp_path: Path) -> None:

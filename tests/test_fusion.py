@@ -1,6 +1,6 @@
 """ootd's fusion and denoising equal an independent re-statement of the original formulation.
 
-The reference below is written from the method's description (SPEC sections 3-5), not from
+The reference below is written from the method's description (docs/upstream.md §3-§5), not from
 ootd's code: the garment UNet runs on 2 x samples, every try-on transformer block attends over
 the concatenated [person; garment] tokens with stock diffusers attention and keeps the first
 half, the three images are encoded one by one, and the loop is spelled out step by step.

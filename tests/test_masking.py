@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ootd.errors import UsageError
+from preprocess.errors import UsageError
 from preprocess.masking import (
     arm_line_width,
     draw_arm,
@@ -105,7 +105,7 @@ def test_draw_arm_covers_polyline_with_width() -> None:
 
 
 def test_draw_arm_clips_negative_coordinates() -> None:
-    """SPEC 9 regression: an extended wrist beyond the top/left edge must not wrap around."""
+    """docs/upstream.md §9 regression: an extended wrist beyond the top/left edge must not wrap around."""
     # Extended wrist lands at y = -2.4 (uint16 would make it 65534 and draw down the image).
     top = draw_arm(np.array([130.0, 150.0]), np.array([60.0, 60.0]), np.array([15.0, 8.0]), 60)
     assert top[:5].any() and not top[260:].any()
@@ -203,7 +203,7 @@ def test_missing_wrist_masks_parsed_arm_including_hand() -> None:
 
 
 def test_wrist_beyond_edges_draws_no_band() -> None:
-    """SPEC 9: a sleeve extended past the top/left edge must stay local (no wraparound band)."""
+    """docs/upstream.md §9: a sleeve extended past the top/left edge must stay local (no wraparound band)."""
     lab = LABELS.copy()
     kp = keypoints()
     kp[3], kp[4] = (60, 60), (15, 8)  # right arm raised to the top-left corner: tip at y < 0

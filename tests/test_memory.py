@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from ootd.activation_trace import trace_activations
 from ootd.device import DeviceInfo
 from ootd.memory import (
     GIB,
@@ -18,12 +19,11 @@ from ootd.memory import (
     STAGES,
     ModelSizes,
     apply_plan_to_vae,
-    attention_workspace,
     estimate,
     make_plan,
     memory_budget,
-    trace_activations,
 )
+from ootd.memory_estimate import attention_workspace
 
 
 def gpu(gib: int, **kw) -> DeviceInfo:
@@ -210,7 +210,7 @@ def test_apply_plan_to_vae_toggles_the_diffusers_flags() -> None:
 
 def test_from_components_counts_parameters_and_traces_unknown_architectures() -> None:
     from ootd.bench.random_weights import build_random_components
-    from ootd.device import Precision
+    from ootd.device_policy import Precision
 
     fp32 = Precision(torch.float32, torch.float32, torch.float32, torch.float32)
     c = build_random_components("tiny", fp32)
@@ -234,7 +234,7 @@ def test_released_constants_match_a_trace_of_the_released_architectures() -> Non
 
 
 def test_cpu_profile_encodes_one_image_at_a_time_and_the_estimate_follows() -> None:
-    from ootd.device import load_profile
+    from ootd.profiles import load_profile
 
     cpu = DEVICES["cpu"]
     profile = load_profile(cpu)

@@ -51,3 +51,13 @@ def test_installed_wheel_finds_its_profiles(wheel: Path, tmp_path: Path) -> None
     assert Path(module).is_relative_to(site)  # the installed copy, not the source tree
     assert Path(profiles) == site / "ootd" / "profiles"
     assert name == "cpu"
+
+
+def test_wheel_carries_the_serve_page(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    static = ROOT / "ootd" / "serve" / "static"
+    page = {f"ootd/serve/static/{p.relative_to(static).as_posix()}" for p in static.rglob("*") if p.is_file()}
+    assert {"ootd/serve/static/index.html", "ootd/serve/static/examples/person.png"} <= page <= names
+    every_package = {f"{p.relative_to(ROOT).as_posix()}" for p in ROOT.glob("ootd/**/__init__.py")}
+    assert every_package <= names, sorted(every_package - names)  # the subpackages the command imports
+    assert {"ootd/serve/app.py", "ootd/cli/serve.py", "ootd/app/tryon.py"} <= names

@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 from PIL import Image
 
-from ootd.errors import CheckpointError, DeviceError
 from preprocess import parsing
+from preprocess.errors import CheckpointError, DeviceError
 from preprocess.parsing import (
     ATR_INPUT_SIZE,
     LIP_INPUT_SIZE,

@@ -10,6 +10,7 @@ from PIL import Image
 
 from ootd.checkpoints import Layout
 from ootd.config import Category, ModelType, SchedulerName
+from ootd.denoise import latent_mask
 from ootd.errors import UsageError
 from ootd.loading import load_scheduler_config
 from ootd.schedulers import build_scheduler
@@ -71,7 +72,7 @@ def test_outside_the_mask_the_latents_are_the_person(pipe_hd, example_images, mo
     garment = pipe_hd.prepare_garment(example_images["tshirt"], "upper", resolution=(384, 512))
     pipe_hd.generate(person, garment, pipe_hd.settings(num_samples=2, steps=3, seed=3, resolution=(384, 512)))
     latents = seen[0]
-    mask = pipe_hd._latent_mask(person.mask, latents.shape[-2:])[0, 0].bool()
+    mask = latent_mask(person.mask, latents.shape[-2:], latents.device, latents.dtype)[0, 0].bool()
     assert 0 < mask.sum() < mask.numel()
     outside = ~mask
     for i in range(2):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from ootd.errors import CheckpointError, NoPersonError
+from preprocess.errors import CheckpointError, NoPersonError
 from preprocess.pose import (
     BodyPoseNet,
     PoseEstimator,

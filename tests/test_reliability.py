@@ -220,9 +220,10 @@ def test_mask_grow_bound() -> None:
 
 
 def test_mask_grow_refused_where_masks_are_grown(pipe_hd, example_images) -> None:  # noqa: ANN001
+    from preprocess.errors import UsageError as PreprocessUsageError
     from preprocess.masking import inpaint_mask
 
-    with pytest.raises(UsageError, match="mask-grow"):
+    with pytest.raises(PreprocessUsageError, match="mask grow must be 0 to 512"):
         inpaint_mask(np.zeros((512, 384), np.uint8), np.zeros((18, 2)), "upper_body", "hd", grow=100000)
     with pytest.raises(UsageError, match="mask-grow"):
         pipe_hd.prepare_person(example_images["person"], "upper", mask=example_images["mask"], mask_grow=20000)

@@ -8,10 +8,12 @@ import pytest
 import torch
 from PIL import Image
 
-from ootd.device import DeviceInfo, SpeedOptions, choose_speed, load_profile
+from ootd.device import DeviceInfo
+from ootd.device_policy import SpeedOptions, choose_speed
 from ootd.errors import DeviceError
 from ootd.fusion import capture_block_inputs, transformer_blocks
 from ootd.pipeline import TryOnPipeline
+from ootd.profiles import load_profile
 from ootd.speed import (
     as_memory_format,
     compile_error,

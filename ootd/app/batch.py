@@ -5,8 +5,10 @@ garment side (garment UNet features: hundreds of MB at 768x1024) is prepared onc
 only one is held at a time; the person side (mask and latents: a few MB) stays in a small LRU across garments,
 so it is prepared once per (person, category, mask) as long as the distinct people fit in that cache.
 
-Resume: a pair whose output images all exist is `skipped` (unless overwrite), so rerunning the same command
-finishes a batch. Each pair's JSON line is written to the report as soon as it is done.
+Resume: a pair whose outputs all exist and record this run's settings is `skipped` (unless overwrite), so
+rerunning the same command finishes a batch; outputs made with other settings make the batch refuse to start
+(the rule: ootd/app/resume.py). Each pair's JSON line is written to the report as soon as it is done, and the
+folder's contact sheet (index.html, ootd/app/contact.py) is refreshed.
 """
 
 from __future__ import annotations
@@ -14,20 +16,22 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ootd.app.budget import check_memory_budget
 from ootd.app.config import RunConfig
+from ootd.app.contact import ContactIndex
 from ootd.app.load import PipelineLoader, check_checkpoints_present
 from ootd.app.outputs import Targets, format_seconds, peak_memory, save_outcome, targets_for
 from ootd.app.pairs import Pair, order_key
+from ootd.app.resume import expected_settings, resume_state, stale_error
 from ootd.app.safety import ReportWriter
 from ootd.app.tryon import Progress, run_tryon
 from ootd.config import ModelType
-from ootd.errors import NoSpaceError, OotdError, UsageError, printable
+from ootd.errors import NoSpaceError, OotdError, OutputError, UsageError, printable
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +121,7 @@ class BatchSummary:
     report_path: Path | None
     info: dict[str, Any] = field(default_factory=dict)
     peak_memory: dict[str, int | None] = field(default_factory=dict)
+    seed: int | None = None  # the batch's seed (a resumed random-seed batch keeps its files' seed)
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.reports)
@@ -134,7 +139,7 @@ class BatchSummary:
             f"{len(self.reports)} pairs: {counts} in {format_seconds(self.seconds)} "
             f"(model loading {format_seconds(self.load_seconds)}; prepared {people} "
             f"{'person' if people == 1 else 'people'}, {garments} garment{'' if garments == 1 else 's'})",
-            f"seed: {config.sampling.seed}",
+            f"seed: {self.seed if self.seed is not None else config.sampling.seed}",
             f"outputs: {config.output}",
             f"report: {self.report_path}",
         ]
@@ -149,7 +154,8 @@ class BatchSummary:
             "error": self.count("error"), "seconds": round(self.seconds, 3),
             "load_seconds": round(self.load_seconds, 3), "loads": self.loads, "prepared": self.prepared,
             "report": str(self.report_path) if self.report_path else None,
-            "seed": next((r.seed for r in self.reports if r.seed is not None), None),
+            "seed": self.seed if self.seed is not None else next((r.seed for r in self.reports if r.seed is not None),
+                                                                 None),
             **self.info, "peak_memory": self.peak_memory,
             "errors": [
                 {"index": r.pair.index, "person": str(r.pair.person), "garment": str(r.pair.garment),
@@ -176,6 +182,7 @@ class BatchRunner:
         garment_cache: int = 1,
         progress: Progress | None = None,
         on_report: Callable[[PairReport], None] | None = None,
+        index_path: Path | None = None,
     ) -> None:
         self.config = config
         self.loader = loader if loader is not None else PipelineLoader(config)
@@ -186,15 +193,21 @@ class BatchRunner:
         self.on_report = on_report
         self._report_file: ReportWriter | None = None
         self.info: dict[str, Any] = {}
+        self._model: ModelType | None = None  # the model type of the pairs the caches were filled for
+        self.index_path = index_path  # the batch's contact sheet (index.html), refreshed as pairs finish
+        self._index: ContactIndex | None = None
 
     # -- phases -------------------------------------------------------------------------------------
 
     def _precheck(self, pairs: Sequence[Pair]) -> tuple[list[PairReport], list[tuple[Pair, ModelType, Targets]]]:
         """Everything knowable without models: unreadable rows, missing files, model/category mismatches,
-        colliding output names, and pairs already done (skipped unless overwrite)."""
+        colliding output names, and pairs already done with these settings (skipped unless overwrite). Outputs
+        made with other settings: an OutputError before anything runs (ootd/app/resume.py)."""
         done: list[PairReport] = []
         todo: list[tuple[Pair, ModelType, Targets]] = []
         claimed: dict[Path, Pair] = {}
+        stale: list[str] = []
+        seeds: set[int] = set()  # the seeds existing outputs were made with
         for pair in pairs:
             seed = self.config.sampling.seed
             if pair.problem is not None:
@@ -219,22 +232,48 @@ class BatchRunner:
                 done.append(PairReport(
                     pair, "error", model_type.value, seed=seed,
                     error=f"its output names collide with {clash.source} ({clash.describe()}); "
-                          "rename one of the inputs or drop the duplicate",
+                          "rename one of the inputs, drop the duplicate or use a --name with {category}",
                 ))
                 continue
             claimed.update(dict.fromkeys(targets.all(), pair))
-            if not self.config.overwrite and all(p.exists() for p in targets.images):
+            state = None if self.config.overwrite else resume_state(targets, expected_settings(pair.request(),
+                                                                                              self.config))
+            if state is not None and state.status == "stale":
+                stale.append(f"{pair.source}: {state.reason}")
+                continue
+            if state is not None and state.seed is not None:
+                seeds.add(state.seed)
+            if state is not None and state.status == "done":
                 done.append(PairReport(
                     pair, "skipped", model_type.value, outputs=[str(p) for p in targets.images],
                     intermediates={k: str(p) for k, p in targets.intermediates.items() if p.exists()},
+                    seed=state.seed,
                 ))
                 continue
             todo.append((pair, model_type, targets))
+        if stale:
+            raise OutputError(stale_error(len(stale), stale[0]))
+        self._keep_resumed_seed(seeds, done)
+        if self.index_path is not None:
+            self._index = ContactIndex(self.index_path, pairs)
         return done, todo
+
+    def _keep_resumed_seed(self, seeds: set[int], done: list[PairReport]) -> None:
+        """A batch whose seed was drawn at random continues with the seed its existing outputs were made with,
+        so a rerun of the same command finishes the batch it started (one seed for every pair)."""
+        if not self.config.seed_random or len(seeds) != 1:
+            return
+        (seed,) = seeds
+        self.config = replace(self.config, sampling=replace(self.config.sampling, seed=seed))
+        for report in done:
+            if report.status == "error":
+                report.seed = seed
 
     def _emit(self, report: PairReport) -> None:
         if self._report_file is not None:
             self._report_file.write(report.to_json())
+        if self._index is not None:
+            self._index.add(report)
         if self.on_report is not None:
             self.on_report(report)
 
@@ -259,14 +298,7 @@ class BatchRunner:
                 reports.append(report)
                 self._emit(report)
                 self._tick("pairs", len(reports), total)
-            order = sorted(todo, key=lambda item: order_key(item[0], self.config))
-            current_model: ModelType | None = None
-            for pair, model_type, targets in order:
-                if model_type is not current_model:  # inputs prepared by the other model are no use now
-                    self.persons.clear()
-                    self.garments.clear()
-                    current_model = model_type
-                report = self._run_pair(pair, model_type, targets)
+            for report in self._execute(sorted(todo, key=lambda item: order_key(item[0], self.config))):
                 reports.append(report)
                 self._emit(report)
                 self._tick("pairs", len(reports), total)
@@ -280,7 +312,22 @@ class BatchRunner:
             loads=dict(self.loader.loads),
             prepared={"person": self.persons.computed, "garment": self.garments.computed},
             report_path=self.report_path, info=self.info, peak_memory=peak_memory(self.loader.current),
+            seed=self.config.sampling.seed,
         )
+
+    def _execute(self, order: list[tuple[Pair, ModelType, Targets]]) -> Iterator[PairReport]:
+        """The reports of the pairs to do (given in run order), as they finish: here one after the other in this
+        process; another engine (ootd/app/ray_engine.py) runs them elsewhere."""
+        for pair, model_type, targets in order:
+            yield self.run_one(pair, model_type, targets)
+
+    def run_one(self, pair: Pair, model_type: ModelType, targets: Targets) -> PairReport:
+        """One pair that passed the precheck; never raises (a failure is the report's error)."""
+        if model_type is not self._model:  # inputs prepared by the other model are no use now
+            self.persons.clear()
+            self.garments.clear()
+            self._model = model_type
+        return self._run_pair(pair, model_type, targets)
 
     def _run_pair(self, pair: Pair, model_type: ModelType, targets: Targets) -> PairReport:
         config = self.config

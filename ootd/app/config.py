@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ootd.app.naming import DEFAULT_NAME, check_template
 from ootd.config import (
     AttentionName,
     Category,
@@ -44,6 +45,9 @@ class RunConfig:
     overwrite: bool = False  # replace existing outputs (else: run refuses, batch skips/keeps them)
     channels_last: bool | None = None  # None: the device profile's choice
     compile: bool | None = None  # torch.compile the try-on UNet; None: the device profile's choice
+    name_template: str = DEFAULT_NAME  # output names (fields: ootd.app.naming.NAME_FIELDS)
+    grid: bool = False  # also write a contact sheet (person | garment | mask | samples) per try-on
+    seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
 
     def model_type_for(self, category: Category) -> ModelType:
         """The model for a category: the forced one (if compatible) or the default (hd upper, dc otherwise)."""
@@ -88,6 +92,7 @@ def build_config(
     parsing_provider: str = RunConfig.parsing_provider, max_memory: str | None = None, fit: str = RunConfig.fit,
     mask_grow: int = RunConfig.mask_grow, save_intermediates: bool = RunConfig.save_intermediates,
     overwrite: bool = RunConfig.overwrite, channels_last: bool | None = None, compile: bool | None = None,
+    name: str = RunConfig.name_template, grid: bool = RunConfig.grid,
 ) -> RunConfig:
     """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here.
 
@@ -111,4 +116,5 @@ def build_config(
         parsing_provider=ParsingProvider.parse(parsing_provider, "parsing provider"),
         max_memory=parse_size(max_memory), fit=FitMode.parse(fit, "fit mode"), mask_grow=mask_grow,
         save_intermediates=save_intermediates, overwrite=overwrite, channels_last=channels_last, compile=compile,
+        name_template=check_template(name), grid=grid, seed_random=seed is None,
     )

@@ -1,8 +1,9 @@
 """What a try-on leaves behind: output names, PNG metadata, atomic files or PNG bytes, and how it ran.
 
-Names: `<person>__<garment>__<i>.png` per sample and `<person>__<garment>__<kind>.png` per intermediate, from
-the request's names (so an upload without a path gets stable names too). Metadata: the pipeline's settings, the
-seed, the inputs' names and the device/precision/attention that served, as PNG text chunks.
+Names come from the config's template (ootd/app/naming.py; default `<person>__<garment>__<i>.png` per sample and
+`<person>__<garment>__<kind>.png` per intermediate), filled from the request's names (so an upload without a
+path gets stable names too). Metadata: the pipeline's settings, the seed, the inputs' names and the
+device/precision/attention that served, as PNG text chunks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ootd.app.config import RunConfig
+from ootd.app.naming import render_name
 from ootd.errors import OotdError, OutputError
 
 if TYPE_CHECKING:
@@ -26,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 INTERMEDIATES = ("pose", "parsing", "mask", "masked_person")  # what --save-intermediates writes
 WITH_MASK_INTERMEDIATES = ("mask", "masked_person")  # a given mask skips pose and parsing
+GRID = "grid"  # the contact sheet's kind (its `{i}` in the name template)
 
 
 @dataclass(frozen=True)
@@ -34,23 +37,40 @@ class Targets:
 
     images: list[Path]
     intermediates: dict[str, Path] = field(default_factory=dict)
+    grid: Path | None = None  # the contact sheet, when asked for
 
     def all(self) -> list[Path]:
-        return [*self.images, *self.intermediates.values()]
+        return [*self.images, *self.intermediates.values(), *([self.grid] if self.grid is not None else [])]
+
+
+def name_fields(request: TryOnRequest, config: RunConfig) -> dict[str, Any]:
+    """The values of the name template's fields for one request (see ootd.app.naming.NAME_FIELDS)."""
+    from ootd.images import _sanitise_stem  # the same file-name rules as the default names always had
+
+    sampling = config.sampling
+    return {
+        "person": _sanitise_stem(Path(request.name("person")).stem),
+        "garment": _sanitise_stem(Path(request.name("garment")).stem),
+        "mask": _sanitise_stem(Path(request.name("mask")).stem) if request.mask is not None else "auto",
+        "category": request.category.value, "model": config.model_type_for(request.category).value,
+        "seed": sampling.seed, "steps": sampling.steps, "scale": sampling.guidance_scale,
+        "resolution": str(sampling.resolution), "scheduler": str(sampling.scheduler), "fit": str(config.fit),
+    }
 
 
 def targets_for(request: TryOnRequest, config: RunConfig) -> Targets:
-    """`<person>__<garment>__<i>.png` per sample; intermediates as `<person>__<garment>__<kind>.png`."""
-    from ootd.images import output_name
+    """The config's name template per sample (`{i}` = 0, 1, ...) and per intermediate (`{i}` = its kind)."""
+    fields = name_fields(request, config)
 
-    person, garment = request.name("person"), request.name("garment")
-    names = [output_name(person, garment, i) for i in range(config.sampling.num_samples)]
+    def path(i: int | str) -> Path:
+        return config.output / f"{render_name(config.name_template, {**fields, 'i': i})}.png"
+
     intermediates = {}
     if config.save_intermediates:
-        stem = names[0].rsplit("__", 1)[0]
         kinds = INTERMEDIATES if request.mask is None else WITH_MASK_INTERMEDIATES
-        intermediates = {kind: config.output / f"{stem}__{kind}.png" for kind in kinds}
-    return Targets([config.output / name for name in names], intermediates)
+        intermediates = {kind: path(kind) for kind in kinds}
+    return Targets([path(i) for i in range(config.sampling.num_samples)], intermediates,
+                   path(GRID) if config.grid else None)
 
 
 def refuse_existing(paths: list[Path]) -> None:
@@ -112,7 +132,28 @@ def save_outcome(outcome: TryOnOutcome, config: RunConfig, targets: Targets,
             continue
         write(image, path, png_metadata(outcome, config))
         written_intermediates[kind] = path
+    if targets.grid is not None:
+        write(grid_image(outcome), targets.grid, png_metadata(outcome, config))
+        written_intermediates[GRID] = targets.grid
     return list(targets.images), written_intermediates
+
+
+def grid_image(outcome: TryOnOutcome) -> Image.Image:
+    """The contact sheet of one try-on: person | garment | mask | samples."""
+    from PIL import Image
+
+    from ootd.app.contact import contact_sheet
+    from ootd.images import load_image
+
+    def picture(role: str) -> Image.Image:
+        value = outcome.request.pipeline_input(role)
+        return value if isinstance(value, Image.Image) else load_image(value, role)
+
+    result = outcome.result
+    mask = (getattr(result, "intermediates", None) or {}).get("mask") or getattr(result, "mask", None)
+    tiles = [picture("person"), picture("garment"), *([mask] if isinstance(mask, Image.Image) else []),
+             *result.images]
+    return contact_sheet(tiles)
 
 
 def encode_png(image: Image.Image, metadata: dict[str, str] | None = None) -> bytes:

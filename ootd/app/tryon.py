@@ -65,6 +65,7 @@ class TryOnRequest:
     person_name: str | None = None
     garment_name: str | None = None
     mask_name: str | None = None
+    mask_checked: bool = False  # check_mask_input ran on the mask as given (run_tryon then skips it)
 
     def source(self, role: str) -> Any:
         return {"person": self.person, "garment": self.garment, "mask": self.mask}[role]
@@ -137,6 +138,17 @@ def no_person_error(person: str | Path) -> NoPersonError:
     )
 
 
+def _frame_like_results(result: Any, fit: Any) -> None:
+    """Crop the padding off the intermediates (mask, masked person, pose, parsing) as the pipeline crops it off
+    the results, so every saved picture of a --fit pad try-on has the photo's framing."""
+    from ootd.images import restore_framing
+
+    intermediates = getattr(result, "intermediates", None)
+    if fit is None or not intermediates:
+        return
+    result.intermediates = {k: restore_framing(v, fit, keep_scale=True) for k, v in intermediates.items()}
+
+
 def _cached(cache: InputCache | None, key: tuple | None, compute: Callable[[], Any]) -> tuple[Any, bool]:
     if cache is None or key is None:
         return compute(), True
@@ -160,7 +172,10 @@ def run_tryon(
     fit = str(config.fit)
 
     def prepare_person() -> Any:
+        from ootd.app.masking import check_mask_input
+
         tick("person", 0, 1)
+        check_mask_input(request, fit=fit)
         mask = request.pipeline_input("mask") if request.mask is not None else None
         try:
             prepared = pipe.prepare_person(request.pipeline_input("person"), category, mask=mask,
@@ -184,6 +199,7 @@ def run_tryon(
                                    prepare_garment)
     extra = {"callback": callback} if callback is not None else {}
     result = pipe.generate(person, garment, config.sampling, progress=progress, **extra)
+    _frame_like_results(result, getattr(person, "fit", None))
     return TryOnOutcome(request, model_type, result, describe_pipeline(pipe, config),
                         {"person": not person_new, "garment": not garment_new})
 

@@ -19,7 +19,6 @@ from ootd.attention.install import install_attention
 from ootd.attention.processor import AttentionProcessor
 from ootd.attention.sdpa_patch import patch_sdpa
 from ootd.attention.select import (
-    ATTENTION_NAMES,
     SMALL_MATH_BYTES,
     build_attention,
     check_backend,
@@ -27,7 +26,7 @@ from ootd.attention.select import (
 )
 
 __all__ = [
-    "ATTENTION_NAMES", "SMALL_MATH_BYTES", "AttentionFn", "AttentionProcessor", "Backend",
+    "SMALL_MATH_BYTES", "AttentionFn", "AttentionProcessor", "Backend",
     "BackendUnavailable",
     "ChunkedBackend", "Dispatcher", "FlashBackend", "MathBackend", "SdpaBackend", "build_attention",
     "check_backend", "flash_installed", "install_attention", "make_backend", "original_sdpa", "patch_sdpa",

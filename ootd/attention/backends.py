@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ootd.attention.base import BackendUnavailable, default_scale, original_sdpa, shape_problem
+from ootd.config import AttentionName
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -32,7 +33,7 @@ class MathBackend:
     Quadratic memory, so only used when named, or (with `max_score_bytes`) as a last resort for small calls.
     """
 
-    name = "math"
+    name = AttentionName.MATH.value
     supports_mask = False
 
     def __init__(self, max_score_bytes: int | None = None) -> None:
@@ -83,7 +84,7 @@ class SdpaBackend:
     (e.g. 256 on gfx11xx, where larger head dims have given wrong results).
     """
 
-    name = "sdpa"
+    name = AttentionName.SDPA.value
     supports_mask = False
     device_types = ("cpu", "cuda")
 
@@ -136,7 +137,7 @@ class FlashBackend:
     Imported on first use, so installing ootd never requires it.
     """
 
-    name = "flash"
+    name = AttentionName.FLASH.value
     supports_mask = False
 
     def __init__(self, max_head_dim: int = 256) -> None:

@@ -14,6 +14,7 @@ import torch
 
 from ootd.attention.backends import HALF
 from ootd.attention.base import default_scale, shape_problem
+from ootd.config import AttentionName
 from ootd.errors import UsageError
 
 DEFAULT_BUDGET_BYTES = 1 << 30
@@ -56,7 +57,7 @@ def plan_chunks(batch_heads: int, nq: int, nk: int, bytes_per_score: int, budget
 class ChunkedBackend:
     """Memory-bounded attention for every device and float dtype; exact up to rounding."""
 
-    name = "chunked"
+    name = AttentionName.CHUNKED.value
     supports_mask = False
 
     def __init__(

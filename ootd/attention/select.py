@@ -19,12 +19,13 @@ from ootd.attention.backends import FlashBackend, MathBackend, SdpaBackend
 from ootd.attention.base import Backend, BackendUnavailable
 from ootd.attention.chunked import ChunkedBackend
 from ootd.attention.dispatch import Dispatcher
-from ootd.device import DeviceInfo, DeviceProfile, attention_budget, load_profile
+from ootd.config import AttentionName
+from ootd.device import DeviceInfo
+from ootd.device_policy import attention_budget_for, free_memory
 from ootd.errors import DeviceError, UsageError
+from ootd.profiles import DeviceProfile, load_profile
 
 logger = logging.getLogger(__name__)
-
-ATTENTION_NAMES = ("auto", "flash", "sdpa", "chunked", "math")
 
 # Under auto, math may serve a call only if its fp32 score matrix is at most this big (e.g. 8 heads x
 # 512 x 1024 tokens). Such calls are cheap either way; anything larger must go to a memory-efficient backend
@@ -42,15 +43,15 @@ CHECK_CASES = ((2, 8, 96, 192, 40), (1, 8, 64, 128, 80), (1, 8, 48, 96, 160), (1
 def make_backend(name: str, *, budget_bytes: int, profile: DeviceProfile | None = None,
                  math_limit: int | None = None) -> Backend:
     """One backend by name, configured from the profile (head-dim caps) and the chunk budget."""
-    if name == "math":
+    if name == AttentionName.MATH:
         return MathBackend(max_score_bytes=math_limit)
-    if name == "sdpa":
+    if name == AttentionName.SDPA:
         return SdpaBackend(max_head_dim=profile.attention_sdpa_max_head_dim if profile else None)
-    if name == "flash":
+    if name == AttentionName.FLASH:
         return FlashBackend()
-    if name == "chunked":
+    if name == AttentionName.CHUNKED:
         return ChunkedBackend(budget_bytes=budget_bytes)
-    raise UsageError(f"unknown attention backend {name!r}: use one of {', '.join(ATTENTION_NAMES)}")
+    raise UsageError(f"unknown attention backend {name!r}: use one of {', '.join(AttentionName.words())}")
 
 
 def check_backend(backend: Backend, device: torch.device | DeviceInfo, dtype: torch.dtype,
@@ -96,10 +97,10 @@ def build_attention(name: str, device: DeviceInfo, dtype: torch.dtype, budget_by
     `backends` replaces or adds backends by name (tests, experiments); `check_device` is where the auto
     self-check runs (default: the device itself).
     """
-    if name not in ATTENTION_NAMES and (backends is None or name not in backends):
-        raise UsageError(f"unknown attention {name!r}: use one of {', '.join(ATTENTION_NAMES)}")
+    if name not in AttentionName.words() and (backends is None or name not in backends):
+        raise UsageError(f"unknown attention {name!r}: use one of {', '.join(AttentionName.words())}")
     profile = profile or load_profile(device)
-    budget = budget_bytes if budget_bytes is not None else attention_budget(device, profile)
+    budget = budget_bytes if budget_bytes is not None else attention_budget_for(free_memory(device), device, profile)
     extra = dict(backends or {})
 
     def get(backend_name: str, math_limit: int | None = None) -> Backend:
@@ -107,12 +108,12 @@ def build_attention(name: str, device: DeviceInfo, dtype: torch.dtype, budget_by
             return extra[backend_name]
         return make_backend(backend_name, budget_bytes=budget, profile=profile, math_limit=math_limit)
 
-    if name != "auto":
+    if name != AttentionName.AUTO:
         first = get(name)
         problem = _available(first, device, dtype)
         if problem is not None:
             raise DeviceError(f"attention {name} cannot run here: {problem}")
-        chosen = [first] if name in ("chunked", "math") else [first, get("chunked")]
+        chosen = [first] if name in (AttentionName.CHUNKED, AttentionName.MATH) else [first, get(AttentionName.CHUNKED)]
         dispatcher = Dispatcher(chosen, label=name)
         logger.info("attention %s", dispatcher.describe())
         return dispatcher
@@ -128,11 +129,11 @@ def build_attention(name: str, device: DeviceInfo, dtype: torch.dtype, budget_by
     if device.is_gpu and profile.attention_self_check:
         chosen = _self_checked(chosen, check_device or device.torch_device, dtype)
     names = [b.name for b in chosen]
-    if "chunked" not in names:
-        chosen.append(get("chunked"))
-    if "math" not in names:
-        chosen.append(get("math", math_limit=SMALL_MATH_BYTES))
-    dispatcher = Dispatcher(chosen, label="auto")
+    if AttentionName.CHUNKED not in names:
+        chosen.append(get(AttentionName.CHUNKED))
+    if AttentionName.MATH not in names:
+        chosen.append(get(AttentionName.MATH, math_limit=SMALL_MATH_BYTES))
+    dispatcher = Dispatcher(chosen, label=AttentionName.AUTO.value)
     logger.info("attention %s", dispatcher.describe())
     return dispatcher
 

@@ -22,7 +22,7 @@ from ootd.cli.options import (
     config_from,
     with_options,
 )
-from ootd.config import Pairing
+from ootd.config import EngineName, Pairing
 from ootd.errors import UsageError
 
 logger = logging.getLogger("ootd.cli")
@@ -31,7 +31,8 @@ EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ootd batch pairs.csv -o results   (rows: person,garment,category,mask; header optional)\n\n"
     "  ootd batch --models people/ --cloths shirts/ --category upper --pairing product\n\n"
-    "  ootd batch pairs.csv --shard 0/2 --device cuda:0   (one of two processes; see scripts/multi_gpu.sh)"
+    "  ootd batch pairs.csv --shard 0/2 --device cuda:0   (one of two processes; see scripts/multi_gpu.sh)\n\n"
+    "  ootd batch pairs.csv --engine ray --address auto   (on the GPUs of a Ray cluster)"
 )
 PER_PAIR_BARS = ("person", "garment", "denoise", "decode")
 
@@ -74,15 +75,32 @@ def batch_command(
                                                 " (one per shard).", rich_help_panel=OUTPUTS,
                                                 show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Redo pairs whose outputs exist (default: skip "
-                                            "them, so a rerun resumes).", rich_help_panel=OUTPUTS)] = False,
+                                            "those made with these settings, so a rerun resumes; refuse to start "
+                                            "when some were made with others).", rich_help_panel=OUTPUTS)] = False,
+    engine: Annotated[str, typer.Option("--engine", metavar=choices(EngineName), help="Where the pairs run: in "
+                                        "this process, or on a Ray cluster (needs the ray extra).",
+                                        rich_help_panel=HARDWARE)] = EngineName.LOCAL.value,
+    address: Annotated[str | None, typer.Option("--address", metavar="auto|HOST:PORT", help="--engine ray: join "
+                                                "this Ray cluster (default: start one on this machine).",
+                                                rich_help_panel=HARDWARE, show_default=False)] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="--engine ray: workers, each holding one "
+                                                "pipeline (default: one per GPU; 1 without GPUs).",
+                                                rich_help_panel=HARDWARE, show_default=False)] = None,
+    gpus_per_worker: Annotated[float | None, typer.Option("--gpus-per-worker", help="--engine ray: GPUs per "
+                                                          "worker (default: 1 if the cluster has GPUs, else 0).",
+                                                          rich_help_panel=HARDWARE, show_default=False)] = None,
     json_out: JsonOpt = False,
     **options: Any,
 ) -> None:
     """Many pairs with the models loaded once; continues past bad pairs; reruns skip finished pairs.
 
+    OUTPUT/index.html shows every pair's results (people x garments), refreshed as pairs finish.
+
     Exit code 0 only if every pair succeeded (now or in an earlier run).
     """
-    from ootd.app.batch import BatchRunner, PairReport, report_name
+    from ootd.app.batch import PairReport, report_name
+    from ootd.app.contact import index_name
+    from ootd.app.engines import ClusterOptions, make_engine, require_engine
     from ootd.app.pairs import collect_pairs, select_shard
     from ootd.app.safety import check_batch_outputs
     from ootd.app.tempfiles import clean_stale_temps
@@ -90,6 +108,10 @@ def batch_command(
     from ootd.images import check_output_dir
 
     config = config_from({**options, "overwrite": overwrite})
+    engine_name = require_engine(engine)
+    cluster = ClusterOptions(address=address, workers=workers, gpus_per_worker=gpus_per_worker)
+    if engine_name is EngineName.LOCAL and cluster != ClusterOptions():
+        raise UsageError("--address, --workers and --gpus-per-worker need --engine ray")
     default_category = Category.parse(category) if category is not None else None
     sharding = parse_shard(shard)
     pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks, output=config.output)
@@ -108,7 +130,10 @@ def batch_command(
             else:
                 logger.info("%s: %s", entry.pair.describe(), entry.status)
 
-        summary = BatchRunner(config, report_path=report, progress=display, on_report=on_report).run(pairs)
+        quiet = options["quiet"] or json_out
+        summary = make_engine(engine_name, config, cluster=cluster, report_path=report, progress=display,
+                              on_report=on_report, index_path=config.output / index_name(sharding),
+                              status=None if quiet else echo_err).run(pairs)
 
     if json_out:
         print_json(summary.to_json())

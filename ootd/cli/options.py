@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from ootd.app.config import RunConfig, build_config
+from ootd.app.naming import NAME_FIELDS
 from ootd.config import (
     AttentionName,
     Choice,
@@ -89,6 +90,12 @@ OutputOpt = Annotated[Path, _opt("--output", "-o", panel=OUTPUTS, help="Output f
 IntermediatesOpt = Annotated[bool, _opt(
     "--save-intermediates", panel=OUTPUTS,
     help="Also save the pose skeleton, parsing colour map, mask and masked person.")]
+NameOpt = Annotated[str, _opt(
+    "--name", metavar="TEMPLATE", panel=OUTPUTS,
+    help="Output file names (without .png); must hold {i}. Fields: "
+         + ", ".join(f"{{{field}}} {meaning}" for field, meaning in NAME_FIELDS.items()) + ".")]
+GridOpt = Annotated[bool, _opt("--grid", panel=OUTPUTS, help="Also write a contact sheet: person | garment | mask | "
+                               "samples in one PNG ({i} = grid in --name).")]
 OverwriteOpt = Annotated[bool, _opt("--overwrite", panel=OUTPUTS, help="Replace existing output files.")]
 JsonOpt = Annotated[bool, _opt("--json", panel=OUTPUTS, help="Print a machine-readable JSON summary on stdout.")]
 VerboseOpt = Annotated[bool, _opt("--verbose", "-v", panel=LOGGING, help="Debug logging (also library warnings).")]
@@ -117,6 +124,7 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "output": (OutputOpt, RunConfig.output),
     "save_intermediates": (IntermediatesOpt, RunConfig.save_intermediates),
     "overwrite": (OverwriteOpt, RunConfig.overwrite),
+    "name": (NameOpt, RunConfig.name_template),
 }
 LOGGING_OPTIONS: dict[str, tuple[Any, Any]] = {
     "verbose": (VerboseOpt, False), "quiet": (QuietOpt, False), "debug": (DebugOpt, False),

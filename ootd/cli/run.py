@@ -1,4 +1,4 @@
-"""`ootd run`: one person, one garment -> `<person>__<garment>__<i>.png` per sample.
+"""`ootd run`: one person, one garment -> one PNG per sample, named by --name (`<person>__<garment>__<i>.png`).
 
 Everything cheap is checked first (options, input images, checkpoints present, output folder and names), so a
 mistake fails in one line before minutes of model loading; then ootd/app runs the try-on and saves it.
@@ -15,7 +15,16 @@ import typer
 
 from ootd.cli.display import Display, plan_lines, print_json, show_progress
 from ootd.cli.errors import guarded_command
-from ootd.cli.options import INPUTS, LOGGING_OPTIONS, OUTPUTS, RUN_OPTIONS, JsonOpt, config_from, with_options
+from ootd.cli.options import (
+    INPUTS,
+    LOGGING_OPTIONS,
+    OUTPUTS,
+    RUN_OPTIONS,
+    GridOpt,
+    JsonOpt,
+    config_from,
+    with_options,
+)
 
 logger = logging.getLogger("ootd.cli")
 
@@ -23,7 +32,8 @@ EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ootd run --model person.jpg --cloth shirt.jpg --category upper\n\n"
     "  ootd run -m person.jpg -c skirt.png --category lower --samples 4 --steps 30 --seed 42 -o results\n\n"
-    "  ootd run -m person.jpg -c shirt.jpg --category upper --mask mask.png --resolution 384x512 --json"
+    "  ootd run -m person.jpg -c shirt.jpg --category upper --mask mask.png --resolution 384x512 --json\n\n"
+    "  ootd run -m person.jpg -c shirt.jpg -k upper --seed 7 --grid --name \"{person}__{garment}__{seed}__{i}\""
 )
 TIMED_STAGES = ("load", "preprocess", "garment_unet", "denoise", "decode")  # the summary line's stages
 
@@ -41,13 +51,17 @@ def run_command(
     mask: Annotated[Path | None, typer.Option("--mask", help="Mask image (white = repaint); skips pose and "
                                               "parsing.", rich_help_panel=INPUTS, show_default=False)] = None,
     json_out: JsonOpt = False,
+    grid: GridOpt = False,
     explain: Annotated[bool, typer.Option("--explain", help="Print the device, precision, attention and memory "
                                           "plan before running.", rich_help_panel=OUTPUTS)] = False,
     **options: Any,
 ) -> None:
-    """Dress one person in one garment: writes [bold]<person>__<garment>__<i>.png[/bold] per sample."""
+    """Dress one person in one garment: writes [bold]<person>__<garment>__<i>.png[/bold] per sample (see --name)."""
+    from dataclasses import replace
+
     from ootd.app import load
     from ootd.app.budget import check_memory_budget
+    from ootd.app.masking import check_mask_input
     from ootd.app.outputs import peak_memory, refuse_existing, save_outcome, targets_for
     from ootd.app.safety import check_outputs
     from ootd.app.tempfiles import clean_stale_temps
@@ -57,10 +71,10 @@ def run_command(
 
     started = time.perf_counter()
     # 1. everything cheap first: options, input images, checkpoints folder, output folder and names
-    config = config_from(options)
+    config = replace(config_from(options), grid=grid)
     request = TryOnRequest(model, cloth, Category.parse(category), mask)
     chosen_model = config.model_type_for(request.category)
-    request = request.decoded()
+    request = check_mask_input(request.decoded(), raw_mask=mask, fit=config.fit)
     load.check_checkpoints_present(config.checkpoints, [chosen_model], need_preprocess=mask is None)
     check_output_dir(config.output)
     clean_stale_temps(config.output)

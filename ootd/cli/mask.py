@@ -1,0 +1,67 @@
+"""`ootd mask`: the automatic mask of a person photo (pose, parsing, mask, masked person), without the diffusion
+models, to look at, fix in an editor and give back with `--mask`. The work is ootd/app/masking.py."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ootd.cli.display import print_json
+from ootd.cli.errors import guarded_command
+from ootd.cli.options import INPUTS, LOGGING_OPTIONS, RUN_OPTIONS, JsonOpt, config_from, with_options
+
+logger = logging.getLogger("ootd.cli")
+
+EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ootd mask --model person.jpg --category upper -o masks\n\n"
+    "  (edit masks/person__upper__mask.png, then)  ootd run -m person.jpg -c shirt.jpg -k upper "
+    "--mask masks/person__upper__mask.png"
+)
+# the shared options that change the mask (the same words as `ootd run`, so a run with them makes this mask)
+MASK_OPTIONS = {name: RUN_OPTIONS[name] for name in (
+    "model_type", "fit", "mask_grow", "resolution", "checkpoints", "device", "parsing_provider", "output",
+    "overwrite",
+)}
+
+
+@with_options(MASK_OPTIONS, LOGGING_OPTIONS)
+@guarded_command
+def mask_command(
+    model: Annotated[Path, typer.Option("--model", "--person", "-m", help="Person photo.", metavar="PERSON",
+                                        rich_help_panel=INPUTS, show_default=False)],
+    category: Annotated[str, typer.Option("--category", "-k", help="upper, lower or dress.", rich_help_panel=INPUTS,
+                                          show_default=False)],
+    json_out: JsonOpt = False,
+    **options: Any,
+) -> None:
+    """The mask a try-on would use: writes [bold]<person>__<category>__mask.png[/bold], the masked person, pose
+    and parsing (framed like try-on results), to fix and pass back with [bold]--mask[/bold]."""
+    from ootd.app.load import check_checkpoints_present
+    from ootd.app.masking import make_mask, mask_metadata, mask_targets
+    from ootd.app.outputs import refuse_existing
+    from ootd.config import Category
+    from ootd.images import check_output_dir, load_image, save_png_atomic
+
+    config = config_from(options)
+    chosen = Category.parse(category)
+    config.model_type_for(chosen)  # hd with lower/dress: a usage error now
+    person = load_image(model, "person")
+    check_checkpoints_present(config.checkpoints, [], need_preprocess=True)
+    check_output_dir(config.output)
+    targets = mask_targets(model.name, chosen, config)
+    if not config.overwrite:
+        refuse_existing(list(targets.values()))
+    outcome = make_mask(person, chosen, config, label=str(model))
+    metadata = mask_metadata(outcome, config, model.name)
+    for kind, path in targets.items():
+        save_png_atomic(outcome.images[kind], path, metadata, overwrite=config.overwrite)
+    if json_out:
+        print_json({"outputs": {k: str(p) for k, p in targets.items()}, "category": chosen.value,
+                    "model_type": outcome.model_type.value, "person": str(model)})
+        return
+    for path in targets.values():
+        typer.echo(str(path))

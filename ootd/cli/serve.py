@@ -1,0 +1,72 @@
+"""`ootd serve`: the try-on page and HTTP API (the work is in ootd/serve; this only turns options into calls).
+
+The sampling options set the page's starting values and the API's defaults; hardware options as for `ootd run`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Annotated, Any
+
+import typer
+
+from ootd.cli.errors import guarded_command
+from ootd.cli.options import LOGGING_OPTIONS, RUN_OPTIONS, config_from, with_options
+from ootd.errors import UsageError
+from ootd.serve.limits import Limits
+from ootd.serve.server import DEFAULT_HOST, DEFAULT_PORT
+
+EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ootd serve   (then open http://127.0.0.1:7860/)\n\n"
+    "  ootd serve --host 0.0.0.0 --auth ann:s3cret --device cuda:1\n\n"
+    "  curl -F person=@person.jpg -F garment=@shirt.jpg -F category=upper http://127.0.0.1:7860/api/tryon"
+)
+SERVE = "Server"
+PER_RUN = ("output", "save_intermediates", "overwrite", "seed")  # per request (seed) or meaningless for a server
+SERVE_OPTIONS = {name: option for name, option in RUN_OPTIONS.items() if name not in PER_RUN}
+NEEDS = ("fastapi", "uvicorn", "python_multipart")  # the `serve` extra
+
+
+def check_extra() -> None:
+    missing = [name for name in NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"ootd serve needs the serve extra ({', '.join(missing)} missing): "
+                         "pip install 'ootd[serve]' (in a checkout: pip install -e '.[serve]')")
+
+
+@with_options(SERVE_OPTIONS, LOGGING_OPTIONS)
+@guarded_command
+def serve_command(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback needs --auth.",
+                                      rich_help_panel=SERVE)] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option("--port", help="Port (0: any free one).", rich_help_panel=SERVE)] = DEFAULT_PORT,
+    auth: Annotated[str | None, typer.Option(
+        "--auth", metavar="USER:PASSWORD|TOKEN", envvar="OOTD_SERVE_AUTH", rich_help_panel=SERVE,
+        show_default=False, help="Require HTTP Basic USER:PASSWORD, or a bearer TOKEN (also accepted as the Basic "
+                                 "password). Also from $OOTD_SERVE_AUTH.")] = None,
+    insecure_no_auth: Annotated[bool, typer.Option(
+        "--insecure-no-auth", rich_help_panel=SERVE,
+        help="Allow a non-loopback --host without --auth (only behind something that authenticates).")] = False,
+    max_upload: Annotated[str, typer.Option(
+        "--max-upload", rich_help_panel=SERVE, help="Largest request body (all files together), e.g. 20MiB.",
+    )] = f"{Limits.max_upload_bytes // 2**20}MiB",
+    max_queue: Annotated[int, typer.Option(
+        "--max-queue", rich_help_panel=SERVE,
+        help="Requests that may wait behind the running one; more get 503 with Retry-After.")] = Limits.max_queue,
+    one_model: Annotated[bool, typer.Option(
+        "--one-model", rich_help_panel=SERVE,
+        help="Hold one model type at a time: less memory, but switching between hd and dc garments reloads.",
+    )] = Limits.one_model,
+    **options: Any,
+) -> None:
+    """Serve the try-on page and the HTTP API; models load on first use and stay loaded."""
+    check_extra()
+    from ootd.app.config import parse_size
+    from ootd.serve.limits import Auth
+    from ootd.serve.server import serve
+
+    config = config_from({**options, "seed": None})
+    limits = Limits(max_upload_bytes=parse_size(max_upload), max_queue=max_queue, one_model=one_model)
+    serve(config, host, port, limits, Auth.parse(auth) if auth is not None else None, insecure_no_auth,
+          announce=typer.echo)

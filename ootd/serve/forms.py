@@ -1,0 +1,132 @@
+"""A multipart try-on request -> a JobSpec, with each problem as one line and its HTTP status.
+
+422: a field is missing or has a bad value. 400: an upload is not a usable image, or the combination is impossible
+(the hd model with a lower-body garment). The uploads are copied into the job's folder (the per-process temporary
+folder) and checked there as `ootd run` checks files, before the request takes a place in the queue.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from starlette.datastructures import UploadFile
+
+from ootd.app.config import RunConfig
+from ootd.app.tryon import TryOnRequest
+from ootd.config import Category, FitMode, SamplingSettings
+from ootd.errors import OotdError, UsageError
+from ootd.serve.service import JobSpec
+
+FILES = ("person", "garment", "mask")
+TEXT_FIELDS = ("category", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit")
+NUMBERS = {"samples": int, "steps": int, "seed": int, "scale": float}
+
+
+class FieldError(UsageError):
+    """A field is missing or has a bad value (HTTP 422)."""
+
+
+class BadRequest(OotdError):
+    """Unusable upload or impossible combination (HTTP 400)."""
+
+
+def _text(form: Any, name: str) -> str | None:
+    value = form.get(name)
+    if isinstance(value, UploadFile):
+        raise FieldError(f"{name} must be a form field, not a file")
+    return None if value is None or not value.strip() else value.strip()
+
+
+def _number(form: Any, name: str) -> int | float | None:
+    value = _text(form, name)
+    if value is None:
+        return None
+    kind = NUMBERS[name]
+    try:
+        return kind(value)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise FieldError(f"{name} must be {what}, got {value!r}") from None
+
+
+def parse_settings(form: Any, base: RunConfig) -> tuple[Category, RunConfig]:
+    """The category and this request's config: the server's config with the request's sampling and framing.
+    An absent seed means a fresh random one."""
+    unknown = sorted(set(form.keys()) - set(TEXT_FIELDS) - set(FILES))
+    if unknown:
+        raise FieldError(f"unknown field {unknown[0]!r}: use {', '.join(FILES + TEXT_FIELDS)}")
+    words = _text(form, "category")
+    if words is None:
+        raise FieldError(f"category is required: {', '.join(c.value for c in Category)}")
+    try:
+        category = Category.parse(words)
+        numbers = {name: _number(form, name) for name in NUMBERS}
+        defaults = base.sampling
+        given = {"num_samples": numbers["samples"], "steps": numbers["steps"], "guidance_scale": numbers["scale"]}
+        sampling = SamplingSettings.from_words(
+            seed=numbers["seed"], resolution=_text(form, "resolution") or defaults.resolution,
+            scheduler=_text(form, "scheduler") or defaults.scheduler,
+            **{name: getattr(defaults, name) if value is None else value for name, value in given.items()},
+        )
+        fit = FitMode.parse(_text(form, "fit") or base.fit, "fit")
+    except FieldError:
+        raise
+    except UsageError as exc:
+        raise FieldError(str(exc)) from None
+    config = replace(base, sampling=sampling, fit=fit)
+    try:
+        config.model_type_for(category)
+    except UsageError as exc:
+        raise BadRequest(str(exc)) from None
+    return category, config
+
+
+def save_uploads(form: Any, folder: Path) -> dict[str, tuple[Path, str]]:
+    """Copy each uploaded file into `folder/inputs/<role>/`: role -> (path, the client's file name)."""
+    saved: dict[str, tuple[Path, str]] = {}
+    for role in FILES:
+        upload = form.get(role)
+        if upload is None:
+            if role == "mask":
+                continue
+            raise FieldError(f"{role} is required: a {role} image file")
+        if not isinstance(upload, UploadFile):
+            raise FieldError(f"{role} must be a file upload")
+        name = _safe_name(upload.filename, role)
+        target = folder / "inputs" / role / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        upload.file.seek(0)
+        with target.open("wb") as out:
+            shutil.copyfileobj(upload.file, out, 1 << 20)
+        saved[role] = (target, name)
+    return saved
+
+
+def _safe_name(filename: str | None, role: str) -> str:
+    """The client's base name, with only harmless characters (it names outputs and appears in metadata)."""
+    base = Path((filename or "").replace("\\", "/")).name
+    cleaned = "".join(ch if ch.isalnum() or ch in "._- " else "_" for ch in base).strip(" .")
+    return cleaned[:120] or f"{role}.png"
+
+
+def build_spec(form: Any, base: RunConfig, folder: Path) -> JobSpec:
+    """Everything checked that can be checked before queueing: fields, then the images themselves."""
+    category, config = parse_settings(form, base)
+    saved = save_uploads(form, folder)
+    mask = saved.get("mask")
+    request = TryOnRequest(
+        person=saved["person"][0], garment=saved["garment"][0], category=category,
+        mask=mask[0] if mask else None, person_name=saved["person"][1], garment_name=saved["garment"][1],
+        mask_name=mask[1] if mask else None,
+    )
+    try:
+        decoded = request.decoded()  # the file checks of `ootd run`: not an image, truncated, too small or large
+    except OotdError as exc:
+        message = str(exc)
+        for path, name in saved.values():  # the client's file name, never this server's folders
+            message = message.replace(str(path), name)
+        raise BadRequest(message) from None
+    return JobSpec(request, replace(config, output=folder / "results"), decoded.person.size)

@@ -1,0 +1,158 @@
+"""What a client may send: the upload size (enforced while the body streams in), the queue length and who may ask.
+
+Both guards are plain ASGI middleware, so they act before any route reads a byte of the body: a request whose
+Content-Length is over the limit is answered 413 at once, and one that streams past the limit (chunked, or a
+lying Content-Length) is cut off at the limit, never buffered whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from ootd.errors import UsageError
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-server limits (and how much it keeps). 20 MiB of upload holds any sane photo, far below the
+    50-megapixel decode guard."""
+
+    max_upload_bytes: int = 20 * MiB  # a whole request body: person + garment + mask + fields
+    max_queue: int = 8  # requests waiting behind the running one; more get 503 + Retry-After
+    keep_jobs: int = 32  # finished jobs whose results stay downloadable; older ones are deleted
+    one_model: bool = False  # hold one model type at a time (switching hd <-> dc reloads) instead of both
+
+    def validate(self) -> None:
+        if self.max_upload_bytes < 64 * 1024:
+            raise UsageError(f"the upload limit must be at least 64 KiB, got {self.max_upload_bytes} bytes")
+        if self.max_queue < 1:
+            raise UsageError(f"the queue length must be at least 1, got {self.max_queue}")
+        if self.keep_jobs < 1:
+            raise UsageError(f"the number of kept results must be at least 1, got {self.keep_jobs}")
+
+
+class RequestTooLarge(Exception):
+    """Raised from `receive` when a body streams past the limit; the middleware turns it into a 413."""
+
+
+async def send_json(send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    payload = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def too_large_message(limit: int) -> str:
+    return f"request too large: the limit is {limit / MiB:.0f} MiB for all files together"
+
+
+class BodyLimit:
+    """413 for bodies over `limit` bytes: from Content-Length before reading, or while streaming."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await send_json(send, 413, {"error": too_large_message(self.limit)}, {"connection": "close"})
+            return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise RequestTooLarge
+            return message
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, watched_send)
+        except RequestTooLarge:
+            if not started:
+                await send_json(send, 413, {"error": too_large_message(self.limit)}, {"connection": "close"})
+
+
+@dataclass(frozen=True)
+class Auth:
+    """`user:password` (HTTP Basic) or a bare token (`Authorization: Bearer TOKEN`, or as the Basic password
+    with any user name, so a browser's login prompt works with a token too)."""
+
+    user: str | None
+    secret: str
+
+    @classmethod
+    def parse(cls, value: str) -> Auth:
+        text = value.strip()
+        user, sep, password = text.partition(":")
+        if sep and (not user or not password):
+            raise UsageError("--auth must be USER:PASSWORD or a token, with no empty part")
+        if not text:
+            raise UsageError("--auth must not be empty")
+        return cls(user, password) if sep else cls(None, text)
+
+    def allows(self, header: str | None) -> bool:
+        if not header:
+            return False
+        scheme, _, credentials = header.partition(" ")
+        scheme = scheme.lower()
+        if scheme == "bearer" and self.user is None:
+            return secrets.compare_digest(credentials.strip().encode(), self.secret.encode())
+        if scheme != "basic":
+            return False
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        user, _, password = decoded.partition(":")
+        user_ok = self.user is None or secrets.compare_digest(user.encode(), self.user.encode())
+        return user_ok & secrets.compare_digest(password.encode(), self.secret.encode())
+
+
+class RequireAuth:
+    """401 (with a Basic challenge, so browsers prompt) for any request without the right credentials."""
+
+    def __init__(self, app: ASGIApp, auth: Auth) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self.auth.allows(_header(scope, b"authorization")):
+            await send_json(send, 401, {"error": "authentication required"},
+                            {"www-authenticate": 'Basic realm="ootd", charset="UTF-8"'})
+            return
+        await self.app(scope, receive, send)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1").strip()
+    return None
