@@ -81,19 +81,21 @@ def is_our_report(path: Path) -> bool:
 
 
 def check_outputs(images: Iterable[Path], inputs: Iterable[Path | None], *, report: Path | None = None,
-                  overwrite: bool = False) -> None:
+                  overwrite: bool = False, pages: Iterable[Path] = ()) -> None:
     """Refuse (UsageError, before any work) an output path that is an input, or an existing file that is not
-    ours (without `overwrite`). `images`: every PNG the run may write; `report`: the batch report."""
+    ours (without `overwrite`). `images`: every PNG the run may write; `report`: the batch report; `pages`:
+    other files the run rewrites (the contact sheet's index.html), checked against the inputs only."""
     sources = {_identity(Path(p)): Path(p) for p in inputs if p is not None}
     outputs = [(Path(p), "output") for p in images]
     if report is not None:
         outputs.append((Path(report), "report"))
+    outputs += [(Path(p), "page") for p in pages]
     for path, what in outputs:
         source = sources.get(_identity(path))
         if source is not None:
             raise UsageError(f"the {what} {printable(path)} would replace the input {printable(source)}; "
                              "choose another --output" + (" or --report" if what == "report" else ""))
-        if overwrite or not os.path.lexists(path):
+        if what == "page" or overwrite or not os.path.lexists(path):
             continue
         if path.is_dir():
             raise UsageError(f"the {what} {printable(path)} is a folder")
@@ -105,7 +107,7 @@ def check_outputs(images: Iterable[Path], inputs: Iterable[Path | None], *, repo
 
 
 def check_batch_outputs(pairs: Iterable[Pair], config: RunConfig, report: Path | None,
-                        extra_inputs: Iterable[Path | None] = ()) -> None:
+                        extra_inputs: Iterable[Path | None] = (), pages: Iterable[Path] = ()) -> None:
     """`check_outputs` for a batch: every readable pair's targets against every pair's inputs."""
     from ootd.app.outputs import targets_for
 
@@ -116,7 +118,7 @@ def check_batch_outputs(pairs: Iterable[Pair], config: RunConfig, report: Path |
         inputs += [pair.person, pair.garment, pair.mask]
         if pair.problem is None and pair.category is not None:
             images += targets_for(pair.request(), config).all()
-    check_outputs(images, inputs, report=report, overwrite=config.overwrite)
+    check_outputs(images, inputs, report=report, overwrite=config.overwrite, pages=pages)
 
 
 class ReportWriter:

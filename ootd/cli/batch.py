@@ -118,7 +118,8 @@ def batch_command(
     if sharding is not None:
         pairs = select_shard(pairs, sharding[0], sharding[1], config)
     report = report if report is not None else config.output / report_name(sharding)
-    check_batch_outputs(pairs, config, report, [csv_file])  # no output replaces an input or a file not ours
+    check_batch_outputs(pairs, config, report, [csv_file],  # no output replaces an input or a file not ours
+                        pages=[config.output / index_name(sharding)])
     check_output_dir(config.output)
     clean_stale_temps(config.output)
 
