@@ -329,23 +329,16 @@ case_full_tmpfs_report() {  # the report's device is full: one line naming it
   run_batch "$WORK/out" "$WORK/b/pairs.csv" --report "$WORK/fullr/report.jsonl"
   expect_refusal 1 "no space left on device ($WORK/fullr/report.jsonl)"
 }
-case_full_stdout() {  # stdout on a full device: one line, exit 1 (a fully resumed batch: nothing to load)
-  batch_inputs; rm -rf "$WORK/out"; mkdir -p "$WORK/out"
-  pyrun "$WORK/out" <<'EOF' || { WHY="could not build the input"; return 1; }
-import sys
-from PIL import Image
-from ootd.images import save_png_atomic
-for p in ("pA", "pB"):
-    save_png_atomic(Image.new("RGB", (8, 8)), f"{sys.argv[1]}/{p}__g__0.png", {"software": "ootd battery"})
-EOF
+case_full_stdout() {  # stdout on a full device: one line, exit 1 (a batch whose only pair has a missing photo)
+  batch_inputs; printf 'people/missing.png,garments/g.png,upper\n' >"$WORK/b/missing.csv"
   local sink=/dev/full
   if small_device "$WORK/fullo" 64k; then fill_up "$WORK/fullo"; sink="$WORK/fullo/stdout.txt"; fi
   OUT="$WORK/out"
-  timeout "$CASE_TIMEOUT" "$PY" -m ootd batch --models "$WORK/b/people" --cloths "$WORK/b/garments" \
-    --category upper -o "$WORK/out" "${BATCH_ARGS[@]}" --json >"$sink" 2>"$WORK/stderr" </dev/null
+  timeout "$CASE_TIMEOUT" "$PY" -m ootd batch "$WORK/b/missing.csv" -o "$WORK/out" "${BATCH_ARGS[@]}" --json \
+    >"$sink" 2>"$WORK/stderr" </dev/null
   RC=$?
-  [ "$RC" -eq 1 ] && [ "$(cat "$WORK/stderr")" = "error: no space left on device ($sink)" ] \
-    || { WHY="exit $RC: $(head -c 300 "$WORK/stderr")"; return 1; }
+  [ "$RC" -eq 1 ] && [ "$(tail -1 "$WORK/stderr")" = "error: no space left on device ($sink)" ] \
+    && [ "$(grep -c . "$WORK/stderr")" -eq 2 ] || { WHY="exit $RC: $(head -c 300 "$WORK/stderr")"; return 1; }
 }
 case_readonly_output() {
   if ! small_device "$WORK/ro" 1m ro; then mkdir -p "$WORK/ro"; chmod 555 "$WORK/ro"; fi

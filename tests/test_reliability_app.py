@@ -48,6 +48,11 @@ def folder_args(people: Path, garments: Path, out: Path) -> list[object]:
     return ["--models", people, "--cloths", garments, "--category", "upper", "-o", out]
 
 
+def names(folder: Path) -> list[str]:
+    """The files in a folder, less the contact sheet page (rewritten by every batch)."""
+    return sorted(p.name for p in folder.iterdir() if p.name != "index.html")
+
+
 def no_loading(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(config, model_type):  # noqa: ANN001, ANN202
         raise AssertionError("the models were loaded")
@@ -90,12 +95,12 @@ def test_batch_output_folder_is_the_people_folder_rerun_skips(tmp_path: Path, ex
     fake_loader(monkeypatch)
     first = batch(folder_args(people, garments, people), tiny_tree)
     assert first.exit_code == 0, first.output
-    listing = sorted(p.name for p in people.iterdir())
+    listing = names(people)
     assert listing == ["batch_report.jsonl", "p0.png", "p0__g0__0.png", "p1.png", "p1__g0__0.png"]
     again = batch(folder_args(people, garments, people), tiny_tree)  # its own outputs are not people
     assert again.exit_code == 0, again.output
     assert [r["status"] for r in read_report(people / "batch_report.jsonl")] == ["skipped", "skipped"]
-    assert sorted(p.name for p in people.iterdir()) == listing
+    assert names(people) == listing
 
 
 def test_second_batch_on_the_same_report_is_refused(tmp_path: Path, example_images: dict[str, Path],
@@ -154,7 +159,7 @@ def test_full_disk_while_writing_a_png_stops_the_batch_keeping_what_is_written(
     one_error(batch(folder_args(people, garments, out), tiny_tree), 1, "no space left on device (",
               "p1__g0__0.png)")
     assert len(calls) == 2  # stopped: no third pair tried
-    assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "p0__g0__0.png"]  # no temp files
+    assert names(out) == ["batch_report.jsonl", "p0__g0__0.png"]  # no temp files
     assert Image.open(out / "p0__g0__0.png").size == (48, 64)
     assert [r["status"] for r in read_report(out / "batch_report.jsonl")] == ["ok"]
 
@@ -187,22 +192,23 @@ def test_full_disk_while_writing_the_report_keeps_whole_lines(
     assert report.read_bytes().endswith(b"\n")
 
 
-def test_full_stdout_is_one_line(tmp_path: Path, example_images: dict[str, Path]) -> None:
-    """The real command with stdout on /dev/full (every write: ENOSPC); a fully resumed batch loads nothing."""
+def test_full_stdout_is_one_line(tmp_path: Path) -> None:
+    """The real command with stdout on /dev/full (every write: ENOSPC); a batch whose only pair has a missing
+    photo loads nothing, reports that pair on stderr and its summary on stdout."""
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")
-    people, garments = images_tree(tmp_path, example_images, people=1, garments=1)
-    out = tmp_path / "out"
-    out.mkdir()
-    ootd_images.save_png_atomic(Image.new("RGB", (8, 8)), out / "p0__g0__0.png", {"software": "ootd test"})
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_text("missing.png,missing_too.png,upper\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open("/dev/full", "w") as full:
         done = subprocess.run(
-            [sys.executable, "-m", "ootd", "batch", "--models", str(people), "--cloths", str(garments),
-             "--category", "upper", "-o", str(out), "--checkpoints", str(tmp_path / "none"), "--json"],
+            [sys.executable, "-m", "ootd", "batch", str(csv_file), "-o", str(tmp_path / "out"), "--checkpoints",
+             str(tmp_path / "none"), "--json"],
             stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120, check=False)
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip() == "error: no space left on device (/dev/full)", done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == "error: no space left on device (/dev/full)", done.stderr
+    assert len(lines) == 2 and "file not found" in lines[0], done.stderr
 
 
 # -- 4. odd CSVs and file names -------------------------------------------------------------------------------
@@ -305,7 +311,7 @@ def test_sigterm_is_handled_like_ctrl_c(when: str, tmp_path: Path, example_image
         signal.signal(signal.SIGTERM, previous)
     assert result.exit_code == 143, result.output
     assert result.stderr.strip() == "terminated"
-    assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "p0__g0__0.png"]
+    assert names(out) == ["batch_report.jsonl", "p0__g0__0.png"]
     assert [r["status"] for r in read_report(out / "batch_report.jsonl")] == ["ok"]
 
 
