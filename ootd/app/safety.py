@@ -117,7 +117,10 @@ def check_batch_outputs(pairs: Iterable[Pair], config: RunConfig, report: Path |
     for pair in pairs:
         inputs += [pair.person, pair.garment, pair.mask]
         if pair.problem is None and pair.category is not None:
-            images += targets_for(pair.request(), config).all()
+            try:
+                images += targets_for(pair.request(), config).all()
+            except UsageError:  # a pair the batch reports as its own error (e.g. hd with a lower garment)
+                continue
     check_outputs(images, inputs, report=report, overwrite=config.overwrite, pages=pages)
 
 
