@@ -46,6 +46,15 @@ class OutputError(OotdError):
     """Outputs cannot be written (folder not writable, file exists without --overwrite)."""
 
 
+class NoSpaceError(OutputError):
+    """The device holding an output is full: the run stops (every later write would fail too)."""
+
+
+def no_space(path: PathLike | str) -> NoSpaceError:
+    """The one message for a full device, naming the file that could not be written."""
+    return NoSpaceError(f"no space left on device ({printable(path)})")
+
+
 class DeviceError(OotdError):
     """The requested device or precision cannot be used here."""
 

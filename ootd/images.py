@@ -11,6 +11,7 @@ out; a mask without transparency (or with a fully opaque alpha) is read from its
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -29,13 +30,21 @@ from typing import Literal
 import numpy as np
 from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 
-from ootd.errors import InputImageError, OutputError, printable
+from ootd.errors import InputImageError, OutputError, no_space, printable
+
+try:  # a lock on a temporary file tells a cleaner that its writer is alive (POSIX)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
 
 logger = logging.getLogger(__name__)
 
 MIN_SIDE = 64  # smaller than this cannot be a usable person or garment photo
 MAX_PIXELS = 50_000_000  # checked from the header, before any decoding (a 50 MP RGB image is 150 MB)
 ROLES = ("person", "garment", "mask")
+# Hidden files this module creates next to outputs: `.NAME.<12 hex>.tmp` while a PNG is written and
+# `.ootd-write-test-<12 hex>` while a folder is probed. A kill can leave one behind (ootd.app.tempfiles).
+TEMP_FILE_NAME = re.compile(r"^\..+\.[0-9a-f]{12}\.tmp$|^\.ootd-write-test-[0-9a-f]{12}$")
 # Formats tried when opening. Restricting them keeps Pillow from handing a file that merely claims to be,
 # say, PostScript to an external interpreter (EPS goes through Ghostscript). JPEG covers MPO (phones).
 FORMATS = ("PNG", "JPEG", "WEBP", "AVIF", "BMP", "TIFF", "GIF", "PPM")
@@ -389,8 +398,12 @@ def save_png_atomic(
     try:
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # the umask applies, as for any file
     except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise no_space(path) from None
         raise OutputError(f"cannot write to output folder {folder}: {_one_line(exc.strerror or exc)}") from None
     try:
+        if fcntl is not None:  # held until the file is closed (or its process dies)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(fd, "wb") as handle:
             image.save(handle, format="PNG", pnginfo=pnginfo)
             handle.flush()
@@ -404,6 +417,8 @@ def save_png_atomic(
         raise
     except OSError as exc:
         _remove_quietly(tmp)
+        if exc.errno == errno.ENOSPC:
+            raise no_space(path) from None
         raise OutputError(f"cannot write {path}: {_one_line(exc.strerror or exc)}") from None
     except BaseException:
         _remove_quietly(tmp)

@@ -13,14 +13,22 @@
 # Adding a case: write a function `case_<name>` that returns 0 on pass, or sets WHY and returns 1, and add
 # <name> to CASES. Helpers: fresh_tree (a damaged-at-will copy of the tree), run_ootd (ootd with the standard
 # one-step try-on arguments plus yours), expect_refusal CODE TEXT (checks the last run), pyrun (inline Python).
-# Runs on the CPU; each case loads the tiny tree once (~10-40 s on a busy machine).
+# Runs on the CPU; each case loads the tiny tree at most twice (~10-40 s a load on a busy machine). The whole
+# battery takes 15-25 minutes on a loaded machine, too long for CI: CI runs the same classes as pytest
+# (tests/test_reliability.py, tests/test_reliability_app.py); run this by hand before a release.
+# The full-device and read-only cases mount small tmpfs folders when run as root (else: /dev/full and chmod).
 set -u
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python}"
 CASE_TIMEOUT="${CASE_TIMEOUT:-300}"  # seconds: a hang is a failure, not a stuck battery
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ootd-battery.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+MOUNTS=()
+cleanup() {
+  local m; for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null; done
+  chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"
+}
+trap cleanup EXIT
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 MARKER="$WORK/PWNED"  # created by the hostile pickles if they ever run
 EX="$REPO/examples"
@@ -185,12 +193,232 @@ case_mask_grow_negative() { run_ootd "$WORK/tiny" --mask-grow -1; expect_refusal
 case_unknown_device() { run_ootd "$WORK/tiny" --device tpu; expect_refusal 2 "unknown device 'tpu'"; }
 case_bad_ootd_device() { OOTD_DEVICE=cuda:x run_ootd "$WORK/tiny"; expect_refusal 2 "OOTD_DEVICE"; }
 
+# -- cases: batches (data loss, concurrency, budgets, full devices, kills, odd CSVs, shards) -------------------
+
+batch_inputs() {  # $WORK/b/{people,garments,masks}: two people (masks given: no pose/parsing), one garment
+  rm -rf "$WORK/b"; mkdir -p "$WORK/b/people" "$WORK/b/garments" "$WORK/b/masks"
+  cp "$EX/person.png" "$WORK/b/people/pA.png"; cp "$EX/person.png" "$WORK/b/people/pB.png"
+  cp "$EX/person_mask_upper.png" "$WORK/b/masks/pA.png"; cp "$EX/person_mask_upper.png" "$WORK/b/masks/pB.png"
+  cp "$EX/tshirt.png" "$WORK/b/garments/g.png"
+  printf 'person,garment,category,mask\npeople/pA.png,garments/g.png,upper,masks/pA.png\n' >"$WORK/b/pairs.csv"
+}
+
+BATCH_ARGS=(--checkpoints "$WORK/tiny" --steps 1 --resolution 384x512 --seed 1 --device cpu)
+run_batch() {  # run_batch OUT [args...]: `ootd batch` in the foreground; sets RC and OUT
+  OUT="$1"; shift
+  timeout "$CASE_TIMEOUT" "$PY" -m ootd batch "$@" -o "$OUT" "${BATCH_ARGS[@]}" \
+    >"$WORK/stdout" 2>"$WORK/stderr" </dev/null
+  RC=$?
+}
+folder_batch() {  # folder_batch OUT [args...]: the two people x one garment, with their masks
+  local out="$1"; shift
+  run_batch "$out" --models "$WORK/b/people" --cloths "$WORK/b/garments" --masks "$WORK/b/masks" \
+    --category upper "$@"
+}
+BG_PID=""
+start_batch() {  # start_batch OUT [args...]: in the background with SIGINT at its default; sets BG_PID
+  local out="$1"; shift
+  "$PY" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])' \
+    -m ootd batch --models "$WORK/b/people" --cloths "$WORK/b/garments" --masks "$WORK/b/masks" --category upper \
+    -o "$out" "${BATCH_ARGS[@]}" "$@" >"$WORK/stdout" 2>"$WORK/stderr" </dev/null &
+  BG_PID=$!
+}
+wait_for() {  # wait_for SECONDS COMMAND...: poll until COMMAND succeeds
+  local limit=$(( $(date +%s) + $1 )); shift
+  until "$@"; do [ "$(date +%s)" -lt "$limit" ] || return 1; sleep 0.2; done
+}
+report_lines() { [ -f "$1" ] && [ "$(grep -c . "$1")" -ge "$2" ]; }
+check_report() {  # check_report FILE [STATUS...]: whole JSON lines, valid UTF-8, statuses in order if given
+  pyrun "$@" <<'EOF'
+import json, sys
+data = open(sys.argv[1], "rb").read()
+assert not data or data.endswith(b"\n"), "a torn last line"
+rows = [json.loads(line) for line in data.decode("utf-8").splitlines()]
+for row in rows:
+    for value in (row["person"], row["garment"], *row["outputs"]):
+        value.encode("utf-8")
+want = sys.argv[2:]
+assert not want or [r["status"] for r in rows] == want, [r["status"] for r in rows]
+EOF
+}
+no_temp_files() { [ -z "$(find "$1" -name '.*.tmp' -print -quit 2>/dev/null)" ]; }
+pictures_whole() {  # every PNG under $1 decodes completely
+  pyrun "$1" <<'EOF'
+import pathlib, sys
+from PIL import Image
+for p in pathlib.Path(sys.argv[1]).glob("*.png"):
+    Image.open(p).load()
+EOF
+}
+small_device() {  # small_device DIR SIZE [ro]: a tmpfs of SIZE at DIR (root only); returns 1 if not possible
+  mkdir -p "$1"
+  [ "$(id -u)" -eq 0 ] || return 1
+  mount -t tmpfs -o "size=$2${3:+,$3}" tmpfs "$1" 2>/dev/null || return 1
+  MOUNTS+=("$1")
+}
+fill_up() { cat /dev/zero >"$1/filler" 2>/dev/null; true; }
+
+case_report_over_pairs_csv() {
+  batch_inputs; local before; before="$(md5sum <"$WORK/b/pairs.csv")"
+  run_batch "$WORK/out" "$WORK/b/pairs.csv" --report "$WORK/b/pairs.csv"
+  expect_refusal 2 "would replace the input" || return 1
+  [ "$(md5sum <"$WORK/b/pairs.csv")" = "$before" ] || { WHY="the pairs CSV changed"; return 1; }
+}
+case_report_over_person_photo() {
+  batch_inputs; local before; before="$(md5sum <"$WORK/b/people/pA.png")"
+  run_batch "$WORK/out" "$WORK/b/pairs.csv" --report "$WORK/b/people/pA.png"
+  expect_refusal 2 "would replace the input" || return 1
+  [ "$(md5sum <"$WORK/b/people/pA.png")" = "$before" ] || { WHY="the person photo changed"; return 1; }
+}
+case_report_not_ours() {
+  batch_inputs; echo "my notes" >"$WORK/notes.txt"
+  run_batch "$WORK/out" "$WORK/b/pairs.csv" --report "$WORK/notes.txt"
+  expect_refusal 2 "is not a batch report" || return 1
+  [ "$(cat "$WORK/notes.txt")" = "my notes" ] || { WHY="the file changed"; return 1; }
+}
+case_output_is_people_folder() {  # a rerun must not dress its own results
+  batch_inputs; local before
+  folder_batch "$WORK/b/people"
+  [ "$RC" -eq 0 ] || { WHY="first run exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  before="$(ls -a "$WORK/b/people")"
+  folder_batch "$WORK/b/people"
+  [ "$RC" -eq 0 ] || { WHY="rerun exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  check_report "$WORK/b/people/batch_report.jsonl" skipped skipped || { WHY="rerun did not skip both"; return 1; }
+  [ "$(ls -a "$WORK/b/people")" = "$before" ] || { WHY="the rerun wrote new files"; return 1; }
+}
+case_two_batches_same_output() {  # the second stops at once; the first finishes with an intact report
+  batch_inputs; rm -rf "$WORK/out2"; local pid first
+  start_batch "$WORK/out2"; pid=$BG_PID
+  wait_for 120 test -f "$WORK/out2/batch_report.jsonl" || { kill -9 "$pid"; WHY="first batch never started"; return 1; }
+  cp "$WORK/stderr" "$WORK/first.err"
+  OUT="$WORK/out2"
+  timeout "$CASE_TIMEOUT" "$PY" -m ootd batch --models "$WORK/b/people" --cloths "$WORK/b/garments" \
+    --masks "$WORK/b/masks" --category upper -o "$WORK/out2" "${BATCH_ARGS[@]}" >/dev/null 2>"$WORK/second.err" </dev/null
+  RC=$?
+  wait "$pid"; first=$?
+  [ "$RC" -eq 1 ] && grep -q "^error: another batch is writing here" "$WORK/second.err" \
+    || { WHY="second batch: exit $RC: $(head -c 300 "$WORK/second.err")"; return 1; }
+  [ "$first" -eq 0 ] || { WHY="first batch exit $first"; return 1; }
+  check_report "$WORK/out2/batch_report.jsonl" ok ok || { WHY="first batch's report damaged"; return 1; }
+}
+case_max_memory_cannot_fit() {
+  run_ootd "$WORK/tiny" --device cpu --max-memory 1GiB --samples 64 --resolution 768x1024
+  expect_refusal 2 "what would fit" || return 1
+  grep -q -- "--samples" "$WORK/stderr" && grep -q -- "--resolution 384x512" "$WORK/stderr" \
+    || { WHY="no smaller request named: $(cat "$WORK/stderr")"; return 1; }
+}
+case_full_tmpfs_output() {  # the picture does not fit: one line, nothing half-written
+  small_device "$WORK/full" 64k || { WHY="cannot mount a tmpfs (needs root)"; return 1; }
+  run_ootd "$WORK/tiny" -o "$WORK/full"; OUT="$WORK/full"
+  expect_refusal 1 "no space left on device (" || return 1
+  no_temp_files "$WORK/full" || { WHY="a temporary file was left"; return 1; }
+}
+case_full_tmpfs_batch() {  # a batch stops at the first picture that does not fit, report intact
+  batch_inputs
+  small_device "$WORK/fullb" 64k || { WHY="cannot mount a tmpfs (needs root)"; return 1; }
+  folder_batch "$WORK/fullb"
+  [ "$RC" -eq 1 ] && [ "$(grep -c . "$WORK/stderr")" -eq 1 ] && grep -q "^error: no space left on device (" "$WORK/stderr" \
+    || { WHY="exit $RC: $(head -c 300 "$WORK/stderr")"; return 1; }
+  no_temp_files "$WORK/fullb" || { WHY="a temporary file was left"; return 1; }
+  check_report "$WORK/fullb/batch_report.jsonl" || { WHY="report damaged"; return 1; }
+}
+case_full_tmpfs_report() {  # the report's device is full: one line naming it
+  batch_inputs; printf 'people/missing.png,garments/g.png,upper\n' >>"$WORK/b/pairs.csv"
+  small_device "$WORK/fullr" 64k || { WHY="cannot mount a tmpfs (needs root)"; return 1; }
+  fill_up "$WORK/fullr"
+  run_batch "$WORK/out" "$WORK/b/pairs.csv" --report "$WORK/fullr/report.jsonl"
+  expect_refusal 1 "no space left on device ($WORK/fullr/report.jsonl)"
+}
+case_full_stdout() {  # stdout on a full device: one line, exit 1 (a batch whose only pair has a missing photo)
+  batch_inputs; printf 'people/missing.png,garments/g.png,upper\n' >"$WORK/b/missing.csv"
+  local sink=/dev/full
+  if small_device "$WORK/fullo" 64k; then fill_up "$WORK/fullo"; sink="$WORK/fullo/stdout.txt"; fi
+  OUT="$WORK/out"
+  timeout "$CASE_TIMEOUT" "$PY" -m ootd batch "$WORK/b/missing.csv" -o "$WORK/out" "${BATCH_ARGS[@]}" --json \
+    >"$sink" 2>"$WORK/stderr" </dev/null
+  RC=$?
+  [ "$RC" -eq 1 ] && [ "$(tail -1 "$WORK/stderr")" = "error: no space left on device ($sink)" ] \
+    && [ "$(grep -c . "$WORK/stderr")" -eq 2 ] || { WHY="exit $RC: $(head -c 300 "$WORK/stderr")"; return 1; }
+}
+case_readonly_output() {
+  if ! small_device "$WORK/ro" 1m ro; then mkdir -p "$WORK/ro"; chmod 555 "$WORK/ro"; fi
+  run_ootd "$WORK/tiny" -o "$WORK/ro"; OUT="$WORK/ro"
+  expect_refusal 1 "not writable"
+}
+case_kill9_mid_batch_then_resume() {  # kill -9 once the first pair is done: nothing half-written, rerun resumes
+  batch_inputs; rm -rf "$WORK/out3"; local pid
+  start_batch "$WORK/out3" --steps 40; pid=$BG_PID  # slow pairs: the kill lands in the second
+  wait_for 240 report_lines "$WORK/out3/batch_report.jsonl" 1 || { kill -9 "$pid"; WHY="no pair finished"; return 1; }
+  kill -9 "$pid"; wait "$pid" 2>/dev/null
+  pictures_whole "$WORK/out3" || { WHY="a picture is half-written"; return 1; }
+  check_report "$WORK/out3/batch_report.jsonl" || { WHY="report damaged"; return 1; }
+  # what a kill during a write leaves: a stale temporary file of ours (old), which the rerun removes
+  : >"$WORK/out3/.pB__g__0.png.0123456789ab.tmp"; touch -d '1 hour ago' "$WORK/out3/.pB__g__0.png.0123456789ab.tmp"
+  folder_batch "$WORK/out3"
+  [ "$RC" -eq 0 ] || { WHY="rerun exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  check_report "$WORK/out3/batch_report.jsonl" skipped ok || { WHY="rerun did not resume"; return 1; }
+  no_temp_files "$WORK/out3" || { WHY="the stale temporary file is still there"; return 1; }
+}
+signal_case() {  # signal_case SIGNAL CODE MESSAGE: stop a batch after its first pair
+  batch_inputs; rm -rf "$WORK/out4"; local pid
+  start_batch "$WORK/out4" --steps 40; pid=$BG_PID  # slow pairs: the signal lands in the second
+  wait_for 240 report_lines "$WORK/out4/batch_report.jsonl" 1 || { kill -9 "$pid"; WHY="no pair finished"; return 1; }
+  kill -s "$1" "$pid"; wait "$pid"; RC=$?
+  [ "$RC" -eq "$2" ] || { WHY="exit $RC, expected $2: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  [ "$(tail -1 "$WORK/stderr")" = "$3" ] || { WHY="last line: $(tail -1 "$WORK/stderr")"; return 1; }
+  no_temp_files "$WORK/out4" || { WHY="a temporary file was left"; return 1; }
+  pictures_whole "$WORK/out4" || { WHY="a picture is half-written"; return 1; }
+  check_report "$WORK/out4/batch_report.jsonl" || { WHY="report damaged"; return 1; }
+}
+case_ctrl_c_batch() { signal_case INT 130 interrupted; }
+case_sigterm_batch() { signal_case TERM 143 terminated; }
+case_csv_huge_field() {
+  batch_inputs; pyrun "$WORK/b/pairs.csv" <<'EOF'
+import sys
+open(sys.argv[1], "a").write("people/pA.png," + "x" * 200000 + ",upper\n")
+EOF
+  run_batch "$WORK/out" "$WORK/b/pairs.csv"; expect_refusal 2 "line 3"
+}
+case_csv_fifo() {
+  rm -f "$WORK/pairs_fifo.csv"; mkfifo "$WORK/pairs_fifo.csv" || { WHY="mkfifo failed"; return 1; }
+  run_batch "$WORK/out" "$WORK/pairs_fifo.csv"; expect_refusal 2 "not a regular file"
+}
+case_csv_not_utf8() {
+  batch_inputs; printf 'people/caf\xe9.png,garments/g.png,upper\n' >"$WORK/b/latin1.csv"
+  run_batch "$WORK/out" "$WORK/b/latin1.csv"; expect_refusal 2 "UTF-8"
+}
+case_csv_bad_rows() {  # every row wrong in its own way: each reported, nothing loaded, exit 1
+  batch_inputs
+  printf 'people/pA.png,garments/g.png,upper,masks/pA.png,extra\npeople/pA.png,garments/g.png,hat\npeople/none.png,garments/g.png,upper\n,garments/g.png,upper\n' \
+    >"$WORK/b/bad.csv"
+  run_batch "$WORK/out" "$WORK/b/bad.csv"
+  [ "$RC" -eq 1 ] && [ "$(grep -c '^error: ' "$WORK/stderr")" -eq 4 ] && ! grep -qi "traceback\|internal error" "$WORK/stderr" \
+    || { WHY="exit $RC: $(head -c 400 "$WORK/stderr")"; return 1; }
+  check_report "$WORK/out/batch_report.jsonl" error error error error || { WHY="report wrong"; return 1; }
+}
+case_shards_odd_names() {  # two shards into one folder, one person with a non-UTF-8 name: all pairs, valid reports
+  batch_inputs; rm -rf "$WORK/out5"
+  mv "$WORK/b/people/pB.png" "$WORK/b/people/$(printf 'caf\xe9')_pB.png"
+  mv "$WORK/b/masks/pB.png" "$WORK/b/masks/$(printf 'caf\xe9')_pB.png"
+  local k
+  for k in 0 1; do
+    folder_batch "$WORK/out5" --shard "$k/2"
+    [ "$RC" -eq 0 ] || { WHY="shard $k exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+    check_report "$WORK/out5/batch_report.shard${k}of2.jsonl" ok || { WHY="shard $k report"; return 1; }
+  done
+  [ "$(find "$WORK/out5" -name '*__g__0.png' | wc -l)" -eq 2 ] || { WHY="not one picture per pair"; return 1; }
+}
+
 CASES=(
   pickle_zip_text_encoder pickle_raw_text_encoder pickle_zip_vae pickle_raw_vae pickle_zip_openpose
   pickle_raw_openpose lfs_pointer_unet lfs_pointer_vae truncated_onnx empty_onnx missing_key_vae missing_key_clip
   unexpected_key_text_encoder wrong_tensor_names_unet nan_weights_vae nan_weights_unet overflowing_latents
   utf16_model_index utf16_vae_config fifo_person fifo_mask non_utf8_person_name mask_grow_20000 mask_grow_100000
   mask_grow_negative unknown_device bad_ootd_device
+  report_over_pairs_csv report_over_person_photo report_not_ours output_is_people_folder two_batches_same_output
+  max_memory_cannot_fit full_tmpfs_output full_tmpfs_batch full_tmpfs_report full_stdout readonly_output
+  kill9_mid_batch_then_resume ctrl_c_batch sigterm_batch csv_huge_field csv_fifo csv_not_utf8 csv_bad_rows
+  shards_odd_names
 )
 
 main() {

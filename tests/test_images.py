@@ -12,7 +12,7 @@ import pytest
 from PIL import Image, ImageFile
 
 from ootd import images
-from ootd.errors import InputImageError, OutputError
+from ootd.errors import InputImageError, NoSpaceError, OutputError
 from ootd.images import (
     FitInfo,
     check_output_dir,
@@ -338,7 +338,7 @@ def test_oserror_mid_save_becomes_output_error(tmp_path: Path, monkeypatch: pyte
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Image.Image, "save", full_disk)
-    with pytest.raises(OutputError, match="No space left"):
+    with pytest.raises(NoSpaceError, match=r"^no space left on device \(.*out\.png\)$"):
         save_png_atomic(Image.new("RGB", (64, 64)), tmp_path / "out.png", {}, overwrite=True)
     assert list(tmp_path.iterdir()) == []
 

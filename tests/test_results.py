@@ -333,7 +333,8 @@ def test_grid_name_is_part_of_the_targets(tmp_path: Path, example_images: dict[s
     no_loading(monkeypatch)
     result = invoke("run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper", "--mask",
                     example_images["mask"], "--checkpoints", tiny_tree, "-o", out, "--grid", *RUN)
-    assert result.exit_code == 1 and "person__tshirt__grid.png already exists" in result.stderr
+    # a picture ootd did not write there: refused as a usage error (it would be lost)
+    assert result.exit_code == 2 and "person__tshirt__grid.png exists and is not an ootd picture" in result.stderr
 
 
 def test_mask_command_with_the_real_preprocessor(tmp_path: Path, example_images: dict[str, Path], tiny_tree: Path,

@@ -13,7 +13,6 @@ folder's contact sheet (index.html, ootd/app/contact.py) is refreshed.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -22,15 +21,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ootd.app.budget import check_memory_budget
 from ootd.app.config import RunConfig
 from ootd.app.contact import ContactIndex
 from ootd.app.load import PipelineLoader, check_checkpoints_present
 from ootd.app.outputs import Targets, format_seconds, peak_memory, save_outcome, targets_for
 from ootd.app.pairs import Pair, order_key
 from ootd.app.resume import expected_settings, resume_state, stale_error
+from ootd.app.safety import ReportWriter
 from ootd.app.tryon import Progress, run_tryon
 from ootd.config import ModelType
-from ootd.errors import CheckpointError, DeviceError, OotdError, OutputError, UsageError
+from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError, OutputError, UsageError, printable
 
 logger = logging.getLogger(__name__)
 
@@ -95,15 +96,15 @@ class PairReport:
         return {
             "index": pair.index,
             "source": pair.source,
-            "person": str(pair.person),
-            "garment": str(pair.garment),
+            "person": printable(pair.person),  # file names that are not UTF-8 as \xNN escapes
+            "garment": printable(pair.garment),
             "category": pair.category.value if pair.category is not None else None,
-            "mask": str(pair.mask) if pair.mask is not None else None,
+            "mask": printable(pair.mask) if pair.mask is not None else None,
             "model_type": self.model_type,
             "status": self.status,
-            "outputs": self.outputs,
-            "intermediates": self.intermediates,
-            "error": self.error,
+            "outputs": [printable(p) for p in self.outputs],
+            "intermediates": {k: printable(p) for k, p in self.intermediates.items()},
+            "error": printable(self.error) if self.error is not None else None,
             "seed": self.seed,
             "timings": self.timings,
             "reused": self.reused,
@@ -190,7 +191,7 @@ class BatchRunner:
         self.garments = _Cache(garment_cache)
         self.progress = progress
         self.on_report = on_report
-        self._report_file = None
+        self._report_file: ReportWriter | None = None
         self.info: dict[str, Any] = {}
         self._model: ModelType | None = None  # the model type of the pairs the caches were filled for
         self.index_path = index_path  # the batch's contact sheet (index.html), refreshed as pairs finish
@@ -270,8 +271,7 @@ class BatchRunner:
 
     def _emit(self, report: PairReport) -> None:
         if self._report_file is not None:
-            self._report_file.write(json.dumps(report.to_json()) + "\n")
-            self._report_file.flush()
+            self._report_file.write(report.to_json())
         if self._index is not None:
             self._index.add(report)
         if self.on_report is not None:
@@ -289,12 +289,9 @@ class BatchRunner:
             check_checkpoints_present(
                 self.config.checkpoints, {m for _, m, _ in todo}, any(p.mask is None for p, _, _ in todo)
             )
-        if self.report_path is not None:
-            try:
-                self.report_path.parent.mkdir(parents=True, exist_ok=True)
-                self._report_file = open(self.report_path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
-            except OSError as exc:
-                raise OotdError(f"cannot write the report {self.report_path}: {exc.strerror or exc}") from None
+            check_memory_budget(self.config, {m for _, m, _ in todo})  # --max-memory: fits before loading?
+        if self.report_path is not None:  # locked: a second batch on the same report stops here
+            self._report_file = ReportWriter(self.report_path).open()
         try:
             total = len(pairs)
             for report in done:
@@ -356,6 +353,8 @@ class BatchRunner:
             t = time.perf_counter()
             images, intermediates = save_outcome(outcome, config, targets, keep_existing=True)
             save_seconds = time.perf_counter() - t
+        except NoSpaceError:  # every later pair would fail the same way: stop, keeping what is written
+            raise
         except OotdError as exc:
             report.error = _one_line(exc)
             logger.debug("pair %s failed", pair.source, exc_info=True)

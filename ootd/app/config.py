@@ -19,6 +19,7 @@ from ootd.config import (
     ParsingProvider,
     PrecisionName,
     SamplingSettings,
+    check_mask_grow,
     check_model_category,
     default_model_type,
 )
@@ -98,16 +99,18 @@ def build_config(
     Takes the words a user typed (as front ends receive them); each bad one is a one-line UsageError.
     """
     from ootd.checkpoints import default_checkpoints_dir
+    from ootd.device_spec import check_device_spec  # imports torch: not at --help time
 
+    device = None if device is None or not str(device).strip() else str(device).strip()
+    device = check_device_spec(device)  # a stale OOTD_DEVICE is named as such
     forced = parse_model_type(model_type)
     sampling = SamplingSettings.from_words(num_samples=samples, steps=steps, guidance_scale=scale, seed=seed,
                                            resolution=resolution, scheduler=scheduler)
-    if mask_grow < 0:
-        raise UsageError(f"--mask-grow must be >= 0 pixels, got {mask_grow}")
+    check_mask_grow(mask_grow)
     return RunConfig(
         checkpoints=Path(checkpoints) if checkpoints is not None else default_checkpoints_dir(),
         output=Path(output), sampling=sampling, model_type=forced,
-        device=None if device in (None, "", "auto") else device.strip(),
+        device=None if device in (None, "auto") else device,
         precision=PrecisionName.parse(precision, "precision"),
         attention=AttentionName.parse(attention, "attention backend"),
         parsing_provider=ParsingProvider.parse(parsing_provider, "parsing provider"),

@@ -2,7 +2,8 @@
 and logging levels per -v/-q.
 
 Exit codes: 0 success, 1 failure, 2 usage error (the typed errors in ootd/errors.py carry them), 130
-interrupted. The library writes outputs atomically, so an interrupted run leaves nothing half-written.
+interrupted, 143 terminated (SIGTERM is handled like Ctrl-C: ootd/app/signals.py). The library writes outputs
+atomically, so an interrupted run leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -62,34 +63,52 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
                 passthrough: tuple[type[BaseException], ...] = ()) -> int:
     """Run `fn` and turn every way it can fail into one stderr line and an exit code (`fn`'s own int, else 0).
 
-    OotdError: its message and its exit code (2 usage, 1 otherwise). KeyboardInterrupt: 130. Anything else:
-    "internal error" and 1. `passthrough` exceptions are re-raised (a front end's own control flow).
+    OotdError: its message and its exit code (2 usage, 1 otherwise). KeyboardInterrupt: 130; SIGTERM: 143. A
+    full device: "no space left on device (PATH)" and 1. Anything else: "internal error" and 1. `passthrough`
+    exceptions are re-raised (a front end's own control flow).
     """
+    from ootd.app.signals import as_no_space, flush_stdout, sigterm_as_interrupt
+
     try:
-        code = fn()
+        with sigterm_as_interrupt():
+            code = fn()
+            flush_stdout()  # a full stdout device is this command's failure, not one at interpreter exit
     except passthrough:
         raise
+    except OSError as exc:  # a full device is one line wherever it hits (stdout, a library's own write)
+        full = as_no_space(exc)
+        if full is None:
+            return _internal(exc, debug)
+        if debug:
+            traceback.print_exc()
+        echo_err(f"error: {full}")
+        return full.exit_code
     except OotdError as exc:
         if debug:
             traceback.print_exc()
         echo_err(f"error: {one_line(exc)}")
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated: 143)
         if debug:
             traceback.print_exc()
-        echo_err("interrupted")
-        return EXIT_INTERRUPTED
+        echo_err(getattr(exc, "message", "interrupted"))
+        return getattr(exc, "exit_code", EXIT_INTERRUPTED)
     except Exception as exc:
-        if debug:
-            traceback.print_exc()
-        hint = "" if debug else " (rerun with --debug for the traceback)"
-        if _is_out_of_memory(exc):
-            echo_err(f"error: out of memory ({one_line(exc)[:200]}); try --resolution 384x512, fewer --samples, "
-                     f"--precision fp16 or --attention chunked{hint}")
-            return 1
-        echo_err(f"internal error: {type(exc).__name__}: {one_line(exc)}{hint}")
-        return 1
+        return _internal(exc, debug)
     return code if isinstance(code, int) else 0
+
+
+def _internal(exc: Exception, debug: bool) -> int:
+    """A failure nobody foresaw: one line (and the traceback with --debug)."""
+    if debug:
+        traceback.print_exc()
+    hint = "" if debug else " (rerun with --debug for the traceback)"
+    if _is_out_of_memory(exc):
+        echo_err(f"error: out of memory ({one_line(exc)[:200]}); try --resolution 384x512, fewer --samples, "
+                 f"--precision fp16 or --attention chunked{hint}")
+        return 1
+    echo_err(f"internal error: {type(exc).__name__}: {one_line(exc)}{hint}")
+    return 1
 
 
 class _StderrHandler(logging.StreamHandler):

@@ -98,7 +98,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Complete or absent: a temporary file in the same folder, renamed over `path`."""
     tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")  # file names that are not UTF-8
         os.replace(tmp, path)
     finally:
         if tmp.exists():

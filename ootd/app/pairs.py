@@ -7,14 +7,14 @@ place instead of stopping.
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ootd.app.config import RunConfig
 from ootd.app.tryon import TryOnRequest
 from ootd.config import Category, Pairing
-from ootd.errors import UsageError
+from ootd.errors import UsageError, printable
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".avif", ".bmp", ".tif", ".tiff", ".gif", ".ppm")
 CSV_HEADER_WORDS = {
@@ -80,6 +80,20 @@ def _resolve(base: Path, value: str) -> Path:
     return path if path.is_absolute() else base / path
 
 
+def _rows(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) per CSV row; a row the csv module refuses (a field over csv.field_size_limit(),
+    a stray NUL) is a one-line error naming its line."""
+    reader = csv.reader(text.splitlines())
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise UsageError(f"pairs file {printable(path)} line {reader.line_num}: {exc}") from None
+        yield reader.line_num, row
+
+
 def read_pairs_csv(path: str | Path, default_category: Category | None = None) -> list[Pair]:
     """Pairs from `person,garment,category[,mask]` rows; header optional; paths relative to the CSV's folder.
 
@@ -88,7 +102,9 @@ def read_pairs_csv(path: str | Path, default_category: Category | None = None) -
     """
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"pairs file {path}: {'is a folder' if path.is_dir() else 'file not found'}")
+        problem = ("is a folder" if path.is_dir() else "is not a regular file (a pipe or device would block)"
+                   if path.exists() else "file not found")
+        raise UsageError(f"pairs file {printable(path)}: {problem}")
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
@@ -97,7 +113,7 @@ def read_pairs_csv(path: str | Path, default_category: Category | None = None) -
     columns = {"person": 0, "garment": 1, "category": 2, "mask": 3}
     pairs: list[Pair] = []
     first = True
-    for line_no, row in enumerate(csv.reader(text.splitlines()), start=1):
+    for line_no, row in _rows(path, text):
         cells = _cells(row)
         if not cells or cells[0].startswith("#"):
             continue
@@ -135,8 +151,9 @@ def read_pairs_csv(path: str | Path, default_category: Category | None = None) -
     return pairs
 
 
-def list_images(folder: str | Path, what: str) -> list[Path]:
-    """Image files in a folder (not recursive, hidden files skipped), sorted by name."""
+def list_images(folder: str | Path, what: str, output: str | Path | None = None) -> list[Path]:
+    """Image files in a folder (not recursive, hidden files skipped: temporary files are hidden), sorted by
+    name. When `folder` is the run's `output` folder, the pictures ootd wrote there are not inputs."""
     folder = Path(folder)
     if not folder.is_dir():
         raise UsageError(f"{what} folder {folder}: {'is not a folder' if folder.exists() else 'not found'}")
@@ -144,6 +161,10 @@ def list_images(folder: str | Path, what: str) -> list[Path]:
         p for p in folder.iterdir()
         if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
     )
+    if output is not None and Path(output).is_dir() and Path(output).samefile(folder):
+        from ootd.app.safety import is_our_png
+
+        files = [p for p in files if not is_our_png(p)]
     if not files:
         raise UsageError(f"{what} folder {folder} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
     return files
@@ -151,19 +172,20 @@ def list_images(folder: str | Path, what: str) -> list[Path]:
 
 def pairs_from_folders(
     people: str | Path, garments: str | Path, category: Category, pairing: str | Pairing = Pairing.PRODUCT,
-    masks: str | Path | None = None,
+    masks: str | Path | None = None, *, output: str | Path | None = None,
 ) -> list[Pair]:
     """Every person with every garment (product) or the i-th with the i-th (zip), in name order.
 
     With `masks`, a person's mask is the image in that folder with the person's file stem (any extension);
-    people without one get the automatic mask.
+    people without one get the automatic mask. `output`: the run's output folder, whose pictures are never
+    inputs (a rerun with the outputs among the people must not dress its own results).
     """
     pairing = Pairing.parse(pairing, "pairing")
-    person_files = list_images(people, "people")
-    garment_files = list_images(garments, "garments")
+    person_files = list_images(people, "people", output)
+    garment_files = list_images(garments, "garments", output)
     mask_by_stem: dict[str, Path] = {}
     if masks is not None:
-        for file in list_images(masks, "masks"):
+        for file in list_images(masks, "masks", output):
             mask_by_stem.setdefault(file.stem, file)
     if pairing is Pairing.ZIP:
         if len(person_files) != len(garment_files):
@@ -184,6 +206,7 @@ def pairs_from_folders(
 def collect_pairs(
     csv_file: str | Path | None, people: str | Path | None, garments: str | Path | None,
     category: str | Category | None = None, pairing: str | Pairing = Pairing.PRODUCT, masks: str | Path | None = None,
+    *, output: str | Path | None = None,
 ) -> list[Pair]:
     """The pairs of a batch: from a CSV (`category` for rows without one), or from folders of people and
     garments (`category` required); exactly one of the two."""
@@ -199,7 +222,7 @@ def collect_pairs(
         raise UsageError("folder mode needs both --models DIR and --cloths DIR")
     if default_category is None:
         raise UsageError("folder mode needs --category upper|lower|dress")
-    return pairs_from_folders(people, garments, default_category, pairing, masks)
+    return pairs_from_folders(people, garments, default_category, pairing, masks, output=output)
 
 
 def order_key(pair: Pair, config: RunConfig) -> tuple:

@@ -159,6 +159,8 @@ def batch_command(
     from ootd.app.engines import ClusterOptions, make_engine, require_engine
     from ootd.app.outputs import prepare_output_dir
     from ootd.app.pairs import collect_pairs, select_shard
+    from ootd.app.safety import check_batch_outputs
+    from ootd.app.tempfiles import clean_stale_temps
     from ootd.config import Category
 
     config = checked_config({**options, "overwrite": overwrite})
@@ -168,11 +170,14 @@ def batch_command(
         raise UsageError("--address, --workers and --gpus-per-worker need --engine ray")
     default_category = Category.parse(category) if category is not None else None
     sharding = parse_shard(shard)
-    pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks)
+    pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks, output=config.output)
     if sharding is not None:
         pairs = select_shard(pairs, sharding[0], sharding[1], config)
-    prepare_output_dir(config.output)
     report = report if report is not None else config.output / report_name(sharding)
+    check_batch_outputs(pairs, config, report, [csv_file],  # no output replaces an input or a file not ours
+                        pages=[config.output / index_name(sharding)])
+    prepare_output_dir(config.output)
+    clean_stale_temps(config.output)
 
     plain = not options["quiet"] and not json_out and not sys.stderr.isatty()  # nohup, 2> file: lines to follow
     with Display(show_progress(options["quiet"], json_out)) as display, PairLog(log_file, len(pairs)) as log:

@@ -61,8 +61,11 @@ def run_command(
     from dataclasses import replace
 
     from ootd.app import load
+    from ootd.app.budget import check_memory_budget
     from ootd.app.masking import check_mask_input
     from ootd.app.outputs import peak_memory, prepare_output_dir, refuse_existing, save_outcome, targets_for
+    from ootd.app.safety import check_outputs
+    from ootd.app.tempfiles import clean_stale_temps
     from ootd.app.tryon import TryOnRequest, check_person, run_tryon
     from ootd.config import Category
 
@@ -74,9 +77,12 @@ def run_command(
     request = check_mask_input(request.decoded(), raw_mask=mask, fit=config.fit)
     load.check_checkpoints_present(config.checkpoints, [chosen_model], need_preprocess=mask is None)
     prepare_output_dir(config.output)
+    clean_stale_temps(config.output)
     targets = targets_for(request, config)
+    check_outputs(targets.all(), [model, cloth, mask], overwrite=config.overwrite)  # never replace an input
     if not config.overwrite:
         refuse_existing(targets.all())
+    check_memory_budget(config, [chosen_model])
     random_seed = options["seed"] is None
     if not json_out:
         note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""

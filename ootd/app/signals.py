@@ -1,0 +1,86 @@
+"""SIGTERM handled like Ctrl-C, and a full stdout reported like any full device.
+
+A SIGTERM (a service manager stopping ootd, `kill PID`, a cluster's preemption) raises `Terminated` in the main
+thread, a KeyboardInterrupt, so every `finally` runs as for Ctrl-C: a PNG being written is removed with its
+temporary file, the report keeps its whole lines and is closed; the exit code is 128 + 15 = 143.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ootd.errors import NoSpaceError, no_space
+
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised by the SIGTERM handler; exits 143."""
+
+    exit_code = EXIT_TERMINATED
+    message = "terminated"
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises `Terminated` (main thread only: elsewhere signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stream_path(stream: object) -> str:
+    """Where a standard stream goes (a file's path on Linux), for messages."""
+    name = getattr(stream, "name", "<stream>")
+    try:
+        return os.readlink(f"/proc/self/fd/{stream.fileno()}")  # type: ignore[attr-defined]
+    except (OSError, AttributeError, ValueError):
+        return str(name)
+
+
+def flush_stdout() -> None:
+    """Flush stdout now, so a full device is reported as one line instead of failing at interpreter exit.
+
+    On failure what cannot be written is dropped (stdout is pointed at the null device), so Python's own final
+    flush does not fail again, and a NoSpaceError (or the OSError) is raised.
+    """
+    stream = sys.stdout
+    try:
+        stream.flush()
+    except OSError as exc:
+        path = stream_path(stream)
+        _drop_stdout(stream)
+        if exc.errno == errno.ENOSPC:
+            raise no_space(path) from None
+        raise
+
+
+def _drop_stdout(stream: object) -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())  # type: ignore[attr-defined]
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):  # not a real file (tests capture it): nothing to drop
+        pass
+
+
+def as_no_space(exc: OSError) -> NoSpaceError | None:
+    """The one-line error for an OSError that is a full device (ENOSPC, or EDQUOT: a full quota)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return no_space(exc.filename if exc.filename is not None else stream_path(sys.stdout))
+    return None
