@@ -36,9 +36,14 @@ def batch(args: list[str], tiny_tree: Path):  # noqa: ANN201
 
 
 def one_error(result, code: int, *needles: str) -> str:  # noqa: ANN001
+    """The one error line on stderr; any other lines are the per-pair lines a batch prints when stderr is not a
+    terminal ("[k/n] status ...")."""
     assert result.exit_code == code, result.output
-    line = result.stderr.strip()
-    assert len(line.splitlines()) == 1 and line.startswith("error: "), result.stderr
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
+    assert all(line.startswith("[") for line in lines[:-1]), result.stderr
+    line = errors[0]
     for needle in needles:
         assert needle in line, line
     return line
@@ -310,7 +315,8 @@ def test_sigterm_is_handled_like_ctrl_c(when: str, tmp_path: Path, example_image
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert result.exit_code == 143, result.output
-    assert result.stderr.strip() == "terminated"
+    lines = result.stderr.strip().splitlines()  # the per-pair lines of a batch whose stderr is not a terminal
+    assert lines[-1] == "terminated" and all(line.startswith("[") for line in lines[:-1]), result.stderr
     assert names(out) == ["batch_report.jsonl", "p0__g0__0.png"]
     assert [r["status"] for r in read_report(out / "batch_report.jsonl")] == ["ok"]
 
