@@ -175,6 +175,15 @@ class SchedulerName(Choice):
         return super().parse(value, what)
 
 
+MAX_CACHE_INTERVAL = 10
+
+
+def check_cache_interval(interval: int) -> None:
+    """Feature caching's interval: 1 (exact, nothing cached) up to MAX_CACHE_INTERVAL steps between refreshes."""
+    if not 1 <= interval <= MAX_CACHE_INTERVAL:
+        raise UsageError(f"cache interval must be between 1 (exact) and {MAX_CACHE_INTERVAL}, got {interval}")
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """What one call of the pipeline does besides its inputs."""
@@ -185,6 +194,7 @@ class SamplingSettings:
     seed: int | None = None  # None: a random seed, reported back
     resolution: Resolution = RESOLUTIONS["768x1024"]
     scheduler: SchedulerName = SchedulerName.UNIPC
+    cache_interval: int = 1  # feature caching (ootd/feature_cache.py): deep UNet levels every N-th step; 1 exact
 
     def validate(self) -> None:
         if not 1 <= self.num_samples <= 64:
@@ -195,6 +205,7 @@ class SamplingSettings:
             raise UsageError(f"scale must be between 0 and 50, got {self.guidance_scale}")
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise UsageError(f"seed must be a non-negative 64-bit integer, got {self.seed}")
+        check_cache_interval(self.cache_interval)
 
     @classmethod
     def from_words(cls, *, seed: int | None = None, resolution: str | tuple[int, int] | Resolution | None = None,

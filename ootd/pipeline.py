@@ -33,6 +33,7 @@ from ootd.denoise import guided_model, initial_noise, latent_mask, sample_index
 from ootd.device import DeviceInfo
 from ootd.device_policy import Precision, SpeedOptions
 from ootd.errors import UsageError
+from ootd.feature_cache import feature_cache
 from ootd.fusion import TryOnFusion, capture_block_inputs
 from ootd.images import FitInfo
 from ootd.loading import Components, load_components
@@ -210,6 +211,7 @@ class TryOnPipeline:
         seed: int | None = None,
         resolution: tuple[int, int] | str | Resolution = SamplingSettings.resolution,
         scheduler: str | SchedulerName = SamplingSettings.scheduler,
+        cache_interval: int = SamplingSettings.cache_interval,
         fit: str = FitMode.PAD,
         mask_grow: int = 0,
         progress: Progress | None = None,
@@ -217,7 +219,7 @@ class TryOnPipeline:
     ) -> TryOnResult:
         """One try-on: `num_samples` pictures of the person wearing the garment."""
         settings = self.settings(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale, seed=seed,
-                                 resolution=resolution, scheduler=scheduler)
+                                 resolution=resolution, scheduler=scheduler, cache_interval=cache_interval)
         person_inputs = self.prepare_person(person, category, mask=mask, resolution=settings.resolution,
                                             fit=fit, mask_grow=mask_grow)
         garment_inputs = self.prepare_garment(garment, category, resolution=settings.resolution, fit=fit)
@@ -311,6 +313,9 @@ class TryOnPipeline:
             raise UsageError("person, garment and settings were prepared at different resolutions")
         if person.category is not garment.category:
             raise UsageError("person and garment were prepared for different categories")
+        if settings.cache_interval > 1 and self.speed.compile:
+            raise UsageError("feature caching (cache interval above 1) does not work with a compiled UNet: "
+                             "use one of them")
         timings: dict[str, float | list[float]] = {**person.timings, **garment.timings}
         self.apply_plan(self.make_plan(settings.resolution, settings.num_samples, settings.guidance_scale >= 1.0))
         tick = time.perf_counter()
@@ -342,6 +347,7 @@ class TryOnPipeline:
                 "samples": str(settings.num_samples), "steps": str(settings.steps),
                 "scale": str(settings.guidance_scale), "seed": str(settings.seed),
                 "resolution": str(settings.resolution), "scheduler": settings.scheduler.value,
+                "cache_interval": str(settings.cache_interval),
             },
         )
 
@@ -396,8 +402,9 @@ class TryOnPipeline:
         model_fn = guided_model(lambda *args: self._unet_vton(unet, *args), garment.prompt, person_latents, index,
                                 settings.guidance_scale, self.speed.channels_last)
         timer = StepTimer(len(sched.timesteps), progress)
-        with self.fusion.garment(garment.features, index):
-            latents = sample(model_fn, sched, latents, inpaint=inpaint, callback=chain(callback, timer))
+        with self.fusion.garment(garment.features, index), feature_cache(unet, settings.cache_interval) as cache:
+            steps = chain(cache.on_step if cache is not None else None, callback, timer)
+            latents = sample(model_fn, sched, latents, inpaint=inpaint, callback=steps)
         return latents, timer.times
 
     def _unet_vton(self, unet: torch.nn.Module, model_in: torch.Tensor, t: torch.Tensor, prompt: torch.Tensor,

@@ -78,6 +78,7 @@ class FakePipe:
                 "samples": str(settings.num_samples), "steps": str(settings.steps),
                 "scale": str(settings.guidance_scale), "seed": str(settings.seed),
                 "resolution": str(settings.resolution), "scheduler": settings.scheduler.value,
+                "cache_interval": str(settings.cache_interval),
             },
         )
 

@@ -170,7 +170,7 @@ def test_verbose_logs_ootd_debug_lines(tmp_path: Path, tiny_tree: Path, example_
 
 
 def test_help_everywhere_has_examples_and_version() -> None:
-    for command in (["run"], ["batch"], ["download"], ["doctor"], ["checkpoints", "verify"], ["bench"]):
+    for command in (["run"], ["batch"], ["download"], ["doctor"], ["checkpoints", "verify"], ["bench"], ["compare"]):
         result = invoke(*command, "--help")
         assert result.exit_code == 0, command
         assert "Example" in result.stdout and "ootd " + command[0] in result.stdout, command

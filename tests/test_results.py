@@ -57,7 +57,8 @@ def test_batch_resume_compares_settings_and_keeps_seeds(tmp_path: Path, example_
     for changed, word in ((["--seed", "11", "--steps", "2"], "steps 1 (now 2)"),
                           (["--seed", "12", "--steps", "1"], "seed 11 (now 12)"),
                           (["--seed", "11", "--steps", "1", "--scheduler", "ddim"], "scheduler unipc (now ddim)"),
-                          (["--seed", "11", "--steps", "1", "--fit", "crop"], "fit pad (now crop)")):
+                          (["--seed", "11", "--steps", "1", "--fit", "crop"], "fit pad (now crop)"),
+                          (["--seed", "11", "--steps", "1", "--cache-interval", "2"], "cache_interval 1 (now 2)")):
         refused = invoke(*base, *changed)
         assert refused.exit_code == 1, (changed, refused.output)
         assert word in refused.stderr and "--overwrite" in refused.stderr, refused.stderr

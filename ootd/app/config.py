@@ -88,6 +88,7 @@ def build_config(
     samples: int = SamplingSettings.num_samples, steps: int = SamplingSettings.steps,
     scale: float = SamplingSettings.guidance_scale, seed: int | None = None,
     resolution: str = str(SamplingSettings.resolution), scheduler: str = SamplingSettings.scheduler,
+    cache_interval: int = SamplingSettings.cache_interval,
     precision: str = RunConfig.precision, attention: str = RunConfig.attention, device: str | None = None,
     parsing_provider: str = RunConfig.parsing_provider, max_memory: str | None = None, fit: str = RunConfig.fit,
     mask_grow: int = RunConfig.mask_grow, save_intermediates: bool = RunConfig.save_intermediates,
@@ -105,7 +106,8 @@ def build_config(
     device = check_device_spec(device)  # a stale OOTD_DEVICE is named as such
     forced = parse_model_type(model_type)
     sampling = SamplingSettings.from_words(num_samples=samples, steps=steps, guidance_scale=scale, seed=seed,
-                                           resolution=resolution, scheduler=scheduler)
+                                           resolution=resolution, scheduler=scheduler,
+                                           cache_interval=cache_interval)
     check_mask_grow(mask_grow)
     return RunConfig(
         checkpoints=Path(checkpoints) if checkpoints is not None else default_checkpoints_dir(),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ootd.app.config import RunConfig
+from ootd.config import SamplingSettings
 
 if TYPE_CHECKING:
     from ootd.app.outputs import Targets
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
 
 # the PNG text keys that record what determines the pixels (and which inputs they came from)
 PIXEL_SETTINGS = ("model_type", "category", "samples", "steps", "scale", "seed", "resolution", "scheduler",
-                  "person", "garment", "mask", "fit", "mask_grow")
+                  "cache_interval", "person", "garment", "mask", "fit", "mask_grow")
+# what a key means when an output does not record it (written before the key existed)
+RECORDED_DEFAULTS = {"cache_interval": str(SamplingSettings.cache_interval)}
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ def expected_settings(request: TryOnRequest, config: RunConfig) -> dict[str, str
         "model_type": config.model_type_for(request.category).value, "category": request.category.value,
         "samples": str(sampling.num_samples), "steps": str(sampling.steps), "scale": str(sampling.guidance_scale),
         "seed": str(sampling.seed), "resolution": str(sampling.resolution), "scheduler": str(sampling.scheduler),
+        "cache_interval": str(sampling.cache_interval),
         "person": request.name("person"), "garment": request.name("garment"),
         "mask": request.name("mask") if request.mask is not None else "auto",
         "fit": str(config.fit), "mask_grow": str(config.mask_grow),
@@ -70,6 +74,7 @@ def recorded_settings(path: Path) -> dict[str, str]:
 def _differences(recorded: dict[str, str], expected: dict[str, str]) -> str | None:
     if not recorded.get("software", "").startswith("ootd"):
         return "it records no ootd settings"
+    recorded = {**RECORDED_DEFAULTS, **recorded}
     diffs = [f"{key} {recorded.get(key, 'unknown')} (now {value})" for key, value in expected.items()
              if recorded.get(key) != value]
     return ", ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "") if diffs else None

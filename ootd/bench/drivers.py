@@ -51,6 +51,7 @@ def run_bench(
     guidance_scale: float = 2.0,
     seed: int = 0,
     scheduler: str = "unipc",
+    cache_interval: int = 1,
     max_memory: int | None = None,
     channels_last: bool | None = None,
     compile: bool | None = None,
@@ -63,6 +64,7 @@ def run_bench(
     step_repeats: int = 0,
     threads: int | None = None,
     profile: bool = False,
+    save_images: str | Path | None = None,
     log: Log | None = None,
 ) -> dict[str, Any]:
     """Run one try-on call (and optionally the original's) and return a report dict: machine, versions,
@@ -74,7 +76,9 @@ def run_bench(
     kernels, cuDNN/oneDNN primitives), untimed. `step_repeats` > 0 adds `compare_steps` (alternating UNet
     calls, ours vs original). `channels_last` and `compile` (None: the device profile's choice) apply to ours
     only; the original formulation runs in the default layout, eagerly. `threads` sets torch's CPU threads
-    (1 makes CPU-time figures immune to other processes' load). `log` gets one line per finished part (for live output).
+    (1 makes CPU-time figures immune to other processes' load). `save_images` writes our call's images there as
+    sample_<i>.png (to judge a speed mode with `ootd compare`). `log` gets one line per finished part (for live
+    output).
     """
     say = log or (lambda line: logger.info("%s", line))
     if sum(x is not None for x in (checkpoints, random_weights, components)) != 1:
@@ -93,7 +97,7 @@ def run_bench(
                    "random_weights": random_weights, "model_type": mtype.value, "dtype": str(precision.unet),
                    "vae_dtype": str(precision.vae), "attention": attention, "resolution": list(res),
                    "num_samples": num_samples, "steps": steps, "guidance_scale": guidance_scale, "seed": seed,
-                   "scheduler": scheduler, "max_memory": max_memory,
+                   "scheduler": scheduler, "cache_interval": cache_interval, "max_memory": max_memory,
                    "channels_last": speed.channels_last, "compile": speed.compile},
     }
     meter = PeakMemory(info.torch_device)
@@ -108,9 +112,11 @@ def run_bench(
     bench = _Bench(components, mtype, info, precision, meter, res, seed, say)
     bench.plan_and_pipeline(report, num_samples, guidance, attention, max_memory, speed)
     call = {"mask": bench.mask, "num_samples": num_samples, "steps": steps, "guidance_scale": guidance_scale,
-            "seed": seed, "resolution": res, "scheduler": scheduler}
+            "seed": seed, "resolution": res, "scheduler": scheduler, "cache_interval": cache_interval}
     if run_ours:
         bench.ours(report, call, warmup=warmup, profile=profile)
+        if save_images is not None:
+            report["images_saved"] = _save_images(bench.images, Path(save_images))
     if compare_original:
         bench.original(report, call, warmup=warmup, profile=profile)
     if step_repeats > 0:
@@ -222,6 +228,16 @@ class _Bench:
         summary.update(wall=wall, cpu=cpu, stages=record.to_dict())
         summary["peak_memory"] = max([self.meter.read(), *record.peaks.values()])
         return result, summary, record.peaks
+
+
+def _save_images(images: Sequence[Image.Image], folder: Path) -> list[str]:
+    from ootd.images import check_output_dir, save_png_atomic
+
+    check_output_dir(folder)
+    paths = [folder / f"sample_{i}.png" for i in range(len(images))]
+    for image, path in zip(images, paths, strict=True):
+        save_png_atomic(image, path, {}, overwrite=True)
+    return [str(p) for p in paths]
 
 
 def _timed_result(run: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:

@@ -27,8 +27,8 @@ EPILOG = (
 )
 RANDOM_WEIGHTS = ("full", "tiny")
 BENCH_OPTIONS = {name: RUN_OPTIONS[name] for name in (
-    "checkpoints", "samples", "steps", "scale", "resolution", "scheduler", "precision", "attention", "device",
-    "max_memory", "channels_last", "compile",
+    "checkpoints", "samples", "steps", "scale", "resolution", "scheduler", "cache_interval", "precision", "attention",
+    "device", "max_memory", "channels_last", "compile",
 )}
 
 
@@ -51,6 +51,9 @@ def bench_command(
                                          )] = False,
     save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON report to this file.",
                                               rich_help_panel=OUTPUTS, show_default=False)] = None,
+    save_images: Annotated[Path | None, typer.Option("--save-images", metavar="DIR", help="Also write our call's "
+                                                     "images there (sample_<i>.png), e.g. for `ootd compare`.",
+                                                     rich_help_panel=OUTPUTS, show_default=False)] = None,
     json_out: JsonOpt = False,
     **options: Any,
 ) -> None:
@@ -79,8 +82,10 @@ def bench_command(
         report = bench.run_bench(
             **source, **common, model_type=model_type, dtype=precision, attention=attention,
             guidance_scale=options["scale"], seed=seed, scheduler=options["scheduler"],
+            cache_interval=options["cache_interval"],
             max_memory=parse_size(options["max_memory"]), channels_last=options["channels_last"],
             compile=options["compile"], compare_original=compare_original, count_flops=flops, profile=profile,
+            save_images=save_images,
         )
     if save is not None:
         save.write_text(to_json(report) + "\n")

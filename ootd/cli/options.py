@@ -70,6 +70,10 @@ ResolutionOpt = Annotated[str, _opt("--resolution", panel=SAMPLING, metavar="WxH
                                     help="Working resolution, width x height: 384x512 or 768x1024.")]
 SchedulerOpt = Annotated[str, _opt("--scheduler", metavar=choices(SchedulerName), panel=SAMPLING,
                                    help="Sampler (unipc: the original's).")]
+CacheIntervalOpt = Annotated[int, _opt(
+    "--cache-interval", metavar="N", panel=SAMPLING,
+    help="Speed mode, changes the images: recompute the try-on UNet's deep levels only every N-th step and reuse "
+         "them in between (DeepCache-style feature caching). 1 = exact; judge others with `ootd compare`.")]
 PrecisionOpt = Annotated[str, _opt("--precision", metavar=choices(PrecisionName), panel=HARDWARE,
                                    help="auto: fp32 on CPU, the device profile's choice on GPUs.")]
 AttentionOpt = Annotated[str, _opt("--attention", metavar=choices(AttentionName), panel=HARDWARE,
@@ -121,6 +125,7 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "seed": (SeedOpt, SamplingSettings.seed),
     "resolution": (ResolutionOpt, str(SamplingSettings.resolution)),
     "scheduler": (SchedulerOpt, SamplingSettings.scheduler.value),
+    "cache_interval": (CacheIntervalOpt, SamplingSettings.cache_interval),
     "precision": (PrecisionOpt, RunConfig.precision.value),
     "attention": (AttentionOpt, RunConfig.attention.value),
     "device": (DeviceOpt, RunConfig.device),

@@ -1,0 +1,61 @@
+"""`ootd compare`: a thin command over ootd/app/compare.py (PSNR, SSIM, pixel differences of same-named images)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ootd.cli.errors import guarded_command
+from ootd.cli.options import LOGGING_OPTIONS, JsonOpt, with_options
+
+EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ootd run ... -o exact  &&  ootd run ... --cache-interval 3 -o fast  &&  ootd compare exact fast\n\n"
+    "Pairs images by file name. Higher PSNR/SSIM = closer (PSNR inf and SSIM 1 = identical). LPIPS and FID are "
+    "not offered: their network weights are not shipped and nothing is downloaded at run time."
+)
+
+
+def _psnr_text(value: float | str | None) -> str:
+    if value is None:
+        return "-"
+    if value == "inf" or (isinstance(value, float) and math.isinf(value)):
+        return "inf (identical)"
+    return f"{value:.2f} dB"
+
+
+@with_options(LOGGING_OPTIONS)
+@guarded_command
+def compare_command(
+    a_dir: Annotated[Path, typer.Argument(help="Folder of reference images (e.g. the exact mode's outputs).",
+                                          show_default=False)],
+    b_dir: Annotated[Path, typer.Argument(help="Folder of images to judge against them, same file names.",
+                                          show_default=False)],
+    json_out: JsonOpt = False,
+    **options: Any,
+) -> None:
+    """How far two folders of try-on results differ: PSNR, SSIM, max/mean absolute pixel difference per image and
+    overall (the mean). Images missing on one side or of different sizes are reported, not compared."""
+    from ootd.app.compare import compare_folders
+    from ootd.cli.display import print_json
+
+    result = compare_folders(a_dir, b_dir)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    for item in result.images:
+        if item.problem is not None:
+            typer.echo(f"{item.name}: {item.problem}")
+        else:
+            typer.echo(f"{item.name}: PSNR {_psnr_text(item.psnr)}  SSIM {item.ssim:.4f}  "
+                       f"max |diff| {item.max_abs}  mean |diff| {item.mean_abs:.3f}")
+    overall = result.summary()
+    if not overall["compared"]:
+        typer.echo(f"overall: nothing compared ({overall['problems']} problem(s))")
+        return
+    typer.echo(f"overall ({overall['compared']} compared, {overall['identical']} identical, {overall['problems']} "
+               f"problem(s)): PSNR {_psnr_text(overall['psnr_mean'])}  SSIM {overall['ssim_mean']:.4f}  "
+               f"max |diff| {overall['max_abs']}  mean |diff| {overall['mean_abs']:.3f}")
