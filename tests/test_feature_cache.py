@@ -175,7 +175,7 @@ def test_cli_records_the_interval_and_refuses_bad_ones(tiny_tree, example_images
     out = CliRunner().invoke(cli.app, [str(a) for a in [*args, "--cache-interval", "2"]])
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
-    assert report["settings"]["cache_interval"] == "2"
+    assert report["settings"]["cache_interval"] == 2  # JSON numbers are numbers
     with Image.open(report["outputs"][0]) as im:
         assert im.info["cache_interval"] == "2"
     bad = CliRunner().invoke(cli.app, [str(a) for a in [*args, "--cache-interval", "0"]])

@@ -247,12 +247,14 @@ def test_oversized_request_gets_413_without_being_read(tiny_tree: Path, pipes: d
         assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
         assert time.perf_counter() - started < 10
         assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"].startswith("request too large")
-        # no length announced (chunked): cut off once past the limit
-        piece = b"y" * 8192
-        chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+        # no length announced (chunked): a well-formed upload is cut off once past the limit
+        part = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"person\"; filename=\"p.png\"\r\n"
+                "Content-Type: image/png\r\n\r\n").encode()
+        pieces = [part] + [b"y" * 8192] * 12
+        chunks = [f"{len(piece):x}\r\n".encode() + piece + b"\r\n" for piece in pieces]
         head = (f"POST /api/tryon HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary={boundary}"
                 "\r\nTransfer-Encoding: chunked\r\n\r\n")
-        answer = _raw_request(live.url, head, [chunk] * 12 + [b"0\r\n\r\n"])
+        answer = _raw_request(live.url, head, [*chunks, b"0\r\n\r\n"])
         assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
         assert httpx.get(live.url + "api/health", timeout=10).status_code == 200
 
