@@ -12,6 +12,7 @@ out; a mask without transparency (or with a fully opaque alpha) is read from its
 from __future__ import annotations
 
 import errno
+import io
 import logging
 import os
 import re
@@ -330,7 +331,7 @@ def restore_framing(
 # ---------------------------------------------------------------------------------------------- outputs
 
 
-def _sanitise_stem(stem: str, limit: int = 80) -> str:
+def sanitise_stem(stem: str, limit: int = 80) -> str:
     """ASCII letters, digits, '-', '.', '_' only; accents folded; no leading dot; never empty."""
     folded = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode("ascii")
     clean = re.sub(r"[^A-Za-z0-9._-]+", "_", folded)
@@ -342,8 +343,8 @@ def output_name(person_path: str | Path, garment_path: str | Path, index: int) -
     """`<person stem>__<garment stem>__<i>.png`: one name per pair and sample, stable across runs."""
     if int(index) < 0:
         raise ValueError(f"index must be non-negative, got {index}")
-    person = _sanitise_stem(Path(person_path).stem)
-    garment = _sanitise_stem(Path(garment_path).stem)
+    person = sanitise_stem(Path(person_path).stem)
+    garment = sanitise_stem(Path(garment_path).stem)
     return f"{person}__{garment}__{int(index)}.png"
 
 
@@ -366,7 +367,7 @@ def check_output_dir(path: str | Path) -> Path:
     return path
 
 
-def _png_info(metadata: dict[str, str]) -> PngImagePlugin.PngInfo:
+def png_info(metadata: dict[str, str]) -> PngImagePlugin.PngInfo:
     info = PngImagePlugin.PngInfo()
     for key, value in metadata.items():
         key = str(key)
@@ -393,7 +394,7 @@ def save_png_atomic(
         raise OutputError(f"cannot write {path}: it is a folder")
     if path.exists() and not overwrite:
         raise OutputError(f"{path} already exists; use --overwrite to replace it")
-    pnginfo = _png_info(metadata or {})
+    pnginfo = png_info(metadata or {})
     tmp = folder / f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # the umask applies, as for any file
@@ -448,3 +449,19 @@ def _remove_quietly(path: Path) -> None:
         pass
     except OSError as exc:
         logger.warning("could not remove temporary file %s: %s", path, exc)
+
+
+def decode_image(data: bytes, role: str, name: str) -> Image.Image:
+    """Encoded image bytes (an upload has no path) -> a normalised image, with the file loader's own checks and
+    one-line errors."""
+
+    def fail(problem: str) -> InputImageError:
+        return InputImageError(f"{role} image {name}: {_one_line(problem)}")
+
+    if not data:
+        raise fail("empty upload")
+    with _decoded(io.BytesIO(data), fail) as im:
+        try:
+            return _normalise(im, role)
+        except (OSError, ValueError) as exc:
+            raise fail(f"unsupported image ({im.mode} mode): {exc}") from None

@@ -23,6 +23,7 @@ from typing import Any
 
 from ootd.app.budget import check_memory_budget
 from ootd.app.config import RunConfig
+from ootd.app.console import one_line
 from ootd.app.contact import ContactIndex
 from ootd.app.load import PipelineLoader, check_checkpoints_present
 from ootd.app.outputs import Targets, format_seconds, peak_memory, save_outcome, targets_for
@@ -163,10 +164,6 @@ class BatchSummary:
                 for r in self.reports if r.status == "error"
             ],
         }
-
-
-def _one_line(value: object) -> str:
-    return " ".join(str(value).split())
 
 
 class BatchRunner:
@@ -323,7 +320,7 @@ class BatchRunner:
             failed = self.loader.failure(model_type)
             if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
                 # every later pair of this model would fail the same way: stop once, with one line
-                raise type(failed)(f"cannot load the {model_type.value} model: {_one_line(failed)}; stopped "
+                raise type(failed)(f"cannot load the {model_type.value} model: {one_line(failed)}; stopped "
                                    f"before {pair.source} (finished pairs are in the report)") from failed
             yield report
 
@@ -356,11 +353,11 @@ class BatchRunner:
         except NoSpaceError:  # every later pair would fail the same way: stop, keeping what is written
             raise
         except OotdError as exc:
-            report.error = _one_line(exc)
+            report.error = one_line(exc)
             logger.debug("pair %s failed", pair.source, exc_info=True)
             return report
         except Exception as exc:  # keep going; the report says what broke
-            report.error = f"internal error: {type(exc).__name__}: {_one_line(exc)}"
+            report.error = f"internal error: {type(exc).__name__}: {one_line(exc)}"
             logger.warning("pair %s (%s): %s", pair.source, pair.describe(), report.error, exc_info=True)
             return report
         timings = outcome.timings()

@@ -39,7 +39,7 @@ def _image(value: Any, role: str) -> Image.Image:
     if isinstance(value, Image.Image):
         return value
     if isinstance(value, bytes | bytearray):
-        from ootd.app.tryon import decode_image
+        from ootd.images import decode_image
 
         return decode_image(bytes(value), role, role)
     return load_image(value, role)
@@ -110,9 +110,9 @@ class MaskOutcome:
 
 def mask_targets(person_name: str, category: Category, config: RunConfig) -> dict[str, Path]:
     """`<person>__<category>__<kind>.png` in the output folder, per MASK_KINDS."""
-    from ootd.images import _sanitise_stem  # the file-name rules of every output name
+    from ootd.images import sanitise_stem  # the file-name rules of every output name
 
-    stem = f"{_sanitise_stem(Path(person_name).stem)}__{category.value}"
+    stem = f"{sanitise_stem(Path(person_name).stem)}__{category.value}"
     return {kind: config.output / f"{stem}__{kind}.png" for kind in MASK_KINDS}
 
 

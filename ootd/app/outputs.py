@@ -45,13 +45,13 @@ class Targets:
 
 def name_fields(request: TryOnRequest, config: RunConfig) -> dict[str, Any]:
     """The values of the name template's fields for one request (see ootd.app.naming.NAME_FIELDS)."""
-    from ootd.images import _sanitise_stem  # the same file-name rules as the default names always had
+    from ootd.images import sanitise_stem  # the same file-name rules as the default names always had
 
     sampling = config.sampling
     return {
-        "person": _sanitise_stem(Path(request.name("person")).stem),
-        "garment": _sanitise_stem(Path(request.name("garment")).stem),
-        "mask": _sanitise_stem(Path(request.name("mask")).stem) if request.mask is not None else "auto",
+        "person": sanitise_stem(Path(request.name("person")).stem),
+        "garment": sanitise_stem(Path(request.name("garment")).stem),
+        "mask": sanitise_stem(Path(request.name("mask")).stem) if request.mask is not None else "auto",
         "category": request.category.value, "model": config.model_type_for(request.category).value,
         "seed": sampling.seed, "steps": sampling.steps, "scale": sampling.guidance_scale,
         "resolution": str(sampling.resolution), "scheduler": str(sampling.scheduler), "fit": str(config.fit),
@@ -182,10 +182,10 @@ def grid_image(outcome: TryOnOutcome) -> Image.Image:
 
 def encode_png(image: Image.Image, metadata: dict[str, str] | None = None) -> bytes:
     """PNG bytes with text metadata, for front ends that answer with bytes rather than files (HTTP)."""
-    from ootd.images import _png_info  # the same key checks as files get
+    from ootd.images import png_info  # the same key checks as files get
 
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG", pnginfo=_png_info(metadata or {}))
+    image.save(buffer, format="PNG", pnginfo=png_info(metadata or {}))
     return buffer.getvalue()
 
 

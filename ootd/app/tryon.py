@@ -9,7 +9,6 @@ for output files and metadata travel in the request.
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ootd.app.config import RunConfig
 from ootd.config import Category, ModelType
-from ootd.errors import InputImageError, NoPersonError
+from ootd.errors import NoPersonError
+from ootd.images import decode_image
 
 if TYPE_CHECKING:
-    from PIL import Image
 
     from ootd.pipeline import TryOnResult
 
@@ -34,22 +33,6 @@ class InputCache(Protocol):
     """Where prepared inputs may be reused (the batch engine's LRU): value and whether it was computed now."""
 
     def get(self, key: tuple, compute: Callable[[], Any]) -> tuple[Any, bool]: ...
-
-
-def decode_image(data: bytes, role: str, name: str) -> Image.Image:
-    """Encoded image bytes -> a normalised image, with the same checks and one-line errors as a file."""
-    from ootd.images import _decoded, _normalise  # the file loader's own checks, applied to bytes
-
-    def fail(problem: str) -> InputImageError:
-        return InputImageError(f"{role} image {name}: {' '.join(str(problem).split())}")
-
-    if not data:
-        raise fail("empty upload")
-    with _decoded(io.BytesIO(data), fail) as im:
-        try:
-            return _normalise(im, role)
-        except (OSError, ValueError) as exc:
-            raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
 
 
 @dataclass(frozen=True)
