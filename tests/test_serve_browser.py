@@ -88,7 +88,7 @@ def test_page_try_on_mask_editor_and_error(browser, tmp_path: Path, tiny_tree: P
         ActionChains(browser).move_to_element_with_offset(canvas, -20, -30).click_and_hold() \
             .move_by_offset(40, 0).move_by_offset(0, 40).release().perform()
         browser.find_element(By.ID, "mask-rerun").click()
-        wait.until(lambda d: results(d) and results(d)[0] != first)
+        wait.until(lambda d: (shown := results(d)) and shown[0] != first)
         assert browser.find_element(By.ID, "mask-note").is_displayed()
         job = browser.execute_script("return lastJob")
         assert job["settings"]["mask"] == "uploaded"
