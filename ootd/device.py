@@ -32,6 +32,7 @@ class DeviceInfo:
     total_memory: int | None = None  # bytes
     free_memory: int | None = None  # bytes
     unified_memory: bool = False
+    bf16_matmul: bool = False  # CPU with bf16 matrix instructions (AVX512-BF16, AMX-BF16, Arm BF16)
 
     @property
     def torch_device(self) -> torch.device:
@@ -69,7 +70,36 @@ def _cpu_info() -> DeviceInfo:
         total, free = values.get("MemTotal"), values.get("MemAvailable")
     except OSError:
         pass
-    return DeviceInfo(type="cpu", total_memory=total, free_memory=free)
+    return DeviceInfo(type="cpu", total_memory=total, free_memory=free, bf16_matmul=cpu_bf16_matmul())
+
+
+# CPU flags (x86 /proc/cpuinfo "flags", Arm "Features") that mean bf16 matrix multiplies run natively; without
+# them bf16 is emulated and slower than fp32
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+CPU_BF16_ENV = "OOTD_CPU_BF16"  # 1 / 0: override the detection (a VM may hide the flags; tests pin it)
+
+
+def bf16_flags(cpuinfo: str) -> bool:
+    """Whether /proc/cpuinfo text lists a bf16 matrix instruction set on its flags/Features lines."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features") and BF16_CPU_FLAGS & set(value.split()):
+            return True
+    return False
+
+
+def cpu_bf16_matmul(environ: Mapping[str, str] | None = None, cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU multiplies bf16 matrices natively: $OOTD_CPU_BF16 (1/0) if set, else its flags (Linux;
+    elsewhere False, so precision auto stays fp32)."""
+    override = (os.environ if environ is None else environ).get(CPU_BF16_ENV, "").strip().lower()
+    if override:
+        if override not in ("0", "1", "true", "false", "yes", "no"):
+            raise DeviceError(f"{CPU_BF16_ENV}={override!r}: use 1 (the CPU has bf16 matrix units) or 0")
+        return override in ("1", "true", "yes")
+    try:
+        return bf16_flags(cpuinfo.read_text(errors="replace"))
+    except OSError:
+        return False
 
 
 def _mps_info() -> DeviceInfo:

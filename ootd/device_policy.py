@@ -7,13 +7,13 @@ import logging
 import os
 import re
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ootd.config import PrecisionName
 from ootd.device import DeviceInfo
-from ootd.dtypes import DTYPES
+from ootd.dtypes import DTYPES, dtype_name
 from ootd.errors import DeviceError
 from ootd.profiles import DeviceProfile, load_profile
 
@@ -25,21 +25,39 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class Precision:
-    """dtype per component; the VAE may differ because fp16 VAE decode can overflow."""
+    """dtype per component; the VAE may differ because fp16 VAE decode can overflow. `reason` says why `auto`
+    chose what it did (empty for an explicit choice), for the summary line."""
 
     unet: torch.dtype
     vae: torch.dtype
     text_encoder: torch.dtype
     image_encoder: torch.dtype
+    reason: str = field(default="", compare=False)
+
+    def dtypes(self) -> dict[str, torch.dtype]:
+        """Component -> dtype (what loading and reports need, without the reason)."""
+        return {"unet": self.unet, "vae": self.vae, "text_encoder": self.text_encoder,
+                "image_encoder": self.image_encoder}
+
+    def word(self) -> str:
+        """One line for people: `bf16 (auto: the CPU has bf16 matrix units; --precision fp32 for fp32)`."""
+        text = dtype_name(self.unet) + (f", VAE {dtype_name(self.vae)}" if self.vae != self.unet else "")
+        return f"{text} ({self.reason})" if self.reason else text
 
 
 def choose_precision(info: DeviceInfo, precision: str = "auto", profile: DeviceProfile | None = None
                      ) -> Precision:
-    """fp32 on CPU; the profile's half dtype on GPUs; bf16 only where the profile allows it; VAE in fp32
-    where the profile says fp16 VAE overflows."""
+    """fp32 on CPU, bf16 on CPUs with bf16 matrix units (where the profile says so: about 1.6x faster steps
+    there, docs/benchmarks.md); the profile's half dtype on GPUs; bf16 only where the profile allows it; VAE in
+    fp32 where the profile says fp16 VAE overflows."""
     profile = profile or load_profile(info)
+    reason = ""
     if precision == PrecisionName.AUTO:
-        dtype = DTYPES[profile.precision_auto]
+        if info.bf16_matmul and profile.precision_auto_bf16_matmul:
+            dtype = DTYPES[profile.precision_auto_bf16_matmul]
+            reason = "auto: the CPU has bf16 matrix units; --precision fp32 for fp32 numbers"
+        else:
+            dtype = DTYPES[profile.precision_auto]
     elif precision in DTYPES:
         dtype = DTYPES[precision]
     else:
@@ -49,7 +67,7 @@ def choose_precision(info: DeviceInfo, precision: str = "auto", profile: DeviceP
     if dtype is torch.float16 and not profile.precision_fp16:
         raise DeviceError(f"fp16 is not supported on {info.arch} ({profile.name} profile): use fp32 or bf16")
     vae = torch.float32 if dtype is torch.float16 and profile.precision_vae_fp16_overflows else dtype
-    return Precision(unet=dtype, vae=vae, text_encoder=dtype, image_encoder=dtype)
+    return Precision(unet=dtype, vae=vae, text_encoder=dtype, image_encoder=dtype, reason=reason)
 
 
 @dataclass(frozen=True)

@@ -127,11 +127,7 @@ class TryOnPipeline:
         model_type = ModelType.parse(model_type)
         runtime = resolve_runtime(device, dtype, attention, profile, channels_last=channels_last, compile=compile)
         precision = runtime.precision
-        dtypes = {
-            "unet": precision.unet, "vae": precision.vae,
-            "text_encoder": precision.text_encoder, "image_encoder": precision.image_encoder,
-        }
-        components = load_components(Path(checkpoints_dir), model_type, dtypes, progress)
+        components = load_components(Path(checkpoints_dir), model_type, precision.dtypes(), progress)
         pipe = cls(components, model_type, runtime.device, precision, runtime.attention, Path(checkpoints_dir),
                    preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile)
         pipe.load_seconds = time.perf_counter() - start
@@ -172,7 +168,8 @@ class TryOnPipeline:
         return {
             "device": str(self.device.torch_device), "device_name": self.device.name, "arch": self.device.arch,
             "vendor": self.device.vendor, "model_type": self.model_type.value,
-            "precision": {k: str(v).removeprefix("torch.") for k, v in vars(self.precision).items()},
+            "precision": {k: str(v).removeprefix("torch.") for k, v in self.precision.dtypes().items()},
+            "precision_word": self.precision.word(),
             "attention": describe_attention() if callable(describe_attention) else getattr(
                 self.attention, "__name__", type(self.attention).__name__),
             "channels_last": self.speed.channels_last, "compile": self.speed.compile,

@@ -43,6 +43,7 @@ class DeviceProfile:
     name: str = "generic"
     # [precision]
     precision_auto: str = "fp16"  # dtype of UNets/encoders for --precision auto
+    precision_auto_bf16_matmul: str | None = None  # auto instead, on CPUs with bf16 matrix units (None: same)
     precision_bf16: bool = False  # bf16 allowed when the user picks it
     precision_fp16: bool = True  # fp16 allowed
     precision_vae_fp16_overflows: bool = False  # VAE in fp32 whenever the rest runs in fp16
@@ -128,6 +129,8 @@ def _to_profile(name: str, data: Mapping[str, Any], source: Path) -> DeviceProfi
     dtypes = [w for w in PrecisionName.words() if w != PrecisionName.AUTO]
     if profile.precision_auto not in dtypes:
         raise DeviceError(f"{source}: [precision] auto must be one of {', '.join(dtypes)}")
+    if profile.precision_auto_bf16_matmul not in (None, *dtypes):
+        raise DeviceError(f"{source}: [precision] auto_bf16_matmul must be one of {', '.join(dtypes)}")
     unknown = set(profile.attention_order) - (set(AttentionName.words()) - {AttentionName.AUTO})
     if unknown:
         raise DeviceError(f"{source}: [attention] order has unknown backends {sorted(unknown)}")

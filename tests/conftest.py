@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The same numbers on every machine: precision auto picks bf16 on CPUs with bf16 matrix units, so the suite
+# declares a CPU without them (this process and the CLI subprocesses it starts); tests of that choice set their own.
+os.environ.setdefault("OOTD_CPU_BF16", "0")
 EXAMPLES = REPO / "examples"
 
 

@@ -181,3 +181,63 @@ def test_detect_device_errors() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(DeviceError):
             detect_device("cuda:0")
+
+
+# -- bf16 on CPUs with bf16 matrix units ----------------------------------------------------------------------
+
+XEON_FLAGS = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16 amx_tile\n"
+ZEN3_FLAGS = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n"
+GRAVITON3 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
+
+
+@pytest.mark.parametrize(("text", "expected"), [(XEON_FLAGS, True), (ZEN3_FLAGS, False), (GRAVITON3, True),
+                                                ("flags: avx512_bf16x\n", False), ("model name: bf16 box\n", False)])
+def test_bf16_flags(text: str, expected: bool) -> None:
+    from ootd.device import bf16_flags
+
+    assert bf16_flags(text) is expected
+
+
+def test_cpu_bf16_detection_and_override(tmp_path: Path) -> None:
+    from ootd.device import cpu_bf16_matmul
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(XEON_FLAGS)
+    assert cpu_bf16_matmul({}, info) is True
+    assert cpu_bf16_matmul({"OOTD_CPU_BF16": "0"}, info) is False
+    info.write_text(ZEN3_FLAGS)
+    assert cpu_bf16_matmul({}, info) is False
+    assert cpu_bf16_matmul({"OOTD_CPU_BF16": "1"}, info) is True
+    assert cpu_bf16_matmul({}, tmp_path / "missing") is False
+    with pytest.raises(DeviceError, match="OOTD_CPU_BF16"):
+        cpu_bf16_matmul({"OOTD_CPU_BF16": "maybe"}, info)
+
+
+def test_auto_precision_is_bf16_only_on_cpus_with_bf16_units() -> None:
+    plain, bf16_cpu = DeviceInfo(type="cpu"), DeviceInfo(type="cpu", bf16_matmul=True)
+    auto = choose_precision(bf16_cpu, "auto")
+    assert (auto.unet, auto.vae, auto.text_encoder) == (bf16, bf16, bf16)
+    assert "bf16 matrix units" in auto.word() and "--precision fp32" in auto.word()
+    assert choose_precision(plain, "auto").unet is fp32 and choose_precision(plain, "auto").reason == ""
+    exact = choose_precision(bf16_cpu, "fp32")  # the user's word wins, with no reason attached
+    assert (exact.unet, exact.vae, exact.word()) == (fp32, fp32, "fp32")
+    # a GPU's auto is its profile's half dtype whatever the flag says
+    assert choose_precision(replace_flag(DEVICES["sm_90"]), "auto").unet is fp16
+
+
+def replace_flag(info: DeviceInfo) -> DeviceInfo:
+    from dataclasses import replace
+
+    return replace(info, bf16_matmul=True)
+
+
+def test_profile_rejects_a_bad_bf16_auto(tmp_path: Path) -> None:
+    user = tmp_path / "p.toml"
+    user.write_text('[precision]\nauto_bf16_matmul = "fp8"\n')
+    with pytest.raises(DeviceError, match="auto_bf16_matmul"):
+        load_profile(DeviceInfo(type="cpu"), user)
+
+
+def test_the_suite_runs_as_on_a_cpu_without_bf16_units() -> None:
+    """conftest pins OOTD_CPU_BF16=0 so that images are the same on every CI machine."""
+    assert detect_device("cpu").bf16_matmul is False

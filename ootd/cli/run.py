@@ -151,7 +151,8 @@ def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[s
         typer.echo(str(path))
     note = f" (random; pass --seed {result.seed} to reproduce)" if random_seed else ""
     typer.echo(f"seed: {result.seed}{note}")
-    typer.echo(f"time: {timing_line(timings)} on {info.get('device')}, {info.get('precision')}, "
+    typer.echo(f"time: {timing_line(timings)} on {info.get('device')}, "
+               f"{info.get('precision_word') or info.get('precision')}, "
                f"attention {attention_word(info.get('attention'))}")
 
 
