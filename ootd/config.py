@@ -184,6 +184,17 @@ def check_cache_interval(interval: int) -> None:
         raise UsageError(f"cache interval must be between 1 (exact) and {MAX_CACHE_INTERVAL}, got {interval}")
 
 
+# Token merging removes this fraction of the finest attention level's person tokens at most: with one destination
+# per 2x2 cell a quarter of the tokens are destinations, so 0.75 merges every other token into one of them.
+MAX_TOKEN_MERGE = 0.75
+
+
+def check_token_merge(ratio: float) -> None:
+    """Token merging's ratio: 0 (exact, nothing merged) up to MAX_TOKEN_MERGE of the level's tokens removed."""
+    if not 0.0 <= ratio <= MAX_TOKEN_MERGE:
+        raise UsageError(f"token merge ratio must be between 0 (exact) and {MAX_TOKEN_MERGE}, got {ratio}")
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """What one call of the pipeline does besides its inputs."""
@@ -195,6 +206,7 @@ class SamplingSettings:
     resolution: Resolution = RESOLUTIONS["768x1024"]
     scheduler: SchedulerName = SchedulerName.UNIPC
     cache_interval: int = 1  # feature caching (ootd/feature_cache.py): deep UNet levels every N-th step; 1 exact
+    token_merge: float = 0.0  # token merging (ootd/token_merge.py): fraction of person tokens merged; 0 exact
 
     def validate(self) -> None:
         if not 1 <= self.num_samples <= 64:
@@ -206,6 +218,7 @@ class SamplingSettings:
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise UsageError(f"seed must be a non-negative 64-bit integer, got {self.seed}")
         check_cache_interval(self.cache_interval)
+        check_token_merge(self.token_merge)
 
     @classmethod
     def from_words(cls, *, seed: int | None = None, resolution: str | tuple[int, int] | Resolution | None = None,

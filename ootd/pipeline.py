@@ -46,6 +46,7 @@ from ootd.runtime import resolve_runtime
 from ootd.sampling import Inpaint, StepCallback, StepTimer, chain, sample
 from ootd.schedulers import build_scheduler
 from ootd.speed import as_memory_format, compile_module, set_memory_format
+from ootd.token_merge import token_merging
 from ootd.tryon_types import GarmentInputs, ImageInput, PersonInputs, Progress, TryOnResult
 from ootd.weights_check import require_finite_latents
 
@@ -212,6 +213,7 @@ class TryOnPipeline:
         resolution: tuple[int, int] | str | Resolution = SamplingSettings.resolution,
         scheduler: str | SchedulerName = SamplingSettings.scheduler,
         cache_interval: int = SamplingSettings.cache_interval,
+        token_merge: float = SamplingSettings.token_merge,
         fit: str = FitMode.PAD,
         mask_grow: int = 0,
         progress: Progress | None = None,
@@ -219,7 +221,8 @@ class TryOnPipeline:
     ) -> TryOnResult:
         """One try-on: `num_samples` pictures of the person wearing the garment."""
         settings = self.settings(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale, seed=seed,
-                                 resolution=resolution, scheduler=scheduler, cache_interval=cache_interval)
+                                 resolution=resolution, scheduler=scheduler, cache_interval=cache_interval,
+                                 token_merge=token_merge)
         person_inputs = self.prepare_person(person, category, mask=mask, resolution=settings.resolution,
                                             fit=fit, mask_grow=mask_grow)
         garment_inputs = self.prepare_garment(garment, category, resolution=settings.resolution, fit=fit)
@@ -347,7 +350,7 @@ class TryOnPipeline:
                 "samples": str(settings.num_samples), "steps": str(settings.steps),
                 "scale": str(settings.guidance_scale), "seed": str(settings.seed),
                 "resolution": str(settings.resolution), "scheduler": settings.scheduler.value,
-                "cache_interval": str(settings.cache_interval),
+                "cache_interval": str(settings.cache_interval), "token_merge": str(settings.token_merge),
             },
         )
 
@@ -402,7 +405,8 @@ class TryOnPipeline:
         model_fn = guided_model(lambda *args: self._unet_vton(unet, *args), garment.prompt, person_latents, index,
                                 settings.guidance_scale, self.speed.channels_last)
         timer = StepTimer(len(sched.timesteps), progress)
-        with self.fusion.garment(garment.features, index), feature_cache(unet, settings.cache_interval) as cache:
+        with (self.fusion.garment(garment.features, index), feature_cache(unet, settings.cache_interval) as cache,
+              token_merging(self.fusion, settings.token_merge, latents.shape[-2:])):
             steps = chain(cache.on_step if cache is not None else None, callback, timer)
             latents = sample(model_fn, sched, latents, inpaint=inpaint, callback=steps)
         return latents, timer.times
