@@ -139,6 +139,19 @@ class PrecisionName(Choice):
     BF16 = "bf16"
 
 
+class QuantizeName(Choice):
+    """Weight quantization of the UNets' Linear layers (ootd/quantize.py); `none` is the exact path."""
+
+    NONE = "none"
+    INT8_DYNAMIC = "int8-dynamic"  # int8 weights and int8 activations (quantized per call): the CPU candidate
+    INT8_WEIGHT = "int8-weight"  # int8 weights, float activations: GPUs
+    FP8 = "fp8"  # float8 weights and activations: NVIDIA compute capability 8.9+, AMD MI300 (gfx942)
+
+    @classmethod
+    def parse(cls, value: str | QuantizeName, what: str | None = "quantization") -> QuantizeName:
+        return super().parse(value, what)
+
+
 class FitMode(Choice):
     """How an input that is not 3:4 is framed."""
 

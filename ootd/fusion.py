@@ -52,6 +52,15 @@ def capture_block_inputs(unet: torch.nn.Module, *, stop_early: bool = False) -> 
             handle.remove()
 
 
+def _float_dtype(*modules: torch.nn.Module, fallback: torch.dtype) -> torch.dtype:
+    """The dtype of the first plain floating-point parameter of `modules` (quantized weights are skipped)."""
+    for module in modules:
+        for param in module.parameters():
+            if type(param) in (torch.Tensor, torch.nn.Parameter) and param.is_floating_point():
+                return param.dtype
+    return fallback
+
+
 def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     batch, tokens, inner = x.shape
     return x.view(batch, tokens, heads, inner // heads).transpose(1, 2)
@@ -67,8 +76,9 @@ class FusionSelfAttnProcessor:
         self.sample_index: torch.Tensor | None = None  # try-on batch item -> garment batch item
 
     def set_garment(self, attn, garment_hidden: torch.Tensor, sample_index: torch.Tensor) -> None:  # noqa: ANN001
-        """Project the garment tokens once per call."""
-        normed = self.norm(garment_hidden.to(attn.to_k.weight.dtype))
+        """Project the garment tokens once per call, in the block's float dtype (read from its norm: a quantized
+        projection's weight is a tensor subclass whose dtype is torchao's to report)."""
+        normed = self.norm(garment_hidden.to(_float_dtype(self.norm, attn, fallback=garment_hidden.dtype)))
         self.garment_kv = (_heads(attn.to_k(normed), attn.heads), _heads(attn.to_v(normed), attn.heads))
         self.sample_index = sample_index
 

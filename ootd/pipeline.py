@@ -22,6 +22,7 @@ from ootd.config import (
     Category,
     FitMode,
     ModelType,
+    QuantizeName,
     Resolution,
     SamplingSettings,
     SchedulerName,
@@ -41,6 +42,7 @@ from ootd.mask_images import as_image as _as_image
 from ootd.mask_images import binarize_mask, grow_mask, masked_person_image
 from ootd.memory import ModelSizes, Plan, make_plan
 from ootd.profiles import DeviceProfile, load_profile
+from ootd.quantize import quantize_unets, require_torchao
 from ootd.residency import Residency, T
 from ootd.runtime import resolve_runtime
 from ootd.sampling import Inpaint, StepCallback, StepTimer, chain, sample
@@ -73,8 +75,10 @@ class TryOnPipeline:
         max_memory: int | None = None,
         speed: SpeedOptions | None = None,
         profile: DeviceProfile | None = None,
+        quantize: QuantizeName = QuantizeName.NONE,
     ) -> None:
         self.components = components
+        self.quantize = quantize  # what ootd/quantize.py did to the UNets' Linear layers (before this)
         self.model_type = model_type
         self.device = device
         self.precision = precision
@@ -114,6 +118,7 @@ class TryOnPipeline:
         channels_last: bool | None = None,
         compile: bool | None = None,
         progress: Progress | None = None,
+        quantize: str | QuantizeName = QuantizeName.NONE,
     ) -> TryOnPipeline:
         """Load every component of the hd or dc model from a checkpoints tree in the released layout.
 
@@ -121,19 +126,25 @@ class TryOnPipeline:
         `attention` is a backend name (auto, flash, sdpa, chunked, math) or an attention function;
         `profile` a TOML file overriding the device profile from configs/profiles/; `channels_last` and
         `compile` None follow the profile (ootd/runtime.py resolves all of them). `progress` hears ("load", done,
-        total) as each component loads.
+        total) as each component loads. `quantize` (none, int8-dynamic, int8-weight, fp8) quantizes the UNets'
+        Linear layers after loading (ootd/quantize.py; needs the `quant` extra); `none` is the exact path.
         """
         start = time.perf_counter()
         model_type = ModelType.parse(model_type)
-        runtime = resolve_runtime(device, dtype, attention, profile, channels_last=channels_last, compile=compile)
+        runtime = resolve_runtime(device, dtype, attention, profile, channels_last=channels_last, compile=compile,
+                                  quantize=quantize)
+        if runtime.quantize is not QuantizeName.NONE:
+            require_torchao()  # a missing extra is said before minutes of loading
         precision = runtime.precision
         dtypes = {
             "unet": precision.unet, "vae": precision.vae,
             "text_encoder": precision.text_encoder, "image_encoder": precision.image_encoder,
         }
         components = load_components(Path(checkpoints_dir), model_type, dtypes, progress)
+        # after the strict loading checks, before the residency places the models
+        quantized = quantize_unets(components, runtime.quantize, runtime.device)
         pipe = cls(components, model_type, runtime.device, precision, runtime.attention, Path(checkpoints_dir),
-                   preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile)
+                   preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile, quantized)
         pipe.load_seconds = time.perf_counter() - start
         return pipe
 
@@ -175,7 +186,7 @@ class TryOnPipeline:
             "precision": {k: str(v).removeprefix("torch.") for k, v in vars(self.precision).items()},
             "attention": describe_attention() if callable(describe_attention) else getattr(
                 self.attention, "__name__", type(self.attention).__name__),
-            "channels_last": self.speed.channels_last, "compile": self.speed.compile,
+            "channels_last": self.speed.channels_last, "compile": self.speed.compile, "quantize": self.quantize.value,
             "parsing_providers": self._preprocessor.parsing_providers if self._preprocessor is not None else None,
             "plan": self.plan.to_dict() if self.plan is not None else None,
         }
