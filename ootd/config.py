@@ -139,6 +139,19 @@ class PrecisionName(Choice):
     BF16 = "bf16"
 
 
+class QuantizeName(Choice):
+    """Weight quantization of the UNets' Linear layers (ootd/quantize.py); `none` is the exact path."""
+
+    NONE = "none"
+    INT8_DYNAMIC = "int8-dynamic"  # int8 weights and int8 activations (quantized per call): the CPU candidate
+    INT8_WEIGHT = "int8-weight"  # int8 weights, float activations: GPUs
+    FP8 = "fp8"  # float8 weights and activations: NVIDIA compute capability 8.9+, AMD MI300 (gfx942)
+
+    @classmethod
+    def parse(cls, value: str | QuantizeName, what: str | None = "quantization") -> QuantizeName:
+        return super().parse(value, what)
+
+
 class FitMode(Choice):
     """How an input that is not 3:4 is framed."""
 
@@ -184,6 +197,17 @@ def check_cache_interval(interval: int) -> None:
         raise UsageError(f"cache interval must be between 1 (exact) and {MAX_CACHE_INTERVAL}, got {interval}")
 
 
+# Token merging removes this fraction of the finest attention level's person tokens at most: with one destination
+# per 2x2 cell a quarter of the tokens are destinations, so 0.75 merges every other token into one of them.
+MAX_TOKEN_MERGE = 0.75
+
+
+def check_token_merge(ratio: float) -> None:
+    """Token merging's ratio: 0 (exact, nothing merged) up to MAX_TOKEN_MERGE of the level's tokens removed."""
+    if not 0.0 <= ratio <= MAX_TOKEN_MERGE:
+        raise UsageError(f"token merge ratio must be between 0 (exact) and {MAX_TOKEN_MERGE}, got {ratio}")
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """What one call of the pipeline does besides its inputs."""
@@ -195,6 +219,7 @@ class SamplingSettings:
     resolution: Resolution = RESOLUTIONS["768x1024"]
     scheduler: SchedulerName = SchedulerName.UNIPC
     cache_interval: int = 1  # feature caching (ootd/feature_cache.py): deep UNet levels every N-th step; 1 exact
+    token_merge: float = 0.0  # token merging (ootd/token_merge.py): fraction of person tokens merged; 0 exact
 
     def validate(self) -> None:
         if not 1 <= self.num_samples <= 64:
@@ -206,6 +231,7 @@ class SamplingSettings:
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise UsageError(f"seed must be a non-negative 64-bit integer, got {self.seed}")
         check_cache_interval(self.cache_interval)
+        check_token_merge(self.token_merge)
 
     @classmethod
     def from_words(cls, *, seed: int | None = None, resolution: str | tuple[int, int] | Resolution | None = None,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ootd.config import PrecisionName
+from ootd.config import PrecisionName, QuantizeName
 from ootd.device import DeviceInfo
 from ootd.dtypes import DTYPES, dtype_name
 from ootd.errors import DeviceError
@@ -68,6 +68,40 @@ def choose_precision(info: DeviceInfo, precision: str = "auto", profile: DeviceP
         raise DeviceError(f"fp16 is not supported on {info.arch} ({profile.name} profile): use fp32 or bf16")
     vae = torch.float32 if dtype is torch.float16 and profile.precision_vae_fp16_overflows else dtype
     return Precision(unet=dtype, vae=vae, text_encoder=dtype, image_encoder=dtype, reason=reason)
+
+
+# float8 matrix units: NVIDIA from compute capability 8.9 (Ada, Hopper, Blackwell), AMD MI300 (gfx942)
+FP8_MIN_NVIDIA_CAPABILITY = 89
+FP8_AMD_ARCHS = ("gfx942",)
+
+
+def supported_quantization(info: DeviceInfo) -> tuple[QuantizeName, ...]:
+    """The quantization modes that run on this device: int8 on the CPU and on CUDA/ROCm GPUs, float8 only where
+    the GPU has float8 matrix units; MPS gets none (torchao's kernels do not cover it)."""
+    if info.type == "mps":
+        return (QuantizeName.NONE,)
+    modes = (QuantizeName.NONE, QuantizeName.INT8_DYNAMIC, QuantizeName.INT8_WEIGHT)
+    if info.type == "cuda" and _has_fp8(info):
+        modes += (QuantizeName.FP8,)
+    return modes
+
+
+def _has_fp8(info: DeviceInfo) -> bool:
+    if info.vendor == "amd":
+        return info.arch in FP8_AMD_ARCHS
+    match = re.fullmatch(r"sm_(\d+)", info.arch)
+    return info.vendor == "nvidia" and match is not None and int(match.group(1)) >= FP8_MIN_NVIDIA_CAPABILITY
+
+
+def choose_quantization(info: DeviceInfo, quantize: str | QuantizeName = QuantizeName.NONE) -> QuantizeName:
+    """The user's quantization word if this device runs it, else a one-line DeviceError naming the ones it does."""
+    mode = QuantizeName.parse(quantize)
+    supported = supported_quantization(info)
+    if mode not in supported:
+        where = info.arch if info.type != "cpu" else "the CPU"
+        raise DeviceError(f"quantization {mode.value} is not supported on {where}: use "
+                          f"{', '.join(m.value for m in supported)}")
+    return mode
 
 
 @dataclass(frozen=True)

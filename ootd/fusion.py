@@ -10,7 +10,7 @@ away) with half the attention work, and the garment keys/values are projected on
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from diffusers.models.attention import BasicTransformerBlock
@@ -52,6 +52,15 @@ def capture_block_inputs(unet: torch.nn.Module, *, stop_early: bool = False) -> 
             handle.remove()
 
 
+def _float_dtype(*modules: torch.nn.Module, fallback: torch.dtype) -> torch.dtype:
+    """The dtype of the first plain floating-point parameter of `modules` (quantized weights are skipped)."""
+    for module in modules:
+        for param in module.parameters():
+            if type(param) in (torch.Tensor, torch.nn.Parameter) and param.is_floating_point():
+                return param.dtype
+    return fallback
+
+
 def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     batch, tokens, inner = x.shape
     return x.view(batch, tokens, heads, inner // heads).transpose(1, 2)
@@ -65,10 +74,13 @@ class FusionSelfAttnProcessor:
         self.attention = attention
         self.garment_kv: tuple[torch.Tensor, torch.Tensor] | None = None  # (G, H, Ng, D) each
         self.sample_index: torch.Tensor | None = None  # try-on batch item -> garment batch item
+        # token merging (ootd/token_merge.py): person tokens -> (fewer tokens, the function that restores them)
+        self.merge: Callable[[torch.Tensor], tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]] | None = None
 
     def set_garment(self, attn, garment_hidden: torch.Tensor, sample_index: torch.Tensor) -> None:  # noqa: ANN001
-        """Project the garment tokens once per call."""
-        normed = self.norm(garment_hidden.to(attn.to_k.weight.dtype))
+        """Project the garment tokens once per call, in the block's float dtype (read from its norm: a quantized
+        projection's weight is a tensor subclass whose dtype is torchao's to report)."""
+        normed = self.norm(garment_hidden.to(_float_dtype(self.norm, attn, fallback=garment_hidden.dtype)))
         self.garment_kv = (_heads(attn.to_k(normed), attn.heads), _heads(attn.to_v(normed), attn.heads))
         self.sample_index = sample_index
 
@@ -82,6 +94,9 @@ class FusionSelfAttnProcessor:
             raise RuntimeError("try-on UNet called without garment features (use TryOnFusion.garment)")
         if attention_mask is not None or encoder_hidden_states is not None:
             raise RuntimeError("fusion self-attention takes neither a mask nor encoder states")
+        unmerge = None
+        if self.merge is not None:  # before the (linear) projections: the same as merging what they project
+            hidden_states, unmerge = self.merge(hidden_states)
         query = _heads(attn.to_q(hidden_states), attn.heads)
         key = _heads(attn.to_k(hidden_states), attn.heads)
         value = _heads(attn.to_v(hidden_states), attn.heads)
@@ -97,14 +112,15 @@ class FusionSelfAttnProcessor:
         out = self.attention(query, key, value, attn.scale)
         batch, heads, tokens, dim = out.shape
         out = out.transpose(1, 2).reshape(batch, tokens, heads * dim).to(query.dtype)
-        out = attn.to_out[0](out)
-        return attn.to_out[1](out)
+        out = attn.to_out[1](attn.to_out[0](out))
+        return out if unmerge is None else unmerge(out)
 
 
 class TryOnFusion:
     """Owns the fusion processors of a try-on UNet and feeds them each call's garment features."""
 
     def __init__(self, unet_vton: torch.nn.Module, attention: AttentionFn = sdpa_attention) -> None:
+        self.unet = unet_vton
         self.blocks = transformer_blocks(unet_vton)
         self.processors: dict[str, FusionSelfAttnProcessor] = {}
         for name, block in self.blocks.items():

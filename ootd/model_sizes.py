@@ -7,13 +7,17 @@ architectures are measured on the meta device when loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from ootd.activation_trace import trace_activations
 from ootd.dtypes import itemsize
+
+# a quantized Linear layer's per-row extras: a float32 scale and an int8 zero point (torchao's int8 layout; its
+# float8 layout has the scale only)
+QUANTIZED_ROW_BYTES = 5
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,11 @@ class ModelSizes:
     vae_factor: int = 8  # pixels per latent, per side
     vae_tile: int = 512  # the VAE's tile size in pixels (config sample_size)
     latent_channels: int = 4
+    # weight elements and output rows of the Linear layers of one UNet (the two UNets share them): what
+    # quantization (ootd/quantize.py) stores in one byte each, plus a scale and a zero point per row
+    unet_linear: int = 270_049_280
+    unet_linear_rows: int = 234_880
+    unets_quantized: bool = False
 
     def weight_params(self) -> dict[str, int]:
         return {
@@ -54,7 +63,15 @@ class ModelSizes:
     def weight_bytes(self, dtype: torch.dtype | str, vae_dtype: torch.dtype | str | None = None) -> dict[str, int]:
         """Bytes per component when the UNets and encoders are in `dtype` and the VAE in `vae_dtype`."""
         size, vae_size = itemsize(dtype), itemsize(vae_dtype or dtype)
-        return {name: n * (vae_size if name == "vae" else size) for name, n in self.weight_params().items()}
+        sizes = {name: n * (vae_size if name == "vae" else size) for name, n in self.weight_params().items()}
+        if self.unets_quantized:
+            linear = self.unet_linear * (size - 1) - self.unet_linear_rows * QUANTIZED_ROW_BYTES
+            sizes.update({name: sizes[name] - linear for name in ("unet_garm", "unet_vton")})
+        return sizes
+
+    def quantized(self) -> ModelSizes:
+        """These sizes with the UNets' Linear layers quantized: for planning before a quantized load."""
+        return replace(self, unets_quantized=True)
 
     @classmethod
     def released(cls) -> ModelSizes:
@@ -70,6 +87,7 @@ class ModelSizes:
         counts = {name: _params(getattr(c, name)) for name in
                   ("unet_garm", "unet_vton", "vae", "text_encoder", "image_encoder")}
         largest = max(_largest_leaf(getattr(c, name)) for name in counts)
+        linear, rows, quantized = _linear_layers(c.unet_vton)
         unet_cfg, vae_cfg = dict(c.unet_vton.config), dict(c.vae.config)
         geometry = _attention_geometry(unet_cfg)
         fields_: dict[str, Any] = {
@@ -78,6 +96,7 @@ class ModelSizes:
             "vae_factor": 2 ** (len(vae_cfg.get("block_out_channels", (1, 1, 1, 1))) - 1),
             "vae_tile": _vae_tile(vae_cfg), "latent_channels": int(vae_cfg.get("latent_channels", 4)),
             "encoder_activation": _encoder_activation(c.image_encoder),
+            "unet_linear": linear, "unet_linear_rows": rows, "unets_quantized": quantized,
         }
         released = _unet_signature(unet_cfg) == _unet_signature(RELEASED_UNET_CONFIG) and (
             _vae_signature(vae_cfg) == _vae_signature(RELEASED_VAE_CONFIG))
@@ -88,6 +107,13 @@ class ModelSizes:
 
 def _params(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
+
+
+def _linear_layers(unet: torch.nn.Module) -> tuple[int, int, bool]:
+    """(weight elements, output rows, whether any weight is quantized) of the Linear layers of a UNet."""
+    layers = [m for m in unet.modules() if isinstance(m, torch.nn.Linear)]
+    quantized = any(type(m.weight) not in (torch.Tensor, torch.nn.Parameter) for m in layers)
+    return sum(m.weight.numel() for m in layers), sum(m.out_features for m in layers), quantized
 
 
 def _largest_leaf(module: torch.nn.Module) -> int:

@@ -22,6 +22,7 @@ from ootd.config import (
     Category,
     FitMode,
     ModelType,
+    QuantizeName,
     Resolution,
     SamplingSettings,
     SchedulerName,
@@ -41,11 +42,13 @@ from ootd.mask_images import as_image as _as_image
 from ootd.mask_images import binarize_mask, grow_mask, masked_person_image
 from ootd.memory import ModelSizes, Plan, make_plan
 from ootd.profiles import DeviceProfile, load_profile
+from ootd.quantize import quantize_unets, require_torchao
 from ootd.residency import Residency, T
 from ootd.runtime import resolve_runtime
 from ootd.sampling import Inpaint, StepCallback, StepTimer, chain, sample
 from ootd.schedulers import build_scheduler
 from ootd.speed import as_memory_format, compile_module, set_memory_format
+from ootd.token_merge import token_merging
 from ootd.tryon_types import GarmentInputs, ImageInput, PersonInputs, Progress, TryOnResult
 from ootd.weights_check import require_finite_latents
 
@@ -73,8 +76,10 @@ class TryOnPipeline:
         max_memory: int | None = None,
         speed: SpeedOptions | None = None,
         profile: DeviceProfile | None = None,
+        quantize: QuantizeName = QuantizeName.NONE,
     ) -> None:
         self.components = components
+        self.quantize = quantize  # what ootd/quantize.py did to the UNets' Linear layers (before this)
         self.model_type = model_type
         self.device = device
         self.precision = precision
@@ -114,6 +119,7 @@ class TryOnPipeline:
         channels_last: bool | None = None,
         compile: bool | None = None,
         progress: Progress | None = None,
+        quantize: str | QuantizeName = QuantizeName.NONE,
     ) -> TryOnPipeline:
         """Load every component of the hd or dc model from a checkpoints tree in the released layout.
 
@@ -121,15 +127,21 @@ class TryOnPipeline:
         `attention` is a backend name (auto, flash, sdpa, chunked, math) or an attention function;
         `profile` a TOML file overriding the device profile from configs/profiles/; `channels_last` and
         `compile` None follow the profile (ootd/runtime.py resolves all of them). `progress` hears ("load", done,
-        total) as each component loads.
+        total) as each component loads. `quantize` (none, int8-dynamic, int8-weight, fp8) quantizes the UNets'
+        Linear layers after loading (ootd/quantize.py; needs the `quant` extra); `none` is the exact path.
         """
         start = time.perf_counter()
         model_type = ModelType.parse(model_type)
-        runtime = resolve_runtime(device, dtype, attention, profile, channels_last=channels_last, compile=compile)
+        runtime = resolve_runtime(device, dtype, attention, profile, channels_last=channels_last, compile=compile,
+                                  quantize=quantize)
+        if runtime.quantize is not QuantizeName.NONE:
+            require_torchao()  # a missing extra is said before minutes of loading
         precision = runtime.precision
         components = load_components(Path(checkpoints_dir), model_type, precision.dtypes(), progress)
+        # after the strict loading checks, before the residency places the models
+        quantized = quantize_unets(components, runtime.quantize, runtime.device)
         pipe = cls(components, model_type, runtime.device, precision, runtime.attention, Path(checkpoints_dir),
-                   preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile)
+                   preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile, quantized)
         pipe.load_seconds = time.perf_counter() - start
         return pipe
 
@@ -172,7 +184,7 @@ class TryOnPipeline:
             "precision_word": self.precision.word(),
             "attention": describe_attention() if callable(describe_attention) else getattr(
                 self.attention, "__name__", type(self.attention).__name__),
-            "channels_last": self.speed.channels_last, "compile": self.speed.compile,
+            "channels_last": self.speed.channels_last, "compile": self.speed.compile, "quantize": self.quantize.value,
             "parsing_providers": self._preprocessor.parsing_providers if self._preprocessor is not None else None,
             "plan": self.plan.to_dict() if self.plan is not None else None,
         }
@@ -209,6 +221,7 @@ class TryOnPipeline:
         resolution: tuple[int, int] | str | Resolution = SamplingSettings.resolution,
         scheduler: str | SchedulerName = SamplingSettings.scheduler,
         cache_interval: int = SamplingSettings.cache_interval,
+        token_merge: float = SamplingSettings.token_merge,
         fit: str = FitMode.PAD,
         mask_grow: int = 0,
         progress: Progress | None = None,
@@ -216,7 +229,8 @@ class TryOnPipeline:
     ) -> TryOnResult:
         """One try-on: `num_samples` pictures of the person wearing the garment."""
         settings = self.settings(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale, seed=seed,
-                                 resolution=resolution, scheduler=scheduler, cache_interval=cache_interval)
+                                 resolution=resolution, scheduler=scheduler, cache_interval=cache_interval,
+                                 token_merge=token_merge)
         person_inputs = self.prepare_person(person, category, mask=mask, resolution=settings.resolution,
                                             fit=fit, mask_grow=mask_grow)
         garment_inputs = self.prepare_garment(garment, category, resolution=settings.resolution, fit=fit)
@@ -344,7 +358,7 @@ class TryOnPipeline:
                 "samples": str(settings.num_samples), "steps": str(settings.steps),
                 "scale": str(settings.guidance_scale), "seed": str(settings.seed),
                 "resolution": str(settings.resolution), "scheduler": settings.scheduler.value,
-                "cache_interval": str(settings.cache_interval),
+                "cache_interval": str(settings.cache_interval), "token_merge": str(settings.token_merge),
             },
         )
 
@@ -399,7 +413,8 @@ class TryOnPipeline:
         model_fn = guided_model(lambda *args: self._unet_vton(unet, *args), garment.prompt, person_latents, index,
                                 settings.guidance_scale, self.speed.channels_last)
         timer = StepTimer(len(sched.timesteps), progress)
-        with self.fusion.garment(garment.features, index), feature_cache(unet, settings.cache_interval) as cache:
+        with (self.fusion.garment(garment.features, index), feature_cache(unet, settings.cache_interval) as cache,
+              token_merging(self.fusion, settings.token_merge, latents.shape[-2:])):
             steps = chain(cache.on_step if cache is not None else None, callback, timer)
             latents = sample(model_fn, sched, latents, inpaint=inpaint, callback=steps)
         return latents, timer.times

@@ -28,6 +28,21 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def move(module: torch.nn.Module, device: torch.device) -> None:
+    """`module.to(device)` unless it is all there already, outside inference mode: torch swaps a quantized weight
+    (a tensor subclass, ootd/quantize.py) for a new tensor even on a same-device move, and an inference-mode
+    tensor cannot take part in that swap."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if tensors and all(_same_device(t.device, device) for t in tensors):
+        return
+    with torch.inference_mode(False):
+        module.to(device)
+
+
+def _same_device(have: torch.device, want: torch.device) -> bool:
+    return have.type == want.type and (want.index is None or have.index == want.index)
+
+
 class Residency:
     """Placement of `modules` on `device` per offload mode; `stays` never leaves the device (it runs every step).
 
@@ -70,7 +85,7 @@ class Residency:
                 cpu_offload(module, execution_device=device)
         else:
             for module in self.modules:
-                module.to(device if offload == "none" or module is self.stays else "cpu")
+                move(module, device if offload == "none" or module is self.stays else torch.device("cpu"))
         self.offload = offload
 
     @contextlib.contextmanager
@@ -78,12 +93,12 @@ class Residency:
         """Bring offloaded models to the device for one stage, and send them back after it."""
         visiting = [m for m in modules if self.offload == "model" and m is not self.stays]
         for module in visiting:
-            module.to(self.device.torch_device)
+            move(module, self.device.torch_device)
         try:
             yield
         finally:
             for module in visiting:
-                module.to("cpu")
+                move(module, torch.device("cpu"))
 
     def run(self, stage: str, fn: Callable[[], T]) -> T:
         """Run a stage; on a device out-of-memory error free what can be freed, re-plan with half the budget

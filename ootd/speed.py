@@ -19,10 +19,12 @@ def memory_format(channels_last: bool) -> torch.memory_format:
 
 
 def set_memory_format(modules: Iterable[torch.nn.Module], channels_last: bool) -> None:
-    """Lay the 4-D (convolution) weights of `modules` out as channels_last, or back to the default."""
+    """Lay the 4-D (convolution) weights of `modules` out as channels_last, or back to the default (outside
+    inference mode: a quantized weight, a tensor subclass, is swapped for a new tensor, see ootd/residency.py)."""
     fmt = memory_format(channels_last)
-    for module in modules:
-        module.to(memory_format=fmt)
+    with torch.inference_mode(False):
+        for module in modules:
+            module.to(memory_format=fmt)
 
 
 def as_memory_format(x: torch.Tensor, channels_last: bool) -> torch.Tensor:

@@ -106,8 +106,10 @@ def folds(attn: Attention, hidden_states: torch.Tensor, context: torch.Tensor | 
             or attn.norm_q is not None or attn.norm_k is not None or attn.residual_connection
             or attn.rescale_output_factor != 1.0):
         return False
-    # plain Linear layers only: a wrapped one (e.g. with LoRA weights) computes more than its .weight says
-    if type(attn.to_q) is not torch.nn.Linear or type(attn.to_out[0]) is not torch.nn.Linear:
+    # plain Linear layers with plain weights only: a wrapped one (e.g. with LoRA weights) computes more than its
+    # .weight says, and a quantized weight (a tensor subclass, ootd/quantize.py) is not what its matmul uses
+    if any(type(layer) is not torch.nn.Linear or type(layer.weight) not in (torch.Tensor, torch.nn.Parameter)
+           for layer in (attn.to_q, attn.to_out[0])):
         return False
     inner = attn.to_q.out_features
     return inner % attn.heads == 0 and attn.heads * context.shape[1] * 4 <= inner

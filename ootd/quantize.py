@@ -1,0 +1,96 @@
+"""Opt-in weight quantization of the two UNets with torchao (the `quant` extra): smaller weights, approximate output.
+
+Only the Linear layers are quantized (attention projections, feed-forwards, time embedding: ~31% of a UNet's
+parameters); convolutions, norms and every bias stay in the pipeline's float dtype. torchao 0.18 quantizes
+convolutions only in prototype float8 form for GPUs, so they are left alone. Quantization runs after strict
+checkpoint loading, so the loading checks see the released weights, and before the residency places anything.
+
+What each mode does (ootd.config.QuantizeName; ootd/device_policy.py decides where each runs):
+
+- int8-dynamic: int8 weights (one scale per output row) and int8 activations quantized on every call.
+  On this project's reference CPU (2 shared x86 cores, torch 2.13) it is NOT faster than fp32: torchao's
+  eager CPU path quantizes every activation and calls a generic int8 matmul, which costs more than the
+  fp32 GEMM it replaces (figures in the module's measurement script, scripts/measure_quant.py). It is kept
+  for the memory it saves: the UNets' Linear weights take a quarter of their fp32 bytes.
+- int8-weight: int8 weights, dequantized into the float dtype per call; meant for GPUs, runs on the CPU too.
+- fp8: float8 weights and activations on GPUs with float8 matrix units.
+
+The output is not bit-identical to `none` (the exact path): quantization changes every Linear layer's result
+by ~1% relative, which the denoising loop carries through (tests/test_quantize.py states the bounds).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+
+from ootd.config import QuantizeName
+from ootd.device import DeviceInfo
+from ootd.device_policy import choose_quantization
+from ootd.errors import UsageError
+
+EXTRA_HINT = "pip install 'ootd[quant]'"
+
+
+def require_torchao() -> Any:
+    """torchao's quantization API, or a one-line error saying how to install the extra (checked before loading)."""
+    try:
+        return importlib.import_module("torchao.quantization")
+    except ImportError:
+        raise UsageError(f"quantization needs torchao, which is not installed: {EXTRA_HINT}") from None
+
+
+def quantize_config(mode: QuantizeName, ao: Any, device: DeviceInfo) -> Any:
+    """torchao's config object for a mode (per-row scales throughout); MI300 has the fnuz float8 format."""
+    if mode is QuantizeName.INT8_DYNAMIC:
+        return ao.Int8DynamicActivationInt8WeightConfig()
+    if mode is QuantizeName.INT8_WEIGHT:
+        return ao.Int8WeightOnlyConfig()
+    if mode is QuantizeName.FP8:
+        fp8 = torch.float8_e4m3fnuz if device.vendor == "amd" else torch.float8_e4m3fn
+        return ao.Float8DynamicActivationFloat8WeightConfig(activation_dtype=fp8, weight_dtype=fp8,
+                                                            granularity=ao.PerRow())
+    raise ValueError(f"no quantization config for {mode.value}")
+
+
+def is_quantized(tensor: torch.Tensor) -> bool:
+    """A weight held by a tensor subclass (torchao's quantized tensors), not a plain float tensor."""
+    return type(tensor) not in (torch.Tensor, torch.nn.Parameter)
+
+
+def _plain_linear(module: torch.nn.Module, _name: str = "") -> bool:
+    """Linear layers with a plain float weight: the ones to quantize (not already quantized or wrapped)."""
+    return isinstance(module, torch.nn.Linear) and not is_quantized(module.weight)
+
+
+def quantize_unets(components: Any, mode: str | QuantizeName, device: DeviceInfo) -> QuantizeName:
+    """Quantize the Linear layers of `components.unet_garm` and `.unet_vton` in place; returns the mode.
+
+    `none` changes nothing. A mode the device does not run is a DeviceError, a missing torchao a UsageError,
+    both before any weight changes. On a GPU each UNet is moved there first (torchao quantizes and picks its
+    kernels on the device); the residency places the models afterwards as usual.
+    """
+    mode = choose_quantization(device, mode)
+    if mode is QuantizeName.NONE:
+        return mode
+    ao = require_torchao()
+    target = device.torch_device if device.is_gpu else None
+    for unet in (components.unet_garm, components.unet_vton):
+        ao.quantize_(unet, quantize_config(mode, ao, device), filter_fn=_plain_linear, device=target)
+    return mode
+
+
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor holds; for a tensor subclass, the sum of its inner tensors (data, scales, zero points)."""
+    if is_quantized(tensor) and hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
+    return tensor.numel() * tensor.element_size()
+
+
+def module_weight_bytes(module: torch.nn.Module) -> int:
+    """Bytes of every parameter and buffer of a module, quantized ones at their stored size."""
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(tensor_bytes(t) for t in tensors)
