@@ -152,6 +152,17 @@ class QuantizeName(Choice):
         return super().parse(value, what)
 
 
+class SpeedPreset(Choice):
+    """`--speed`: the exact method, or the speed modes that change the images combined (ootd/speed_presets.py)."""
+
+    EXACT = "exact"
+    FAST = "fast"
+
+    @classmethod
+    def parse(cls, value: str | SpeedPreset, what: str | None = "speed preset") -> SpeedPreset:
+        return super().parse(value, what)
+
+
 class FitMode(Choice):
     """How an input that is not 3:4 is framed."""
 

@@ -48,6 +48,7 @@ from ootd.runtime import resolve_runtime
 from ootd.sampling import Inpaint, StepCallback, StepTimer, chain, sample
 from ootd.schedulers import build_scheduler
 from ootd.speed import as_memory_format, compile_module, set_memory_format
+from ootd.speed_presets import SpeedModes
 from ootd.token_merge import token_merging
 from ootd.tryon_types import GarmentInputs, ImageInput, PersonInputs, Progress, TryOnResult
 from ootd.weights_check import require_finite_latents
@@ -358,9 +359,14 @@ class TryOnPipeline:
                 "samples": str(settings.num_samples), "steps": str(settings.steps),
                 "scale": str(settings.guidance_scale), "seed": str(settings.seed),
                 "resolution": str(settings.resolution), "scheduler": settings.scheduler.value,
-                "cache_interval": str(settings.cache_interval), "token_merge": str(settings.token_merge),
+                **self.speed_modes(settings).words(),
             },
         )
+
+    def speed_modes(self, settings: SamplingSettings) -> SpeedModes:
+        """The speed options a call with `settings` runs with (what its outputs record)."""
+        return SpeedModes(token_merge=settings.token_merge, cache_interval=settings.cache_interval,
+                          quantize=self.quantize, channels_last=self.speed.channels_last)
 
     # -- steps ------------------------------------------------------------------------------------
 

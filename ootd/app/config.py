@@ -18,6 +18,7 @@ from ootd.config import (
     ModelType,
     ParsingProvider,
     PrecisionName,
+    QuantizeName,
     SamplingSettings,
     check_mask_grow,
     check_model_category,
@@ -44,6 +45,7 @@ class RunConfig:
     save_intermediates: bool = False  # pose, parsing, mask, masked person next to the outputs
     overwrite: bool = False  # replace existing outputs (else: run refuses, batch skips/keeps them)
     channels_last: bool | None = None  # None: the device profile's choice
+    quantize: QuantizeName = QuantizeName.NONE  # the UNets' Linear weights (ootd/quantize.py); none: exact
     compile: bool | None = None  # torch.compile the try-on UNet; None: the device profile's choice
     name_template: str = DEFAULT_NAME  # output names (fields: ootd.app.naming.NAME_FIELDS)
     grid: bool = False  # also write a contact sheet (person | garment | mask | samples) per try-on
@@ -88,7 +90,8 @@ def build_config(
     samples: int = SamplingSettings.num_samples, steps: int = SamplingSettings.steps,
     scale: float = SamplingSettings.guidance_scale, seed: int | None = None,
     resolution: str = str(SamplingSettings.resolution), scheduler: str = SamplingSettings.scheduler,
-    cache_interval: int = SamplingSettings.cache_interval,
+    speed: str | None = None, token_merge: float | None = None, cache_interval: int | None = None,
+    quantize: str | None = None,
     precision: str = RunConfig.precision, attention: str = RunConfig.attention, device: str | None = None,
     parsing_provider: str = RunConfig.parsing_provider, max_memory: str | None = None, fit: str = RunConfig.fit,
     mask_grow: int = RunConfig.mask_grow, save_intermediates: bool = RunConfig.save_intermediates,
@@ -97,17 +100,21 @@ def build_config(
 ) -> RunConfig:
     """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here.
 
-    Takes the words a user typed (as front ends receive them); each bad one is a one-line UsageError.
+    Takes the words a user typed (as front ends receive them); each bad one is a one-line UsageError. The speed
+    options left as None follow the `speed` preset (ootd/speed_presets.py; None: exact).
     """
     from ootd.checkpoints import default_checkpoints_dir
     from ootd.device_spec import check_device_spec  # imports torch: not at --help time
+    from ootd.speed_presets import resolve_speed
 
     device = None if device is None or not str(device).strip() else str(device).strip()
     device = check_device_spec(device)  # a stale OOTD_DEVICE is named as such
     forced = parse_model_type(model_type)
+    modes = resolve_speed(speed, token_merge=token_merge, cache_interval=cache_interval, quantize=quantize,
+                          channels_last=channels_last)
     sampling = SamplingSettings.from_words(num_samples=samples, steps=steps, guidance_scale=scale, seed=seed,
                                            resolution=resolution, scheduler=scheduler,
-                                           cache_interval=cache_interval)
+                                           cache_interval=modes.cache_interval, token_merge=modes.token_merge)
     check_mask_grow(mask_grow)
     return RunConfig(
         checkpoints=Path(checkpoints) if checkpoints is not None else default_checkpoints_dir(),
@@ -117,6 +124,7 @@ def build_config(
         attention=AttentionName.parse(attention, "attention backend"),
         parsing_provider=ParsingProvider.parse(parsing_provider, "parsing provider"),
         max_memory=parse_size(max_memory), fit=FitMode.parse(fit, "fit mode"), mask_grow=mask_grow,
-        save_intermediates=save_intermediates, overwrite=overwrite, channels_last=channels_last, compile=compile,
+        save_intermediates=save_intermediates, overwrite=overwrite, channels_last=modes.channels_last,
+        compile=compile, quantize=modes.quantize,
         name_template=check_template(name), grid=grid, seed_random=seed is None,
     )

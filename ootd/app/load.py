@@ -39,6 +39,7 @@ def load_pipeline(config: RunConfig, model_type: ModelType, preprocessor: Any = 
         dtype=None if config.precision == PrecisionName.AUTO else str(config.precision),
         attention=str(config.attention), parsing_provider=str(config.parsing_provider),
         max_memory=config.max_memory, channels_last=config.channels_last, compile=config.compile,
+        quantize=config.quantize,
         **({"preprocessor": preprocessor} if preprocessor is not None else {}),
         **({"progress": progress} if progress is not None else {}),
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ootd.app.config import RunConfig
-from ootd.config import SamplingSettings
+from ootd.config import QuantizeName, SamplingSettings
 
 if TYPE_CHECKING:
     from ootd.app.outputs import Targets
@@ -24,9 +24,10 @@ if TYPE_CHECKING:
 
 # the PNG text keys that record what determines the pixels (and which inputs they came from)
 PIXEL_SETTINGS = ("model_type", "category", "samples", "steps", "scale", "seed", "resolution", "scheduler",
-                  "cache_interval", "person", "garment", "mask", "fit", "mask_grow")
+                  "cache_interval", "token_merge", "quantize", "person", "garment", "mask", "fit", "mask_grow")
 # what a key means when an output does not record it (written before the key existed)
-RECORDED_DEFAULTS = {"cache_interval": str(SamplingSettings.cache_interval)}
+RECORDED_DEFAULTS = {"cache_interval": str(SamplingSettings.cache_interval),
+                     "token_merge": str(SamplingSettings.token_merge), "quantize": QuantizeName.NONE.value}
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ def expected_settings(request: TryOnRequest, config: RunConfig) -> dict[str, str
         "model_type": config.model_type_for(request.category).value, "category": request.category.value,
         "samples": str(sampling.num_samples), "steps": str(sampling.steps), "scale": str(sampling.guidance_scale),
         "seed": str(sampling.seed), "resolution": str(sampling.resolution), "scheduler": str(sampling.scheduler),
-        "cache_interval": str(sampling.cache_interval),
+        "cache_interval": str(sampling.cache_interval), "token_merge": str(sampling.token_merge),
+        "quantize": config.quantize.value,
         "person": request.name("person"), "garment": request.name("garment"),
         "mask": request.name("mask") if request.mask is not None else "auto",
         "fit": str(config.fit), "mask_grow": str(config.mask_grow),

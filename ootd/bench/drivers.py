@@ -23,13 +23,14 @@ from ootd.bench.flops import count_step_flops
 from ootd.bench.profiling import PeakMemory, machine, profile_step, stage_meter, stage_modules, versions
 from ootd.bench.random_weights import build_random_components, synthetic_inputs
 from ootd.bench.reference import run_original
-from ootd.config import ModelType, parse_resolution
+from ootd.config import ModelType, QuantizeName, parse_resolution
 from ootd.device import DeviceInfo, detect_device
 from ootd.device_policy import Precision, SpeedOptions, choose_precision, choose_speed
 from ootd.errors import UsageError
 from ootd.loading import Components, load_components
 from ootd.memory import STAGES, ModelSizes, Plan, apply_plan_to_vae, make_plan
 from ootd.profiles import load_profile
+from ootd.quantize import quantize_unets
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ def run_bench(
     seed: int = 0,
     scheduler: str = "unipc",
     cache_interval: int = 1,
+    token_merge: float = 0.0,
+    quantize: str = "none",
     max_memory: int | None = None,
     channels_last: bool | None = None,
     compile: bool | None = None,
@@ -97,7 +100,8 @@ def run_bench(
                    "random_weights": random_weights, "model_type": mtype.value, "dtype": str(precision.unet),
                    "vae_dtype": str(precision.vae), "attention": attention, "resolution": list(res),
                    "num_samples": num_samples, "steps": steps, "guidance_scale": guidance_scale, "seed": seed,
-                   "scheduler": scheduler, "cache_interval": cache_interval, "max_memory": max_memory,
+                   "scheduler": scheduler, "cache_interval": cache_interval, "token_merge": token_merge,
+                   "quantize": quantize, "max_memory": max_memory,
                    "channels_last": speed.channels_last, "compile": speed.compile},
     }
     meter = PeakMemory(info.torch_device)
@@ -105,14 +109,16 @@ def run_bench(
     t = time.perf_counter()
     if components is None:
         components = _load(checkpoints, random_weights, mtype, info, precision, seed)
+    quantized = quantize_unets(components, quantize, info)  # in place: components passed in stay quantized
     report["load_seconds"] = time.perf_counter() - t
     say(f"models ready in {report['load_seconds']:.1f} s")
 
     guidance = guidance_scale >= 1.0
     bench = _Bench(components, mtype, info, precision, meter, res, seed, say)
-    bench.plan_and_pipeline(report, num_samples, guidance, attention, max_memory, speed)
+    bench.plan_and_pipeline(report, num_samples, guidance, attention, max_memory, speed, quantized)
     call = {"mask": bench.mask, "num_samples": num_samples, "steps": steps, "guidance_scale": guidance_scale,
-            "seed": seed, "resolution": res, "scheduler": scheduler, "cache_interval": cache_interval}
+            "seed": seed, "resolution": res, "scheduler": scheduler, "cache_interval": cache_interval,
+            "token_merge": token_merge}
     if run_ours:
         bench.ours(report, call, warmup=warmup, profile=profile)
         if save_images is not None:
@@ -130,9 +136,7 @@ def _load(checkpoints: str | Path | None, random_weights: str | None, model_type
           precision: Precision, seed: int) -> Components:
     if checkpoints is None:
         return build_random_components(str(random_weights), precision, info.torch_device, seed)
-    dtypes = {"unet": precision.unet, "vae": precision.vae, "text_encoder": precision.text_encoder,
-              "image_encoder": precision.image_encoder}
-    return load_components(Path(checkpoints), model_type, dtypes)
+    return load_components(Path(checkpoints), model_type, precision.dtypes())
 
 
 @dataclass
@@ -156,7 +160,8 @@ class _Bench:
         self.images: list[Image.Image] = []  # ours, to compare the original's with
 
     def plan_and_pipeline(self, report: dict[str, Any], num_samples: int, guidance: bool, attention: str,
-                          max_memory: int | None, speed: SpeedOptions) -> None:
+                          max_memory: int | None, speed: SpeedOptions,
+                          quantize: QuantizeName = QuantizeName.NONE) -> None:
         """The memory plan (into the report) and our pipeline on the components."""
         from ootd.pipeline import TryOnPipeline
 
@@ -170,7 +175,7 @@ class _Bench:
         self.plan = plan
         attention_fn = build_attention(attention, self.info, self.precision.unet, plan.attention_budget_bytes)
         self.pipe = TryOnPipeline(self.components, self.model_type, self.info, self.precision,
-                                  attention=attention_fn, speed=speed, profile=device_profile)
+                                  attention=attention_fn, speed=speed, profile=device_profile, quantize=quantize)
         apply_plan_to_vae(self.components.vae, plan)
         report["memory_after_load"] = self.meter.current()
         self.attention_fn = attention_fn

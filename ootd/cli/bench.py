@@ -27,8 +27,8 @@ EPILOG = (
 )
 RANDOM_WEIGHTS = ("full", "tiny")
 BENCH_OPTIONS = {name: RUN_OPTIONS[name] for name in (
-    "checkpoints", "samples", "steps", "scale", "resolution", "scheduler", "cache_interval", "precision", "attention",
-    "device", "max_memory", "channels_last", "compile",
+    "checkpoints", "samples", "steps", "scale", "resolution", "scheduler", "speed", "cache_interval", "token_merge",
+    "quantize", "precision", "attention", "device", "max_memory", "channels_last", "compile",
 )}
 
 
@@ -64,7 +64,11 @@ def bench_command(
     from ootd.cli.display import print_json, to_json
     from ootd.config import AttentionName, PrecisionName
     from ootd.errors import UsageError
+    from ootd.speed_presets import resolve_speed
 
+    modes = resolve_speed(options["speed"], token_merge=options["token_merge"],
+                          cache_interval=options["cache_interval"], quantize=options["quantize"],
+                          channels_last=options["channels_last"])
     precision = PrecisionName.parse(options["precision"], "precision").value
     attention = AttentionName.parse(options["attention"], "attention backend").value
     if random_weights is not None and random_weights not in RANDOM_WEIGHTS:
@@ -82,8 +86,8 @@ def bench_command(
         report = bench.run_bench(
             **source, **common, model_type=model_type, dtype=precision, attention=attention,
             guidance_scale=options["scale"], seed=seed, scheduler=options["scheduler"],
-            cache_interval=options["cache_interval"],
-            max_memory=parse_size(options["max_memory"]), channels_last=options["channels_last"],
+            cache_interval=modes.cache_interval, token_merge=modes.token_merge, quantize=modes.quantize.value,
+            max_memory=parse_size(options["max_memory"]), channels_last=modes.channels_last,
             compile=options["compile"], compare_original=compare_original, count_flops=flops, profile=profile,
             save_images=save_images,
         )

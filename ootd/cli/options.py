@@ -19,6 +19,8 @@ import typer
 from ootd.app.config import RunConfig, build_config
 from ootd.app.naming import NAME_FIELDS
 from ootd.config import (
+    MAX_CACHE_INTERVAL,
+    MAX_TOKEN_MERGE,
     AttentionName,
     Category,
     Choice,
@@ -26,8 +28,10 @@ from ootd.config import (
     ModelType,
     ParsingProvider,
     PrecisionName,
+    QuantizeName,
     SamplingSettings,
     SchedulerName,
+    SpeedPreset,
 )
 
 SAMPLING = "Sampling"
@@ -70,12 +74,26 @@ ResolutionOpt = Annotated[str, _opt("--resolution", panel=SAMPLING, metavar="WxH
                                     help="Working resolution, width x height: 384x512 or 768x1024.")]
 SchedulerOpt = Annotated[str, _opt("--scheduler", metavar=choices(SchedulerName), panel=SAMPLING,
                                    help="Sampler (unipc: the original's).")]
-CacheIntervalOpt = Annotated[int, _opt(
-    "--cache-interval", metavar="N", panel=SAMPLING,
-    help="Speed mode, changes the images: recompute the try-on UNet's deep levels only every N-th step and reuse "
-         "them in between (DeepCache-style feature caching). 1 = exact; judge others with `ootd compare`.")]
+SPEED = "Speed (exact by default; the modes change the images: judge them with `ootd compare`)"
+SpeedOpt = Annotated[str | None, _opt(
+    "--speed", metavar=choices(SpeedPreset), panel=SPEED, default_shown=False,
+    help="exact (default): the method as published. fast: token merging 0.5 and feature caching every 3rd step "
+         "(each option below overrides it). Precision is separate: see --precision.")]
+CacheIntervalOpt = Annotated[int | None, _opt(
+    "--cache-interval", metavar="N", panel=SPEED, default_shown=False,
+    help=f"Recompute the try-on UNet's deep levels only every N-th step and reuse them in between (DeepCache-style "
+         f"feature caching), 1 to {MAX_CACHE_INTERVAL}. 1 = exact.")]
+TokenMergeOpt = Annotated[float | None, _opt(
+    "--token-merge", metavar="RATIO", panel=SPEED, default_shown=False,
+    help=f"Merge this fraction of the person tokens in the finest self-attention level (ToMe), 0 to "
+         f"{MAX_TOKEN_MERGE}; the garment tokens stay whole. 0 = exact.")]
+QuantizeOpt = Annotated[str | None, _opt(
+    "--quantize", metavar=choices(QuantizeName), panel=SPEED, default_shown=False,
+    help="Quantize the UNets' linear layers (needs the `quant` extra): int8-dynamic on CPUs, int8-weight or fp8 "
+         "on GPUs that have them. none = exact.")]
 PrecisionOpt = Annotated[str, _opt("--precision", metavar=choices(PrecisionName), panel=HARDWARE,
-                                   help="auto: fp32 on CPU, the device profile's choice on GPUs.")]
+                                   help="auto: fp32 on CPU (bf16 on CPUs with bf16 matrix units: AVX512-BF16, AMX, "
+                                        "Arm BF16), the device profile's choice on GPUs.")]
 AttentionOpt = Annotated[str, _opt("--attention", metavar=choices(AttentionName), panel=HARDWARE,
                                    help="Attention backend.")]
 DeviceOpt = Annotated[str | None, _opt("--device", envvar="OOTD_DEVICE", panel=HARDWARE, default_shown=False,
@@ -125,7 +143,10 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "seed": (SeedOpt, SamplingSettings.seed),
     "resolution": (ResolutionOpt, str(SamplingSettings.resolution)),
     "scheduler": (SchedulerOpt, SamplingSettings.scheduler.value),
-    "cache_interval": (CacheIntervalOpt, SamplingSettings.cache_interval),
+    "speed": (SpeedOpt, None),
+    "cache_interval": (CacheIntervalOpt, None),
+    "token_merge": (TokenMergeOpt, None),
+    "quantize": (QuantizeOpt, None),
     "precision": (PrecisionOpt, RunConfig.precision.value),
     "attention": (AttentionOpt, RunConfig.attention.value),
     "device": (DeviceOpt, RunConfig.device),

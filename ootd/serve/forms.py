@@ -69,6 +69,7 @@ def parse_settings(form: Any, base: RunConfig) -> tuple[Category, RunConfig]:
         sampling = SamplingSettings.from_words(
             seed=numbers["seed"], resolution=_text(form, "resolution") or defaults.resolution,
             scheduler=_text(form, "scheduler") or defaults.scheduler,
+            cache_interval=defaults.cache_interval, token_merge=defaults.token_merge,  # the server's --speed
             **{name: getattr(defaults, name) if value is None else value for name, value in given.items()},
         )
         fit = FitMode.parse(_text(form, "fit") or base.fit, "fit")
