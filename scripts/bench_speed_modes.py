@@ -1,0 +1,183 @@
+#!/usr/bin/env python
+"""Every speed mode side by side in one process, on full-size random weights: s/step, the whole call, peak
+memory, and how far each mode's images are from the first mode's (the exact fp32 path) on the same seed.
+
+    python scripts/bench_speed_modes.py --resolution 384x512 --samples 2 --steps 20 \\
+        --modes exact-fp32,exact-bf16,cache3-bf16,tome0.5-bf16,fast-bf16,int8-fp32 --original-steps 2
+    python scripts/bench_speed_modes.py --resolution 768x1024 --samples 1 --steps 6 --extrapolate 20 \\
+        --modes exact-fp32,exact-bf16,fast-bf16 --original-steps 1
+
+A mode is `<what>-<precision>`: what = exact | fast | cacheN | tomeR | int8 | fast+cl (channels_last on top),
+precision = fp32 | bf16. Models are built once per precision (quantized ones on a fresh build). With
+`--extrapolate N` the whole call is also given for N steps from the measured stages: the fixed stages as
+measured, plus N steps at the median refresh / cached step times (feature caching's steps alternate between the
+two). The original formulation (`ootd/bench/reference.py`) runs `--original-steps` steps on the exact fp32 models
+and is extrapolated the same way. Random weights say nothing about how the images look: judge a mode on the
+released weights with `ootd compare`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+FIXED_STAGES = ("conditioning", "encode", "garment_unet", "decode")
+
+
+def parse_mode(spec: str) -> dict[str, Any]:
+    from ootd.speed_presets import PRESETS, SpeedPreset
+
+    match = re.fullmatch(r"(exact|fast(\+cl)?|cache(\d+)|tome([0-9.]+)|int8)-(fp32|bf16)", spec)
+    if match is None:
+        raise SystemExit(f"bad mode {spec!r}: <exact|fast|fast+cl|cacheN|tomeR|int8>-<fp32|bf16>")
+    what, cl, interval, ratio, precision = match.groups()
+    mode = {"name": spec, "dtype": precision, "cache_interval": 1, "token_merge": 0.0, "quantize": "none",
+            "channels_last": False}
+    if what.startswith("fast"):
+        fast = PRESETS[SpeedPreset.FAST]
+        mode.update(cache_interval=fast.cache_interval, token_merge=fast.token_merge, quantize=fast.quantize.value,
+                    channels_last=bool(cl) or bool(fast.channels_last))
+    elif interval:
+        mode["cache_interval"] = int(interval)
+    elif ratio:
+        mode["token_merge"] = float(ratio)
+    elif what == "int8":
+        mode["quantize"] = "int8-dynamic"
+    return mode
+
+
+def whole_call(run: dict[str, Any], steps: int, interval: int) -> float:
+    """Fixed stages + `steps` steps at the measured median refresh / cached step times."""
+    times = run["steps"]
+    timed = list(enumerate(times))[1:] if len(times) > 2 else list(enumerate(times))
+    refresh = [t for i, t in timed if i % interval == 0] or [t for _, t in timed]
+    cached = [t for i, t in timed if i % interval != 0]
+    per_refresh, per_cached = statistics.median(refresh), statistics.median(cached) if cached else 0.0
+    n_refresh = len(range(0, steps, interval))
+    return sum(run.get(s, 0.0) for s in FIXED_STAGES) + n_refresh * per_refresh + (steps - n_refresh) * per_cached
+
+
+def differences(reference: list[Path], images: list[str]) -> dict[str, float]:
+    import numpy as np
+
+    from ootd.app.compare import psnr
+
+    diffs, psnrs = [], []
+    for a, b in zip(reference, images, strict=True):
+        x = np.asarray(_rgb(a), dtype=np.int16)
+        y = np.asarray(_rgb(b), dtype=np.int16)
+        diffs.append(np.abs(x - y))
+        psnrs.append(psnr(x, y))
+    return {"max_pixel": int(max(d.max() for d in diffs)), "mean_pixel": float(np.mean([d.mean() for d in diffs])),
+            "psnr_db": float(min(psnrs))}
+
+
+def _rgb(path: str | Path) -> Any:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.convert("RGB").copy()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--resolution", default="384x512")
+    p.add_argument("--samples", type=int, default=2)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--extrapolate", type=int, default=None, help="also give the whole call for this many steps")
+    p.add_argument("--modes", default="exact-fp32,exact-bf16,fast-bf16")
+    p.add_argument("--original-steps", type=int, default=0, help="also run the original formulation (fp32)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kind", default="full", choices=("full", "tiny"), help="tiny: a quick check of the script")
+    p.add_argument("--out", type=Path, default=None, help="write the JSON report there")
+    args = p.parse_args()
+
+    import torch
+
+    from ootd.bench.drivers import run_bench
+    from ootd.bench.random_weights import build_random_components
+    from ootd.device import detect_device
+    from ootd.device_policy import choose_precision
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    modes = [parse_mode(m) for m in args.modes.split(",")]
+    target = args.extrapolate or args.steps
+    info = detect_device("cpu")
+    folder = Path(tempfile.mkdtemp(prefix="ootd-speed-modes-"))
+    rows, reference, built = [], None, {}
+    common = {"device": "cpu", "resolution": args.resolution, "num_samples": args.samples, "seed": args.seed,
+              "attention": "sdpa", "log": lambda line: print("   ", line, flush=True)}
+    for mode in modes:
+        if mode["quantize"] != "none" or mode["dtype"] not in built:
+            built.clear()
+            gc.collect()
+            components = build_random_components(args.kind, choose_precision(info, mode["dtype"]), "cpu", args.seed)
+            if mode["quantize"] == "none":
+                built[mode["dtype"]] = components
+        else:
+            components = built[mode["dtype"]]
+        print(f"== {mode['name']}", flush=True)
+        report = run_bench(components=components, dtype=mode["dtype"], steps=args.steps,
+                           cache_interval=mode["cache_interval"], token_merge=mode["token_merge"],
+                           quantize=mode["quantize"], channels_last=mode["channels_last"],
+                           compare_original=bool(args.original_steps) and mode["name"] == "exact-fp32",
+                           save_images=folder / mode["name"], **common)
+        if report.get("original") is not None and args.original_steps != args.steps:
+            print("   (the original's figures above are at --steps; see the extrapolation below)", flush=True)
+        ours = report["ours"]
+        images = report["images_saved"]
+        reference = reference or [Path(x) for x in images]
+        row = {"mode": mode, "s_per_step": ours["s_per_it"], "steps": ours["steps"], "wall": ours["wall"],
+               "stages": {s: ours.get(s) for s in FIXED_STAGES}, "peak_rss_gib": ours["peak_memory"] / 2**30,
+               f"whole_{target}": whole_call(ours, target, mode["cache_interval"]),
+               "diff_from_first": differences(reference, images)}
+        if report.get("original") is not None:
+            orig = report["original"]
+            row["original"] = {"s_per_step": orig["s_per_it"], "steps": orig["steps"],
+                               "stages": {s: orig.get(s) for s in FIXED_STAGES},
+                               f"whole_{target}": whole_call(orig, target, 1),
+                               "peak_rss_gib": orig["peak_memory"] / 2**30}
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "mode"}, default=str), flush=True)
+    _table(rows, target)
+    if args.out:
+        args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1,
+                                       default=str) + "\n")
+
+
+def _table(rows: list[dict[str, Any]], target: int) -> None:
+    first = rows[0]
+    base = first.get("original", first)
+    against = "original" if "original" in first else first["mode"]["name"]
+    print(f"\n| mode | s/step | whole {target}-step call | vs {against}"
+          " | encode / garment UNet / decode | peak RSS | max / mean pixel diff | PSNR |")
+    print("|---|---:|---:|---:|---|---:|---|---:|")
+    if "original" in first:
+        o = first["original"]
+        st = o["stages"]
+        print(f"| original formulation fp32 | {o['s_per_step']:.1f} s | {o[f'whole_{target}']:.0f} s | 1.00x | "
+              f"{st['encode']:.1f} / {st['garment_unet']:.1f} / {st['decode']:.1f} s | {o['peak_rss_gib']:.1f} GiB |"
+              " | |")
+    for r in rows:
+        st, d = r["stages"], r["diff_from_first"]
+        ratio = base[f"whole_{target}"] / r[f"whole_{target}"]
+        print(f"| {r['mode']['name']} | {r['s_per_step']:.1f} s | {r[f'whole_{target}']:.0f} s | {ratio:.2f}x | "
+              f"{st['encode']:.1f} / {st['garment_unet']:.1f} / {st['decode']:.1f} s | {r['peak_rss_gib']:.1f} GiB | "
+              f"{d['max_pixel']} / {d['mean_pixel']:.2f} | {d['psnr_db']:.1f} dB |")
+
+
+if __name__ == "__main__":
+    main()
