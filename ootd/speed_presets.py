@@ -45,6 +45,17 @@ class SpeedModes:
                 "cache_interval": str(self.cache_interval), "quantize": self.quantize.value}
 
 
+def speed_summary(recorded: dict[str, str]) -> str:
+    """`speed fast (token merge 0.5, cache interval 3)` from an output's recorded settings; empty when exact."""
+    speed = recorded.get("speed", SpeedPreset.EXACT.value)
+    if speed == SpeedPreset.EXACT.value:
+        return ""
+    exact = PRESETS[SpeedPreset.EXACT].words()
+    on = [f"{key.replace('_', ' ')} {recorded[key]}" for key in ("token_merge", "cache_interval", "quantize")
+          if key in recorded and recorded[key] != exact[key]]
+    return f"speed {speed}" + (f" ({', '.join(on)})" if on else "")
+
+
 PRESETS: dict[SpeedPreset, SpeedModes] = {
     SpeedPreset.EXACT: SpeedModes(),
     SpeedPreset.FAST: SpeedModes(token_merge=0.5, cache_interval=3),

@@ -96,6 +96,14 @@ def test_cli_refuses_exact_with_a_mode_in_one_line(tiny_tree, example_images, tm
     assert not any(tmp_path.iterdir())
 
 
+def test_the_summary_line_names_the_modes_that_are_on() -> None:
+    from ootd.speed_presets import speed_summary
+
+    assert speed_summary(resolve_speed().words()) == ""
+    assert speed_summary(resolve_speed("fast").words()) == "speed fast (token merge 0.5, cache interval 3)"
+    assert speed_summary(resolve_speed(quantize="int8-dynamic").words()) == "speed custom (quantize int8-dynamic)"
+
+
 def test_a_batch_resumed_with_other_speed_modes_is_stale() -> None:
     from ootd.app.resume import _differences
 

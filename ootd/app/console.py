@@ -19,7 +19,8 @@ from ootd.errors import OotdError
 
 EXIT_INTERRUPTED = 130
 # Libraries whose chatter stays quiet unless ootd itself logs at DEBUG.
-LIBRARY_LOGGERS = ("diffusers", "transformers", "huggingface_hub", "onnxruntime", "PIL", "urllib3", "httpx")
+LIBRARY_LOGGERS = ("diffusers", "transformers", "huggingface_hub", "onnxruntime", "PIL", "urllib3", "httpx",
+                   "torchao", "torch.utils._pytree")  # the last two: importing torchao (the quant extra)
 
 
 _library_level = {"level": logging.ERROR}  # what console_logging chose; reapplied after libraries are imported

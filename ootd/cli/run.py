@@ -151,9 +151,12 @@ def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[s
         typer.echo(str(path))
     note = f" (random; pass --seed {result.seed} to reproduce)" if random_seed else ""
     typer.echo(f"seed: {result.seed}{note}")
+    from ootd.speed_presets import speed_summary
+
+    speed = speed_summary(result.settings or {})
     typer.echo(f"time: {timing_line(timings)} on {info.get('device')}, "
                f"{info.get('precision_word') or info.get('precision')}, "
-               f"attention {attention_word(info.get('attention'))}")
+               f"attention {attention_word(info.get('attention'))}" + (f", {speed}" if speed else ""))
 
 
 def timing_line(timings: dict[str, Any]) -> str:
