@@ -3,6 +3,7 @@ attention level chosen, ratio 0 exact, and the pipeline's images changed (shapes
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,8 +15,6 @@ from ootd.config import SamplingSettings
 from ootd.errors import UsageError
 from ootd.fusion import TryOnFusion, capture_block_inputs
 from ootd.token_merge import level_grid, merge_tokens, token_merging
-
-MiB = 1 << 20
 
 
 def _reference_groups(x: torch.Tensor, height: int, width: int, removed: int) -> list[list[int]]:
@@ -211,12 +210,12 @@ def test_merging_with_the_guidance_batch_split_gives_the_same_latents(pipe_hd, e
     monkeypatch.setattr(pipe_hd, "_decode", lambda lat, prog: (seen.append(lat.clone()), decode(lat, prog))[1])
     words = {"mask": example_images["mask"], "num_samples": 2, "steps": 2, "seed": 21, "resolution": (384, 512),
              "token_merge": 0.75}
-    monkeypatch.setattr(pipe_hd, "max_memory", None)
     pipe_hd(example_images["person"], example_images["tshirt"], "upper", **words)
     assert not pipe_hd.plan.guidance_split
-    monkeypatch.setattr(pipe_hd, "max_memory", 1 * MiB)  # nothing fits: the guidance batch runs in two halves
+    make_plan = pipe_hd.make_plan  # the plan's guidance split alone: the guidance batch runs in two halves
+    monkeypatch.setattr(pipe_hd, "make_plan",
+                        lambda *a, **k: dataclasses.replace(make_plan(*a, **k), guidance_split=True))
     pipe_hd(example_images["person"], example_images["tshirt"], "upper", **words)
     assert pipe_hd.plan.guidance_split
-    monkeypatch.setattr(pipe_hd, "max_memory", None)
     whole, split = seen
     assert (whole - split).abs().max().item() < 1e-5 * max(1.0, whole.abs().max().item())
