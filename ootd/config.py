@@ -249,6 +249,8 @@ class SamplingSettings:
                    scheduler: str | SchedulerName | None = None, **numbers: float) -> SamplingSettings:
         """Validated settings from what a user gave (num_samples, steps, guidance_scale as `numbers`; anything
         omitted keeps its default). A random seed is drawn when none is given, so it can be reported."""
+        if "token_merge" in numbers:  # one spelling in the outputs' records: 0 and 0.0 are both "0.0"
+            numbers["token_merge"] = float(numbers["token_merge"])
         settings = cls(
             seed=seed if seed is not None else secrets.randbelow(2**32),
             resolution=parse_resolution(resolution) if resolution is not None else cls.resolution,

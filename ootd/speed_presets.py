@@ -67,7 +67,7 @@ def resolve_speed(preset: str | SpeedPreset | None = None, *, token_merge: float
                   channels_last: bool | None = None) -> SpeedModes:
     """The preset (None: exact) with the options the user gave explicitly (None: not given) on top."""
     chosen = SpeedPreset.parse(preset) if preset is not None else SpeedPreset.EXACT
-    given = {"token_merge": token_merge, "cache_interval": cache_interval,
+    given = {"token_merge": float(token_merge) if token_merge is not None else None, "cache_interval": cache_interval,
              "quantize": QuantizeName.parse(quantize) if quantize is not None else None,
              "channels_last": channels_last}
     given = {key: value for key, value in given.items() if value is not None}
