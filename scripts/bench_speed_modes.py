@@ -7,8 +7,9 @@ memory, and how far each mode's images are from the first mode's (the exact fp32
     python scripts/bench_speed_modes.py --resolution 768x1024 --samples 1 --steps 6 --extrapolate 20 \\
         --modes exact-fp32,exact-bf16,fast-bf16 --original-steps 1
 
-A mode is `<what>-<precision>`: what = exact | fast | cacheN | tomeR | int8 | fast+cl (channels_last on top),
-precision = fp32 | bf16. Models are built once per precision (quantized ones on a fresh build). With
+A mode is `<what>-<precision>[@steps]`: what = exact | fast | cacheN | tomeR | int8 | fast+cl (channels_last on
+top), precision = fp32 | bf16, steps overriding --steps for that mode (its images are then compared with
+nothing). Models are built once per precision (quantized ones on a fresh build). With
 `--extrapolate N` the whole call is also given for N steps from the measured stages: the fixed stages as
 measured, plus N steps at the median refresh / cached step times (feature caching's steps alternate between the
 two). The original formulation (`ootd/bench/reference.py`) runs `--original-steps` steps on the exact fp32 models
@@ -38,12 +39,12 @@ FIXED_STAGES = ("conditioning", "encode", "garment_unet", "decode")
 def parse_mode(spec: str) -> dict[str, Any]:
     from ootd.speed_presets import PRESETS, SpeedPreset
 
-    match = re.fullmatch(r"(exact|fast(\+cl)?|cache(\d+)|tome([0-9.]+)|int8)-(fp32|bf16)", spec)
+    match = re.fullmatch(r"(exact|fast(\+cl)?|cache(\d+)|tome([0-9.]+)|int8)-(fp32|bf16)(?:@(\d+))?", spec)
     if match is None:
-        raise SystemExit(f"bad mode {spec!r}: <exact|fast|fast+cl|cacheN|tomeR|int8>-<fp32|bf16>")
-    what, cl, interval, ratio, precision = match.groups()
+        raise SystemExit(f"bad mode {spec!r}: <exact|fast|fast+cl|cacheN|tomeR|int8>-<fp32|bf16>[@steps]")
+    what, cl, interval, ratio, precision, steps = match.groups()
     mode = {"name": spec, "dtype": precision, "cache_interval": 1, "token_merge": 0.0, "quantize": "none",
-            "channels_last": False}
+            "channels_last": False, "steps": int(steps) if steps else None}
     if what.startswith("fast"):
         fast = PRESETS[SpeedPreset.FAST]
         mode.update(cache_interval=fast.cache_interval, token_merge=fast.token_merge, quantize=fast.quantize.value,
@@ -130,20 +131,23 @@ def main() -> None:
         else:
             components = built[mode["dtype"]]
         print(f"== {mode['name']}", flush=True)
-        report = run_bench(components=components, dtype=mode["dtype"], steps=args.steps,
+        steps = mode["steps"] or args.steps
+        report = run_bench(components=components, dtype=mode["dtype"], steps=steps,
                            cache_interval=mode["cache_interval"], token_merge=mode["token_merge"],
                            quantize=mode["quantize"], channels_last=mode["channels_last"],
-                           compare_original=bool(args.original_steps) and mode["name"] == "exact-fp32",
                            save_images=folder / mode["name"], **common)
-        if report.get("original") is not None and args.original_steps != args.steps:
-            print("   (the original's figures above are at --steps; see the extrapolation below)", flush=True)
+        if args.original_steps and mode["name"].startswith("exact-fp32"):
+            print(f"== the original formulation, fp32, {args.original_steps} step(s)", flush=True)
+            report["original"] = run_bench(components=components, dtype="fp32", steps=args.original_steps,
+                                           run_ours=False, compare_original=True, **common)["original"]
         ours = report["ours"]
         images = report["images_saved"]
-        reference = reference or [Path(x) for x in images]
+        reference = reference or ([Path(x) for x in images], steps)
         row = {"mode": mode, "s_per_step": ours["s_per_it"], "steps": ours["steps"], "wall": ours["wall"],
                "stages": {s: ours.get(s) for s in FIXED_STAGES}, "peak_rss_gib": ours["peak_memory"] / 2**30,
                f"whole_{target}": whole_call(ours, target, mode["cache_interval"]),
-               "diff_from_first": differences(reference, images)}
+               "diff_from_first": differences(reference[0], images) if reference[1] == steps else None,
+               "steps_run": steps}
         if report.get("original") is not None:
             orig = report["original"]
             row["original"] = {"s_per_step": orig["s_per_it"], "steps": orig["steps"],
@@ -163,20 +167,21 @@ def _table(rows: list[dict[str, Any]], target: int) -> None:
     base = first.get("original", first)
     against = "original" if "original" in first else first["mode"]["name"]
     print(f"\n| mode | s/step | whole {target}-step call | vs {against}"
-          " | encode / garment UNet / decode | peak RSS | max / mean pixel diff | PSNR |")
-    print("|---|---:|---:|---:|---|---:|---|---:|")
+          " | encode / garment UNet / decode | peak RSS | max / mean pixel diff | PSNR | steps run |")
+    print("|---|---:|---:|---:|---|---:|---|---:|---:|")
     if "original" in first:
         o = first["original"]
         st = o["stages"]
         print(f"| original formulation fp32 | {o['s_per_step']:.1f} s | {o[f'whole_{target}']:.0f} s | 1.00x | "
               f"{st['encode']:.1f} / {st['garment_unet']:.1f} / {st['decode']:.1f} s | {o['peak_rss_gib']:.1f} GiB |"
-              " | |")
+              f" | | {len(o['steps'])} |")
     for r in rows:
         st, d = r["stages"], r["diff_from_first"]
         ratio = base[f"whole_{target}"] / r[f"whole_{target}"]
+        diff = f"{d['max_pixel']} / {d['mean_pixel']:.2f} | {d['psnr_db']:.1f} dB" if d else "(other steps) | "
         print(f"| {r['mode']['name']} | {r['s_per_step']:.1f} s | {r[f'whole_{target}']:.0f} s | {ratio:.2f}x | "
               f"{st['encode']:.1f} / {st['garment_unet']:.1f} / {st['decode']:.1f} s | {r['peak_rss_gib']:.1f} GiB | "
-              f"{d['max_pixel']} / {d['mean_pixel']:.2f} | {d['psnr_db']:.1f} dB |")
+              f"{diff} | {r['steps_run']} |")
 
 
 if __name__ == "__main__":
