@@ -72,7 +72,7 @@ def quantize_unets(components: Any, mode: str | QuantizeName, device: DeviceInfo
     both before any weight changes. On a GPU each UNet is moved there first (torchao quantizes and picks its
     kernels on the device); the residency places the models afterwards as usual.
     """
-    mode = choose_quantization(device, mode)
+    mode = choose_quantization(device, mode, _unet_dtype(components))
     if mode is QuantizeName.NONE:
         return mode
     ao = require_torchao()
@@ -80,6 +80,11 @@ def quantize_unets(components: Any, mode: str | QuantizeName, device: DeviceInfo
     for unet in (components.unet_garm, components.unet_vton):
         ao.quantize_(unet, quantize_config(mode, ao, device), filter_fn=_plain_linear, device=target)
     return mode
+
+
+def _unet_dtype(components: Any) -> torch.dtype | None:
+    param = next(components.unet_vton.parameters(), None)
+    return param.dtype if param is not None else None
 
 
 def tensor_bytes(tensor: torch.Tensor) -> int:
