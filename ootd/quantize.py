@@ -1,8 +1,10 @@
 """Opt-in weight quantization of the two UNets with torchao (the `quant` extra): smaller weights, approximate output.
 
-Only the Linear layers are quantized (attention projections, feed-forwards, time embedding: ~31% of a UNet's
-parameters); convolutions, norms and every bias stay in the pipeline's float dtype. torchao 0.18 quantizes
-convolutions only in prototype float8 form for GPUs, so they are left alone. Quantization runs after strict
+Only the Linear layers are quantized (attention projections, feed-forwards, time embedding: 31% of a UNet's
+parameters); convolutions, norms and every bias stay in the pipeline's float dtype. For convolutions torchao 0.18
+has float8 for 3-D ones only (GPU kernels from another package), an int8 weight-only conv2d layout that
+dequantizes in every call (no speed), and a helper that turns 1x1 convolutions into Linear layers between two
+permutes; none is both simple and faster here, so convolutions stay float. Quantization runs after strict
 checkpoint loading, so the loading checks see the released weights, and before the residency places anything.
 
 What each mode does (ootd.config.QuantizeName; ootd/device_policy.py decides where each runs):
