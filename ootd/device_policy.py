@@ -14,7 +14,7 @@ import torch
 from ootd.config import PrecisionName, QuantizeName
 from ootd.device import DeviceInfo
 from ootd.dtypes import DTYPES, dtype_name
-from ootd.errors import DeviceError
+from ootd.errors import DeviceError, UsageError
 from ootd.profiles import DeviceProfile, load_profile
 
 logger = logging.getLogger(__name__)
@@ -93,14 +93,18 @@ def _has_fp8(info: DeviceInfo) -> bool:
     return info.vendor == "nvidia" and match is not None and int(match.group(1)) >= FP8_MIN_NVIDIA_CAPABILITY
 
 
-def choose_quantization(info: DeviceInfo, quantize: str | QuantizeName = QuantizeName.NONE) -> QuantizeName:
-    """The user's quantization word if this device runs it, else a one-line DeviceError naming the ones it does."""
+def choose_quantization(info: DeviceInfo, quantize: str | QuantizeName = QuantizeName.NONE,
+                        unet_dtype: torch.dtype | None = None) -> QuantizeName:
+    """The user's quantization word if this device runs it, else a one-line DeviceError naming the ones it does.
+    fp8 takes bf16 UNets only (torchao's per-row float8 scaling is written for bf16 weights)."""
     mode = QuantizeName.parse(quantize)
     supported = supported_quantization(info)
     if mode not in supported:
         where = info.arch if info.type != "cpu" else "the CPU"
         raise DeviceError(f"quantization {mode.value} is not supported on {where}: use "
                           f"{', '.join(m.value for m in supported)}")
+    if mode is QuantizeName.FP8 and unet_dtype is not None and unet_dtype is not torch.bfloat16:
+        raise UsageError(f"quantization fp8 needs precision bf16, not {dtype_name(unet_dtype)}")
     return mode
 
 

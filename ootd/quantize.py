@@ -1,19 +1,25 @@
 """Opt-in weight quantization of the two UNets with torchao (the `quant` extra): smaller weights, approximate output.
 
-Only the Linear layers are quantized (attention projections, feed-forwards, time embedding: ~31% of a UNet's
-parameters); convolutions, norms and every bias stay in the pipeline's float dtype. torchao 0.18 quantizes
-convolutions only in prototype float8 form for GPUs, so they are left alone. Quantization runs after strict
+Only the Linear layers are quantized (attention projections, feed-forwards, time embedding: 31% of a UNet's
+parameters); convolutions, norms and every bias stay in the pipeline's float dtype. For convolutions torchao 0.18
+has float8 for 3-D ones only (GPU kernels from another package), an int8 weight-only conv2d layout that
+dequantizes in every call (no speed), and a helper that turns 1x1 convolutions into Linear layers between two
+permutes; none is both simple and faster here, so convolutions stay float. Quantization runs after strict
 checkpoint loading, so the loading checks see the released weights, and before the residency places anything.
 
 What each mode does (ootd.config.QuantizeName; ootd/device_policy.py decides where each runs):
 
 - int8-dynamic: int8 weights (one scale per output row) and int8 activations quantized on every call.
-  On this project's reference CPU (2 shared x86 cores, torch 2.13) it is NOT faster than fp32: torchao's
-  eager CPU path quantizes every activation and calls a generic int8 matmul, which costs more than the
-  fp32 GEMM it replaces (figures in the module's measurement script, scripts/measure_quant.py). It is kept
-  for the memory it saves: the UNets' Linear weights take a quarter of their fp32 bytes.
-- int8-weight: int8 weights, dequantized into the float dtype per call; meant for GPUs, runs on the CPU too.
-- fp8: float8 weights and activations on GPUs with float8 matrix units.
+  It is NOT faster than fp32 on this project's CPU (2 shared AMD EPYC cores with AVX-512 VNNI and BF16, torch
+  2.13, torchao 0.18): one full-size try-on UNet call at 384x512 with batch 4 took 77-89 s in fp32 and 81-88 s
+  with int8-dynamic (two runs at load average 5-6; the gap is within the shared machine's noise), and with
+  bf16 activations 30 s in one run and 80 s in the other against 41-45 s for plain bf16: no consistent gain
+  (scripts/measure_quant.py). Quantizing every activation in eager mode probably eats what the int8 matmul
+  saves. It is kept for the memory it saves: a UNet's weights go from 3.20 to 2.45 GiB in fp32.
+- int8-weight: int8 weights, dequantized into the float dtype per call; meant for GPUs. It runs on the CPU too,
+  no faster than fp32 (86-91 s for the call above), with the same memory saving.
+- fp8: float8 weights and activations on GPUs with float8 matrix units, for bf16 UNets only (torchao's per-row
+  float8 scaling); torchao itself refuses other devices.
 
 The output is not bit-identical to `none` (the exact path): quantization changes every Linear layer's result
 by ~1% relative, which the denoising loop carries through (tests/test_quantize.py states the bounds).
@@ -72,7 +78,7 @@ def quantize_unets(components: Any, mode: str | QuantizeName, device: DeviceInfo
     both before any weight changes. On a GPU each UNet is moved there first (torchao quantizes and picks its
     kernels on the device); the residency places the models afterwards as usual.
     """
-    mode = choose_quantization(device, mode)
+    mode = choose_quantization(device, mode, _unet_dtype(components))
     if mode is QuantizeName.NONE:
         return mode
     ao = require_torchao()
@@ -80,6 +86,11 @@ def quantize_unets(components: Any, mode: str | QuantizeName, device: DeviceInfo
     for unet in (components.unet_garm, components.unet_vton):
         ao.quantize_(unet, quantize_config(mode, ao, device), filter_fn=_plain_linear, device=target)
     return mode
+
+
+def _unet_dtype(components: Any) -> torch.dtype | None:
+    param = next(components.unet_vton.parameters(), None)
+    return param.dtype if param is not None else None
 
 
 def tensor_bytes(tensor: torch.Tensor) -> int:

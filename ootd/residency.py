@@ -81,7 +81,7 @@ class Residency:
             from accelerate import cpu_offload
 
             for module in self.modules:
-                module.to("cpu")
+                move(module, torch.device("cpu"))
                 cpu_offload(module, execution_device=device)
         else:
             for module in self.modules:

@@ -53,7 +53,8 @@ def resolve_runtime(device: str | None = None, dtype: str | torch.dtype | None =
     if isinstance(dtype, torch.dtype):
         dtype = dtype_name(dtype)
     precision = choose_precision(info, dtype or PrecisionName.AUTO, device_profile)
+    quantization = choose_quantization(info, quantize, precision.unet)
     if isinstance(attention, str):
         attention = build_attention(attention, info, precision.unet, profile=device_profile)
     speed = choose_speed(info, device_profile, channels_last=channels_last, compile=compile)
-    return Runtime(info, device_profile, precision, attention, speed, choose_quantization(info, quantize))
+    return Runtime(info, device_profile, precision, attention, speed, quantization)

@@ -3,7 +3,8 @@
 One full-size random-weight try-on UNet (the released architecture, ootd/bench/architectures.py) with the
 fusion processors and the garment features of a full-size garment UNet run once, as the pipeline does; one
 call = one denoising step's UNet call on a batch of `samples` x 2 (image guidance). Every variant gets a
-warm-up call, then `--calls` timed ones, with the load average printed beside each (a shared machine).
+warm-up call, then `--calls` timed ones, with the load average printed beside each (a shared machine);
+`--alternate` holds all variants at once and calls them in turn, so a changing background load hits each alike.
 
     PYTHONPATH=$PWD python scripts/measure_quant.py --resolution 384x512 --samples 2 --variants fp32,int8-dynamic
 """
@@ -11,6 +12,7 @@ warm-up call, then `--calls` timed ones, with the load average printed beside ea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
@@ -52,6 +54,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--arch", default="full", choices=sorted(ARCHITECTURES))
+    parser.add_argument("--alternate", action="store_true",
+                        help="hold every variant at once and call them in turn (fairer on a shared machine)")
     args = parser.parse_args()
     width, height = parse_resolution(args.resolution).size
     info = detect_device("cpu")
@@ -71,57 +75,71 @@ def main() -> None:
     del garm, captured
     gc.collect()
     base = _unet(args.arch, 8)
+    variants = args.variants.split(",")
+    groups = [variants] if args.alternate else [[v] for v in variants]
     results: dict[str, dict] = {}
-    reference: torch.Tensor | None = None
-    for variant in args.variants.split(","):
-        if "+" in variant:
-            dtype_word, mode = variant.split("+")
-        elif variant in QuantizeName.words():
-            dtype_word, mode = "fp32", variant
-        else:
-            dtype_word, mode = variant, "none"
-        dtype = DTYPES[dtype_word]
-        unet = base if variant == "fp32" else copy.deepcopy(base).to(dtype)
-        quantize_unets(_Unets(None, unet), mode, info)
-        results[variant] = run_variant(unet, dtype, features, prompt, sample, index, info, args.calls)
-        out = results[variant].pop("output")
-        if reference is None and variant == "fp32":
-            reference = out
-        if reference is not None:
-            diff = (out.float() - reference).abs()
-            results[variant].update(max_abs_diff=float(diff.max()), mean_abs_diff=float(diff.mean()),
-                                    reference_mean_abs=float(reference.abs().mean()))
-        print(variant, json.dumps(results[variant]), flush=True)
-        if unet is not base:
-            del unet
+    for group in groups:  # the variants of a group are held at once and called in turn
+        runs = {v: _Variant(v, base, features, info) for v in group}
+        with contextlib.ExitStack() as stack, torch.inference_mode():
+            for run in runs.values():
+                stack.enter_context(run.fusion.garment(run.features, index))
+            for i in range(args.calls + 1):
+                for run in runs.values():
+                    run.call(sample, prompt, timed=i > 0)
+        for name, run in runs.items():
+            results[name] = run.summary()
+            print(name, json.dumps({k: v for k, v in results[name].items() if k != "output"}), flush=True)
+        del runs
         gc.collect()
+    reference = results.get("fp32", {}).pop("output", None)
+    for result in results.values():
+        out = result.pop("output", None)
+        if reference is not None and out is not None:
+            diff = (out - reference).abs()
+            result.update(max_abs_diff=float(diff.max()), mean_abs_diff=float(diff.mean()),
+                          reference_mean_abs=float(reference.abs().mean()))
+    if reference is not None:
+        results["fp32"].update(max_abs_diff=0.0, mean_abs_diff=0.0)
     print(json.dumps({"resolution": [width, height], "batch": batch, "threads": torch.get_num_threads(),
-                      "results": results}, indent=1))
+                      "alternate": args.alternate, "results": results}, indent=1))
 
 
-def run_variant(unet: torch.nn.Module, dtype: torch.dtype, features: dict[str, torch.Tensor], prompt: torch.Tensor,
-                sample: torch.Tensor, index: torch.Tensor, info, calls: int) -> dict:  # noqa: ANN001
-    """A warm-up call and `calls` timed ones of the try-on UNet with the fusion processors and `sdpa` attention."""
-    attention = build_attention("sdpa", info, dtype)
-    fusion = TryOnFusion(unet, attention)
-    install_attention([unet], attention)
-    prompts = prompt.to(dtype).expand(sample.shape[0], -1, -1)
-    feats = {k: v.to(dtype) for k, v in features.items()}
-    timestep = torch.tensor(500)
-    walls, loads = [], []
-    out = None
-    with torch.inference_mode(), fusion.garment(feats, index):
-        for i in range(calls + 1):
-            start = time.perf_counter()
-            out = unet(sample.to(dtype), timestep, encoder_hidden_states=prompts, return_dict=False)[0]
-            wall = time.perf_counter() - start
-            print(f"  call {i} ({'warm-up' if i == 0 else 'timed'}): {wall:.2f} s (load {load_average()})",
-                  flush=True)
-            if i:
-                walls.append(wall)
-                loads.append(load_average())
-    return {"seconds": walls, "median_seconds": statistics.median(walls), "load": loads,
-            "weight_bytes": module_weight_bytes(unet), "output": out.float()}
+class _Variant:
+    """One variant of the try-on UNet (a dtype, a quantization) with the fusion processors and `sdpa` attention."""
+
+    def __init__(self, name: str, base: torch.nn.Module, features: dict[str, torch.Tensor], info) -> None:  # noqa: ANN001
+        if "+" in name:
+            dtype_word, mode = name.split("+")
+        elif name in QuantizeName.words():
+            dtype_word, mode = "fp32", name
+        else:
+            dtype_word, mode = name, "none"
+        self.name, self.dtype = name, DTYPES[dtype_word]
+        self.unet = base if name == "fp32" else copy.deepcopy(base).to(self.dtype)
+        quantize_unets(_Unets(None, self.unet), mode, info)
+        attention = build_attention("sdpa", info, self.dtype)
+        self.fusion = TryOnFusion(self.unet, attention)
+        install_attention([self.unet], attention)
+        self.features = {k: v.to(self.dtype) for k, v in features.items()}
+        self.walls: list[float] = []
+        self.loads: list[str] = []
+        self.output: torch.Tensor | None = None
+
+    def call(self, sample: torch.Tensor, prompt: torch.Tensor, *, timed: bool) -> None:
+        prompts = prompt.to(self.dtype).expand(sample.shape[0], -1, -1)
+        start = time.perf_counter()
+        out = self.unet(sample.to(self.dtype), torch.tensor(500), encoder_hidden_states=prompts, return_dict=False)[0]
+        wall = time.perf_counter() - start
+        print(f"  {self.name} {'timed' if timed else 'warm-up'} call: {wall:.2f} s (load {load_average()})",
+              flush=True)
+        self.output = out.float()
+        if timed:
+            self.walls.append(wall)
+            self.loads.append(load_average())
+
+    def summary(self) -> dict:
+        return {"seconds": self.walls, "median_seconds": statistics.median(self.walls), "load": self.loads,
+                "weight_bytes": module_weight_bytes(self.unet), "output": self.output}
 
 
 if __name__ == "__main__":

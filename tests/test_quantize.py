@@ -62,13 +62,14 @@ def test_int8_dynamic_runs_and_stays_close(int8, exact, example_images) -> None:
     for ours, theirs in zip(quantized, reference, strict=True):
         mse = float(((ours - theirs) ** 2).mean())
         assert mse > 0  # it is approximate: the int8 path really ran
-        # a loose bound: random tiny weights amplify the ~1% per-layer error over two steps and the VAE
-        assert 10 * math.log10(255**2 / mse) > 25
+        # measured 61-62 dB here (8-bit images: 48 dB is one level off on every pixel); the bound leaves room
+        # for other CPUs' int8 kernels
+        assert 10 * math.log10(255**2 / mse) > 45
 
 
 @needs_torchao
-def test_one_unet_call_is_within_a_few_percent(int8, exact) -> None:  # noqa: ANN001
-    """The try-on UNet's output for the same inputs: relative L2 error of the quantized one, a few percent."""
+def test_one_unet_call_is_within_two_percent(int8, exact) -> None:  # noqa: ANN001
+    """The try-on UNet's output for the same inputs: relative L2 error of the quantized one (0.4% measured)."""
     gen = torch.Generator().manual_seed(0)
     sample = torch.randn(2, 8, 64, 48, generator=gen)
     prompt = torch.randn(2, 2, exact.components.unet_vton.config.cross_attention_dim, generator=gen)
@@ -82,7 +83,7 @@ def test_one_unet_call_is_within_a_few_percent(int8, exact) -> None:  # noqa: AN
                                                      return_dict=False)[0])
     reference, ours = outputs
     relative = float((ours - reference).norm() / reference.norm())
-    assert 0 < relative < 0.05
+    assert 0 < relative < 0.02
 
 
 @needs_torchao
@@ -181,6 +182,9 @@ def test_fp8_on_the_cpu_is_a_one_line_error(tiny_tree) -> None:  # noqa: ANN001
     assert str(err.value) == ("quantization fp8 is not supported on the CPU: use none, int8-dynamic, int8-weight")
     with pytest.raises(DeviceError, match="not supported on gfx1100: use none, int8-dynamic, int8-weight$"):
         choose_quantization(FAKE["gfx1100"], "fp8")
+    with pytest.raises(UsageError, match="^quantization fp8 needs precision bf16, not fp16$"):
+        choose_quantization(FAKE["sm_90"], "fp8", torch.float16)
+    assert choose_quantization(FAKE["sm_90"], "fp8", torch.bfloat16) is QuantizeName.FP8
     words = "none, int8-dynamic, int8-weight, fp8"
     with pytest.raises(UsageError, match=f"unknown quantization 'int4': use one of {words}$"):
         choose_quantization(FAKE["cpu"], "int4")
