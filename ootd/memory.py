@@ -103,7 +103,8 @@ class Plan:
             width, height = r.resolution
             lines.append(
                 f"memory plan: {width}x{height}, {r.num_samples} sample(s), guidance {'on' if r.guidance else 'off'}"
-                f", {r.dtype}, attention {r.attention}, on {r.device.name} ({r.device.type})")
+                f", {r.dtype}{' (UNet linear layers quantized)' if r.sizes.unets_quantized else ''}"
+                f", attention {r.attention}, on {r.device.name} ({r.device.type})")
         source = "--max-memory" if self.request is not None and self.request.max_memory else "free memory - margin"
         lines.append(f"  budget                 {gib(self.budget_bytes):>11}  ({source})")
         lines.append(f"  attention chunk budget {gib(self.attention_budget_bytes):>11}")

@@ -149,6 +149,7 @@ def test_the_plan_of_quantized_released_unets_is_smaller() -> None:
     # two UNets, each 270M Linear weights going from 4 bytes to 1, plus 5 bytes per row: ~1.5 GiB less
     assert weights[0] - weights[1] == 2 * (3 * 270_049_280 - 5 * 234_880)
     assert plans[1].estimate["peak"] < plans[0].estimate["peak"]
+    assert "quantized" in plans[1].explain().splitlines()[0] and "quantized" not in plans[0].explain()
     half = RELEASED_SIZES.quantized().weight_bytes(torch.float16)["unet_vton"]
     assert half == (859_532_484 - 270_049_280) * 2 + 270_049_280 + 5 * 234_880
 
