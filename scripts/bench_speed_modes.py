@@ -111,16 +111,20 @@ def main() -> None:
     from ootd.bench.random_weights import build_random_components
     from ootd.device import detect_device
     from ootd.device_policy import choose_precision
+    from ootd.memory import memory_budget
 
     if args.threads:
         torch.set_num_threads(args.threads)
     modes = [parse_mode(m) for m in args.modes.split(",")]
     target = args.extrapolate or args.steps
     info = detect_device("cpu")
+    # the budget as a run would see it, before any weights are in memory (run_bench, given built components,
+    # would otherwise plan for what is left beside them and switch VAE tiling on where a run would not)
+    budget = memory_budget(info)
     folder = Path(tempfile.mkdtemp(prefix="ootd-speed-modes-"))
     rows, reference, built = [], None, {}
     common = {"device": "cpu", "resolution": args.resolution, "num_samples": args.samples, "seed": args.seed,
-              "attention": "sdpa", "log": lambda line: print("   ", line, flush=True)}
+              "attention": "sdpa", "max_memory": budget, "log": lambda line: print("   ", line, flush=True)}
     for mode in modes:
         if mode["quantize"] != "none" or mode["dtype"] not in built:
             built.clear()

@@ -175,7 +175,8 @@ class _Bench:
         self.plan = plan
         attention_fn = build_attention(attention, self.info, self.precision.unet, plan.attention_budget_bytes)
         self.pipe = TryOnPipeline(self.components, self.model_type, self.info, self.precision,
-                                  attention=attention_fn, speed=speed, profile=device_profile, quantize=quantize)
+                                  attention=attention_fn, speed=speed, profile=device_profile, quantize=quantize,
+                                  max_memory=max_memory)  # the call plans with the budget the report shows
         apply_plan_to_vae(self.components.vae, plan)
         report["memory_after_load"] = self.meter.current()
         self.attention_fn = attention_fn
