@@ -48,8 +48,8 @@ class Precision:
 def choose_precision(info: DeviceInfo, precision: str = "auto", profile: DeviceProfile | None = None
                      ) -> Precision:
     """fp32 on CPU, bf16 on CPUs with bf16 matrix units (where the profile says so: 1.2-1.5x faster steps and
-    1.6-1.9x faster VAE there, docs/benchmarks.md); the profile's half dtype on GPUs; bf16 only where the profile allows it; VAE in
-    fp32 where the profile says fp16 VAE overflows."""
+    1.6-1.9x faster VAE there, docs/benchmarks.md); the profile's half dtype on GPUs; bf16 only where the
+    profile allows it; VAE in fp32 where the profile says fp16 VAE overflows."""
     profile = profile or load_profile(info)
     reason = ""
     if precision == PrecisionName.AUTO:
