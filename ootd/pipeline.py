@@ -35,8 +35,8 @@ from ootd.device import DeviceInfo
 from ootd.device_policy import Precision, SpeedOptions
 from ootd.errors import UsageError
 from ootd.feature_cache import feature_cache
+from ootd.framing import FitInfo, fit_to_aspect, restore_framing
 from ootd.fusion import TryOnFusion, capture_block_inputs
-from ootd.images import FitInfo
 from ootd.loading import Components, load_components
 from ootd.mask_images import as_image as _as_image
 from ootd.mask_images import binarize_mask, grow_mask, masked_person_image
@@ -256,8 +256,6 @@ class TryOnPipeline:
         t = time.perf_counter()
         person_img = _as_image(person, "person")
         mask_img = _as_image(mask, "mask") if mask is not None else None
-        from ootd.images import fit_to_aspect
-
         # framed once, from the source straight to the working resolution, as the original resizes each input
         # once (docs/upstream.md §2); pose and parsing see the 384x512 view of it (docs/upstream.md §6, §7)
         person_r, fit_info = fit_to_aspect(person_img, resolution.size, fit, pad_color="edge")
@@ -295,8 +293,6 @@ class TryOnPipeline:
         category = Category.parse(category)
         check_model_category(self.model_type, category)
         resolution = parse_resolution(resolution)
-        from ootd.images import fit_to_aspect
-
         timings: dict[str, float] = {}
         garment_img = _as_image(garment, "garment")
         # framed once, straight to the working resolution (docs/upstream.md §2)
@@ -373,8 +369,6 @@ class TryOnPipeline:
     @staticmethod
     def _restore_framing(image: Image.Image, fit: FitInfo) -> Image.Image:
         """Cut the padding away again when the person was padded to 3:4 (no resample: the generated pixels)."""
-        from ootd.images import restore_framing
-
         return restore_framing(image, fit, keep_scale=True)
 
     def _conditioning(self, garment: Image.Image, category: Category) -> torch.Tensor:

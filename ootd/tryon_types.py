@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from ootd.config import Category, Resolution
-from ootd.images import FitInfo
+from ootd.framing import FitInfo
 
 ImageInput = Image.Image | str | Path
 Progress = Callable[[str, int, int], None]  # (stage, done, total)

@@ -1,7 +1,7 @@
 """Every input is resized once, from the source straight to the working resolution (docs/upstream.md §2).
 
 The pixels the VAE encoder receives are compared with conversions written here, independently of
-`ootd.images.fit_to_aspect`: no resize at all when the input already has the working size, exactly one
+`ootd.framing.fit_to_aspect`: no resize at all when the input already has the working size, exactly one
 `Image.resize` from the source otherwise (pad, crop and stretch). Sharp patterns (a 1-px checkerboard, thin
 stripes) survive one resize unchanged but not two, so a framing that goes through another size first fails.
 """
@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from ootd.images import FitInfo, restore_framing
+from ootd.framing import FitInfo, restore_framing
 from ootd.preprocessing import Preprocessor
 
 

@@ -13,15 +13,8 @@ from PIL import Image, ImageFile
 
 from ootd import images
 from ootd.errors import InputImageError, NoSpaceError, OutputError
-from ootd.images import (
-    FitInfo,
-    check_output_dir,
-    fit_to_aspect,
-    load_image,
-    output_name,
-    restore_framing,
-    save_png_atomic,
-)
+from ootd.framing import FitInfo, fit_to_aspect, restore_framing
+from ootd.images import check_output_dir, load_image, output_name, save_png_atomic
 
 
 def _gradient(w: int = 120, h: int = 160) -> np.ndarray:

@@ -122,7 +122,7 @@ def make_mask(person: Any, category: Category, config: RunConfig, preprocessor: 
     (framing, working resolution, mask growth), without the diffusion models."""
     from PIL import Image
 
-    from ootd.images import fit_to_aspect, restore_framing
+    from ootd.framing import fit_to_aspect, restore_framing
     from ootd.mask_images import binarize_mask, masked_person_image
     from ootd.preprocessing import Preprocessor
 

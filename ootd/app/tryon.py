@@ -124,7 +124,8 @@ def no_person_error(person: str | Path) -> NoPersonError:
 def check_person(request: TryOnRequest, config: RunConfig, preprocessor: Any) -> None:
     """Run pose + parsing on the person (framed as the pipeline frames it) before any diffusion model loads:
     "no person detected" in seconds. With a `RememberingPreprocessor` the pipeline reuses this mask."""
-    from ootd.images import fit_to_aspect, load_image
+    from ootd.framing import fit_to_aspect
+    from ootd.images import load_image
 
     if request.mask is not None:
         return
@@ -141,7 +142,7 @@ def check_person(request: TryOnRequest, config: RunConfig, preprocessor: Any) ->
 def _frame_like_results(result: Any, fit: Any) -> None:
     """Crop the padding off the intermediates (mask, masked person, pose, parsing) as the pipeline crops it off
     the results, so every saved picture of a --fit pad try-on has the photo's framing."""
-    from ootd.images import restore_framing
+    from ootd.framing import restore_framing
 
     intermediates = getattr(result, "intermediates", None)
     if fit is None or not intermediates:

@@ -130,7 +130,7 @@ def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: str) -> A
     region and leaves the cut-off border unmasked)."""
     from PIL import Image
 
-    from ootd.images import fit_to_aspect, restore_framing
+    from ootd.framing import fit_to_aspect, restore_framing
 
     _, info = fit_to_aspect(Image.new("L", person_size), mask.size, str(fit), pad_color=0, resample=Image.NEAREST)
     restored = restore_framing(mask, info, resample=Image.NEAREST)
