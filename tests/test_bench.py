@@ -206,3 +206,28 @@ def test_components_script_cross_attention_and_bad_input() -> None:
     zero = subprocess.run([sys.executable, script, "vae-encode", "--repeats", "0"], capture_output=True, text=True,
                           timeout=120, cwd=REPO)
     assert zero.returncode == 2 and "at least 1" in zero.stderr and "Traceback" not in zero.stderr
+
+
+def test_speed_modes_reach_the_call_and_its_plan_uses_the_given_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's pipeline plans each call with the budget the report shows (not with what is free beside the
+    models), and the speed modes reach the call."""
+
+    from ootd.pipeline import TryOnPipeline
+
+    calls: list[dict] = []
+
+    original_call = TryOnPipeline.__call__
+
+    def spy(pipe, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        result = original_call(pipe, *args, **kwargs)
+        calls.append({"budget": pipe.plan.budget_bytes, "max_memory": pipe.max_memory, "settings": result.settings})
+        return result
+
+    monkeypatch.setattr(TryOnPipeline, "__call__", spy)
+    budget = 7 << 30
+    out = run_bench(random_weights="tiny", resolution=(384, 512), num_samples=1, steps=2, max_memory=budget,
+                    cache_interval=2, token_merge=0.5)
+    assert out["plan"]["budget_bytes"] == budget
+    assert [(c["budget"], c["max_memory"]) for c in calls] == [(budget, budget)]
+    assert (calls[0]["settings"]["cache_interval"], calls[0]["settings"]["token_merge"]) == ("2", "0.5")
+    assert calls[0]["settings"]["speed"] == "custom"

@@ -112,3 +112,44 @@ def test_a_batch_resumed_with_other_speed_modes_is_stale() -> None:
     assert _differences(old, exact) is None
     assert _differences({**old, **exact, "token_merge": "0.5"}, exact) == "token_merge 0.5 (now 0.0)"
     assert _differences({**old, **exact, "quantize": "int8-dynamic"}, exact) == "quantize int8-dynamic (now none)"
+
+
+def test_the_server_keeps_its_speed_modes_for_every_request(tmp_path) -> None:  # noqa: ANN001
+    from ootd.app.config import build_config
+    from ootd.serve.forms import parse_settings
+
+    base = build_config(checkpoints=tmp_path, speed="fast")
+    _, config = parse_settings({"category": "upper", "steps": "3"}, base)
+    assert (config.sampling.cache_interval, config.sampling.token_merge) == (
+        base.sampling.cache_interval, base.sampling.token_merge) == (3, 0.5)
+    assert config.sampling.steps == 3
+
+
+def test_a_ratio_is_recorded_the_same_however_it_was_spelt() -> None:
+    from ootd.config import SamplingSettings
+
+    assert str(SamplingSettings.from_words(token_merge=0).token_merge) == "0.0"
+    assert resolve_speed(token_merge=0).words()["token_merge"] == "0.0"
+
+
+def test_auto_precision_on_a_bf16_cpu_runs_bf16_and_says_why(tiny_tree, example_images, tmp_path,  # noqa: ANN001
+                                                               monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("OOTD_CPU_BF16", "1")
+    out = CliRunner().invoke(cli.app, [str(a) for a in [
+        "run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper", "--mask",
+        example_images["mask"], "--checkpoints", tiny_tree, "--steps", "1", "--resolution", "384x512", "--seed", "1",
+        "--device", "cpu", "-o", tmp_path]])
+    assert out.exit_code == 0, out.output
+    assert "bf16 (auto: the CPU has bf16 matrix units; --precision fp32 for fp32 numbers)" in out.stdout
+    with Image.open(next(tmp_path.glob("*.png"))) as im:
+        assert im.info["precision"] == "bf16"
+
+
+def test_library_chatter_from_the_quant_extra_stays_out_of_the_terminal() -> None:
+    import logging
+
+    from ootd.app.console import console_logging
+
+    with console_logging(verbose=False, quiet=False):
+        assert logging.getLogger("torchao").getEffectiveLevel() >= logging.ERROR
+        assert logging.getLogger("torch.utils._pytree").getEffectiveLevel() >= logging.ERROR
