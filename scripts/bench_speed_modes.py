@@ -69,26 +69,13 @@ def whole_call(run: dict[str, Any], steps: int, interval: int) -> float:
     return sum(run.get(s, 0.0) for s in FIXED_STAGES) + n_refresh * per_refresh + (steps - n_refresh) * per_cached
 
 
-def differences(reference: list[Path], images: list[str]) -> dict[str, float]:
-    import numpy as np
+def differences(reference: Path, folder: Path) -> dict[str, float]:
+    """`ootd compare`'s figures for two folders of sample_<i>.png; PSNR of the worst sample."""
+    from ootd.app.compare import compare_folders
 
-    from ootd.app.compare import psnr
-
-    diffs, psnrs = [], []
-    for a, b in zip(reference, images, strict=True):
-        x = np.asarray(_rgb(a), dtype=np.int16)
-        y = np.asarray(_rgb(b), dtype=np.int16)
-        diffs.append(np.abs(x - y))
-        psnrs.append(psnr(x, y))
-    return {"max_pixel": int(max(d.max() for d in diffs)), "mean_pixel": float(np.mean([d.mean() for d in diffs])),
-            "psnr_db": float(min(psnrs))}
-
-
-def _rgb(path: str | Path) -> Any:
-    from PIL import Image
-
-    with Image.open(path) as im:
-        return im.convert("RGB").copy()
+    compared = compare_folders(reference, folder).compared
+    return {"max_pixel": max(c.max_abs for c in compared), "mean_pixel": statistics.mean(c.mean_abs for c in compared),
+            "psnr_db": min(c.psnr for c in compared), "ssim": min(c.ssim for c in compared)}
 
 
 def main() -> None:
@@ -145,12 +132,11 @@ def main() -> None:
             report["original"] = run_bench(components=components, dtype="fp32", steps=args.original_steps,
                                            run_ours=False, compare_original=True, **common)["original"]
         ours = report["ours"]
-        images = report["images_saved"]
-        reference = reference or ([Path(x) for x in images], steps)
+        reference = reference or (folder / mode["name"], steps)
         row = {"mode": mode, "s_per_step": ours["s_per_it"], "steps": ours["steps"], "wall": ours["wall"],
                "stages": {s: ours.get(s) for s in FIXED_STAGES}, "peak_rss_gib": ours["peak_memory"] / 2**30,
                f"whole_{target}": whole_call(ours, target, mode["cache_interval"]),
-               "diff_from_first": differences(reference[0], images) if reference[1] == steps else None,
+               "diff_from_first": differences(reference[0], folder / mode["name"]) if reference[1] == steps else None,
                "steps_run": steps}
         if report.get("original") is not None:
             orig = report["original"]

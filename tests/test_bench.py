@@ -182,6 +182,25 @@ def test_speed_options_script_on_tiny_weights() -> None:
     assert bad.returncode == 2 and "variants must be among" in bad.stderr
 
 
+def test_speed_modes_script_on_tiny_weights(tmp_path: Path) -> None:
+    out = tmp_path / "modes.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speed_modes.py"), "--kind", "tiny",
+                           "--resolution", "384x512", "--samples", "1", "--steps", "3", "--extrapolate", "20",
+                           "--modes", "exact-fp32,exact-fp32,fast-fp32,tome0.5-fp32@2", "--original-steps", "1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["mode"]["name"] for r in rows] == ["exact-fp32", "exact-fp32", "fast-fp32", "tome0.5-fp32@2"]
+    assert rows[1]["diff_from_first"]["max_pixel"] == 0  # the same mode twice: the same images
+    assert rows[2]["diff_from_first"]["max_pixel"] > 0 and rows[3]["diff_from_first"] is None
+    assert rows[2]["mode"]["cache_interval"] == 3 and rows[2]["mode"]["token_merge"] == 0.5
+    assert rows[0]["original"]["steps"] and all(r["whole_20"] > 0 for r in rows)
+    assert "| original formulation fp32 |" in proc.stdout
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speed_modes.py"), "--modes", "turbo-fp32"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert bad.returncode != 0 and "bad mode 'turbo-fp32'" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_weights_mmap_script_on_a_tiny_unet() -> None:
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_weights_mmap.py"), "--tiny", "--json"],
                           capture_output=True, text=True, timeout=300, cwd=REPO)

@@ -16,22 +16,12 @@ from ootd import cli
 from ootd.errors import UsageError
 from ootd.feature_cache import FeatureCache, feature_cache
 from ootd.fusion import TryOnFusion, capture_block_inputs
-
-
-def _unet(seed: int) -> UNet2DConditionModel:
-    """Three levels with fusion self-attention in the shallow blocks too (as the released UNets)."""
-    torch.manual_seed(seed)
-    return UNet2DConditionModel(
-        sample_size=16, in_channels=8, out_channels=4, layers_per_block=1, block_out_channels=(16, 32, 32),
-        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=24, attention_head_dim=8, norm_num_groups=8,
-    ).eval()
+from tests.small_unets import three_level_unet
 
 
 @pytest.fixture(scope="module")
 def fused() -> tuple[UNet2DConditionModel, dict]:
-    vton, garm = _unet(0), _unet(1)
+    vton, garm = three_level_unet(0), three_level_unet(1)
     prompt = torch.randn(2, 5, 24)
     with torch.no_grad(), capture_block_inputs(garm) as features:
         garm(torch.randn(2, 8, 16, 16), 0, encoder_hidden_states=prompt)
@@ -76,8 +66,8 @@ def test_a_cached_call_on_the_same_input_equals_the_full_call(fused) -> None:  #
 
 def test_interval_rules() -> None:
     with pytest.raises(UsageError, match="cache interval"):
-        FeatureCache(_unet(0), 0)
-    with feature_cache(_unet(0), 1) as cache:
+        FeatureCache(three_level_unet(0), 0)
+    with feature_cache(three_level_unet(0), 1) as cache:
         assert cache is None  # interval 1 installs nothing: today's path
 
 

@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from diffusers import UNet2DConditionModel
 
 from ootd.config import SamplingSettings
 from ootd.errors import UsageError
 from ootd.fusion import TryOnFusion, capture_block_inputs
 from ootd.token_merge import level_grid, merge_tokens, token_merging
+from tests.small_unets import three_level_unet
 
 
 def _reference_groups(x: torch.Tensor, height: int, width: int, removed: int) -> list[list[int]]:
@@ -95,19 +95,8 @@ def test_level_grid_rounds_up_like_the_strided_convolutions() -> None:
         merge_tokens(torch.randn(1, 10, 2), (3, 3), 0.5)
 
 
-def _unet(seed: int) -> UNet2DConditionModel:
-    """Three levels, fusion self-attention in the first two (as the released UNets: finest level included)."""
-    torch.manual_seed(seed)
-    return UNet2DConditionModel(
-        sample_size=16, in_channels=8, out_channels=4, layers_per_block=1, block_out_channels=(16, 32, 32),
-        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=24, attention_head_dim=8, norm_num_groups=8,
-    ).eval()
-
-
 def test_only_the_finest_level_is_merged_and_garment_tokens_stay_whole() -> None:
-    vton, garm = _unet(0), _unet(1)
+    vton, garm = three_level_unet(0), three_level_unet(1)
     prompt = torch.randn(2, 5, 24)
     with torch.no_grad(), capture_block_inputs(garm) as features:
         garm(torch.randn(2, 8, 16, 16), 0, encoder_hidden_states=prompt)
