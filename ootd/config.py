@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 from ootd.errors import UsageError
@@ -259,6 +259,16 @@ class SamplingSettings:
         )
         settings.validate()
         return settings
+
+    def updated(self, *, seed: int | None = None, resolution: str | Resolution | None = None,
+                scheduler: str | SchedulerName | None = None, **numbers: float | None) -> SamplingSettings:
+        """These settings with what a user gave on top (None keeps the value here; an absent seed is drawn
+        afresh), validated: a per-request override keeps every other field, speed modes included."""
+        words = {"seed", "resolution", "scheduler"}
+        kept = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in words}
+        kept.update({name: value for name, value in numbers.items() if value is not None})
+        return type(self).from_words(seed=seed, resolution=resolution or self.resolution,
+                                     scheduler=scheduler or self.scheduler, **kept)
 
 
 class EngineName(Choice):

@@ -16,7 +16,7 @@ from starlette.datastructures import UploadFile
 
 from ootd.app.config import RunConfig
 from ootd.app.tryon import TryOnRequest
-from ootd.config import Category, FitMode, SamplingSettings
+from ootd.config import Category, FitMode
 from ootd.errors import OotdError, UsageError
 from ootd.serve.service import JobSpec
 
@@ -64,13 +64,9 @@ def parse_settings(form: Any, base: RunConfig) -> tuple[Category, RunConfig]:
     try:
         category = Category.parse(words)
         numbers = {name: _number(form, name) for name in NUMBERS}
-        defaults = base.sampling
-        given = {"num_samples": numbers["samples"], "steps": numbers["steps"], "guidance_scale": numbers["scale"]}
-        sampling = SamplingSettings.from_words(
-            seed=numbers["seed"], resolution=_text(form, "resolution") or defaults.resolution,
-            scheduler=_text(form, "scheduler") or defaults.scheduler,
-            cache_interval=defaults.cache_interval, token_merge=defaults.token_merge,  # the server's --speed
-            **{name: getattr(defaults, name) if value is None else value for name, value in given.items()},
+        sampling = base.sampling.updated(
+            seed=numbers["seed"], resolution=_text(form, "resolution"), scheduler=_text(form, "scheduler"),
+            num_samples=numbers["samples"], steps=numbers["steps"], guidance_scale=numbers["scale"],
         )
         fit = FitMode.parse(_text(form, "fit") or base.fit, "fit")
     except FieldError:
