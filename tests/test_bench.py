@@ -201,6 +201,18 @@ def test_speed_modes_script_on_tiny_weights(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "bad mode 'turbo-fp32'" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_vae_script_attention_and_bad_input(tmp_path: Path) -> None:
+    script = str(REPO / "scripts" / "bench_vae.py")
+    proc = subprocess.run([sys.executable, script, "attention", "--resolution", "64x64", "--repeats", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [
+        f"attention 64 tokens, one head of 512, {k}" for k in ("default", "flash", "math")]
+    bad = subprocess.run([sys.executable, script, "time", "--weights", str(tmp_path)], capture_output=True,
+                         text=True, timeout=120, cwd=REPO)
+    assert bad.returncode == 2 and "no weights in" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_weights_mmap_script_on_a_tiny_unet() -> None:
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_weights_mmap.py"), "--tiny", "--json"],
                           capture_output=True, text=True, timeout=300, cwd=REPO)
