@@ -1,14 +1,17 @@
 """TryOnPipeline: one try-on as numbered steps of short methods (docs/upstream.md §2-§5).
 
 The pipeline holds the models and runs the stages; it asks ootd/runtime.py how to run (device, precision,
-attention), ootd/residency.py where the models live (and to retry a stage after out-of-memory), ootd/memory.py
-for the plan, and ootd/sampling.py for the denoising loop.
+attention), ootd/memory/residency.py where the models live (and to retry a stage after out-of-memory),
+ootd/memory/planner.py for the plan, ootd/preprocessing.py for the person's mask and ootd/method/sampling.py for
+the denoising loop. The public entry points (`from_pretrained`, `__call__`) take a user's words and parse them
+once; the stage methods (`mask_person`, `encode_person`, `prepare_garment`, `generate`) take typed values.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -16,8 +19,25 @@ from diffusers.image_processor import VaeImageProcessor
 from PIL import Image
 
 from ootd.attention import AttentionFn, install_attention, patch_sdpa, sdpa_attention
-from ootd.conditioning import prompt_embeddings
-from ootd.config import (
+from ootd.errors import UsageError
+from ootd.hardware.device import DeviceInfo
+from ootd.hardware.policy import Precision, SpeedOptions
+from ootd.hardware.profiles import DeviceProfile, load_profile
+from ootd.imaging.files import ImageInput
+from ootd.imaging.framing import FitInfo, fit_to_aspect, restore_framing
+from ootd.imaging.masks import as_image
+from ootd.memory.planner import Plan, make_plan
+from ootd.memory.residency import Residency, T
+from ootd.memory.sizes import ModelSizes
+from ootd.method.conditioning import prompt_embeddings
+from ootd.method.fusion import TryOnFusion, capture_block_inputs
+from ootd.method.guidance import guided_model, initial_noise, latent_mask, sample_index
+from ootd.method.sampling import Inpaint, StepCallback, StepTimer, chain, sample
+from ootd.method.schedulers import build_scheduler
+from ootd.pipeline_types import GarmentInputs, PersonInputs, Progress, TryOnResult
+from ootd.preprocessing import PersonMask, Preprocessor, mask_person
+from ootd.runtime import resolve_runtime
+from ootd.settings import (
     AttentionName,
     Category,
     FitMode,
@@ -28,37 +48,16 @@ from ootd.config import (
     SchedulerName,
     check_mask_grow,
     check_model_category,
-    parse_resolution,
 )
-from ootd.denoise import guided_model, initial_noise, latent_mask, sample_index
-from ootd.device import DeviceInfo
-from ootd.device_policy import Precision, SpeedOptions
-from ootd.errors import UsageError
-from ootd.feature_cache import feature_cache
-from ootd.framing import FitInfo, fit_to_aspect, restore_framing
-from ootd.fusion import TryOnFusion, capture_block_inputs
-from ootd.loading import Components, load_components
-from ootd.mask_images import as_image as _as_image
-from ootd.mask_images import binarize_mask, grow_mask, masked_person_image
-from ootd.memory import ModelSizes, Plan, make_plan
-from ootd.profiles import DeviceProfile, load_profile
-from ootd.quantize import quantize_unets, require_torchao
-from ootd.residency import Residency, T
-from ootd.runtime import resolve_runtime
-from ootd.sampling import Inpaint, StepCallback, StepTimer, chain, sample
-from ootd.schedulers import build_scheduler
-from ootd.speed import as_memory_format, compile_module, set_memory_format
-from ootd.speed_presets import SpeedModes
-from ootd.token_merge import token_merging
-from ootd.tryon_types import GarmentInputs, ImageInput, PersonInputs, Progress, TryOnResult
-from ootd.weights_check import require_finite_latents
+from ootd.speedups.execution import as_memory_format, compile_module, set_memory_format
+from ootd.speedups.feature_cache import feature_cache
+from ootd.speedups.modes import FeatureCache, SpeedModes, TokenMerge
+from ootd.speedups.quantize import quantize_unets, require_torchao
+from ootd.speedups.token_merge import token_merging
+from ootd.weights.integrity import require_finite_latents
+from ootd.weights.loading import Components, load_components
 
-FIT_MODES = FitMode.words()
-
-__all__ = [
-    "GarmentInputs", "PersonInputs", "TryOnPipeline", "TryOnResult", "binarize_mask",
-    "grow_mask", "masked_person_image",
-]
+__all__ = ["GarmentInputs", "PersonInputs", "PersonMask", "TryOnPipeline", "TryOnResult"]
 
 
 class TryOnPipeline:
@@ -72,15 +71,17 @@ class TryOnPipeline:
         precision: Precision,
         attention: AttentionFn = sdpa_attention,
         checkpoints_dir: Path | None = None,
-        preprocessor=None,  # noqa: ANN001 - pose + parsing + mask maker; loaded lazily when None
+        preprocessor: Preprocessor | None = None,  # pose + parsing; loaded lazily when None
         parsing_provider: str = "cpu",
         max_memory: int | None = None,
         speed: SpeedOptions | None = None,
         profile: DeviceProfile | None = None,
-        quantize: QuantizeName = QuantizeName.NONE,
+        modes: SpeedModes | None = None,
     ) -> None:
         self.components = components
-        self.quantize = quantize  # what ootd/quantize.py did to the UNets' Linear layers (before this)
+        # the speed modes calls run with unless they say otherwise; `quantize` is what ootd/speedups/quantize.py
+        # did to the UNets' Linear layers (before this)
+        self.modes = modes or SpeedModes()
         self.model_type = model_type
         self.device = device
         self.precision = precision
@@ -105,6 +106,10 @@ class TryOnPipeline:
         if self.speed.compile:
             compile_module(components.unet_vton)  # the network that runs every step
 
+    @property
+    def quantize(self) -> QuantizeName:
+        return self.modes.quantize
+
     @classmethod
     def from_pretrained(
         cls,
@@ -113,28 +118,32 @@ class TryOnPipeline:
         device: str | None = None,
         dtype: str | torch.dtype | None = None,
         attention: str | AttentionFn = AttentionName.AUTO,
-        preprocessor=None,  # noqa: ANN001
+        preprocessor: Preprocessor | None = None,
         parsing_provider: str = "cpu",
         profile: str | Path | None = None,
         max_memory: int | None = None,
         channels_last: bool | None = None,
         compile: bool | None = None,
         progress: Progress | None = None,
-        quantize: str | QuantizeName = QuantizeName.NONE,
+        quantize: str | QuantizeName | None = None,
+        speed: SpeedModes | None = None,
     ) -> TryOnPipeline:
         """Load every component of the hd or dc model from a checkpoints tree in the released layout.
 
         `device` None picks the best available; `dtype` None follows the device profile (fp32 on CPU);
         `attention` is a backend name (auto, flash, sdpa, chunked, math) or an attention function;
-        `profile` a TOML file overriding the device profile from configs/profiles/; `channels_last` and
-        `compile` None follow the profile (ootd/runtime.py resolves all of them). `progress` hears ("load", done,
-        total) as each component loads. `quantize` (none, int8-dynamic, int8-weight, fp8) quantizes the UNets'
-        Linear layers after loading (ootd/quantize.py; needs the `quant` extra); `none` is the exact path.
+        `profile` a TOML file overriding the device profile from configs/profiles/. `speed`: the speed modes
+        (ootd/speedups/modes.py) calls run with; `channels_last`, `compile` and `quantize` (none, int8-dynamic,
+        int8-weight, fp8: the UNets' Linear layers, needs the `quant` extra) override its fields, and None
+        follows it (channels_last and compile: the device profile). `progress` hears ("load", done, total) as
+        each component loads.
         """
         start = time.perf_counter()
         model_type = ModelType.parse(model_type)
-        runtime = resolve_runtime(device, dtype, attention, profile, channels_last=channels_last, compile=compile,
-                                  quantize=quantize)
+        given = {"channels_last": channels_last, "compile": compile,
+                 "quantize": QuantizeName.parse(quantize) if quantize is not None else None}
+        modes = replace(speed or SpeedModes(), **{k: v for k, v in given.items() if v is not None})
+        runtime = resolve_runtime(device, dtype, attention, profile, speed=modes)
         if runtime.quantize is not QuantizeName.NONE:
             require_torchao()  # a missing extra is said before minutes of loading
         precision = runtime.precision
@@ -142,20 +151,17 @@ class TryOnPipeline:
         # after the strict loading checks, before the residency places the models
         quantized = quantize_unets(components, runtime.quantize, runtime.device)
         pipe = cls(components, model_type, runtime.device, precision, runtime.attention, Path(checkpoints_dir),
-                   preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile, quantized)
+                   preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile,
+                   replace(modes, quantize=quantized))
         pipe.load_seconds = time.perf_counter() - start
         return pipe
 
-    # -- memory plan (ootd/memory.py decides, ootd/residency.py puts it into effect) ------------------
+    # -- memory plan (ootd/memory/planner.py decides, ootd/memory/residency.py puts it into effect) ----
 
     @property
     def plan(self) -> Plan | None:
         """The plan of the latest call."""
         return self.residency.plan
-
-    @plan.setter
-    def plan(self, plan: Plan | None) -> None:
-        self.residency.plan = plan
 
     def make_plan(self, resolution: Resolution, num_samples: int, guidance: bool,
                   max_memory: int | None = None) -> Plan:
@@ -170,6 +176,14 @@ class TryOnPipeline:
     def apply_plan(self, plan: Plan) -> None:
         """Put the plan's choices into effect: chunk budget, VAE slicing/tiling, where the models live."""
         self.residency.apply(plan)
+
+    def _plan_for(self, resolution: Resolution) -> None:
+        """The plan of the encodes before a call: one image at `resolution`, whatever the latest call was (a
+        plan made for more samples or another budget would batch or tile the encodes differently)."""
+        request = self.plan.request if self.plan is not None else None
+        wanted = (resolution.size, 1, True, self.max_memory)
+        if request is None or (request.resolution, request.num_samples, request.guidance, request.max_memory) != wanted:
+            self.apply_plan(self.make_plan(resolution, 1, True))
 
     def _retry_on_oom(self, stage: str, fn: Callable[[], T]) -> T:
         """Run a stage through the residency (one retry with half the budget after out-of-memory)."""
@@ -193,13 +207,11 @@ class TryOnPipeline:
     # -- preprocessing stage (lazy) ----------------------------------------------------------------
 
     @property
-    def preprocessor(self):  # noqa: ANN201
+    def preprocessor(self) -> Preprocessor:
         """Pose + parsing, loaded on first use (a run with a mask never loads them)."""
         if self._preprocessor is None:
             if self.checkpoints_dir is None:
                 raise UsageError("no mask given and no checkpoints folder for pose/parsing: pass a mask")
-            from ootd.preprocessing import Preprocessor
-
             self._preprocessor = Preprocessor.from_checkpoints(
                 self.checkpoints_dir, self.device.torch_device, self.parsing_provider
             )
@@ -221,88 +233,82 @@ class TryOnPipeline:
         seed: int | None = None,
         resolution: tuple[int, int] | str | Resolution = SamplingSettings.resolution,
         scheduler: str | SchedulerName = SamplingSettings.scheduler,
-        cache_interval: int = SamplingSettings.cache_interval,
-        token_merge: float = SamplingSettings.token_merge,
-        fit: str = FitMode.PAD,
+        cache_interval: int | None = None,
+        token_merge: float | None = None,
+        fit: str | FitMode = FitMode.PAD,
         mask_grow: int = 0,
         progress: Progress | None = None,
         callback: StepCallback | None = None,
     ) -> TryOnResult:
-        """One try-on: `num_samples` pictures of the person wearing the garment."""
-        settings = self.settings(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale, seed=seed,
-                                 resolution=resolution, scheduler=scheduler, cache_interval=cache_interval,
-                                 token_merge=token_merge)
-        person_inputs = self.prepare_person(person, category, mask=mask, resolution=settings.resolution,
-                                            fit=fit, mask_grow=mask_grow)
+        """One try-on: `num_samples` pictures of the person wearing the garment. `cache_interval` and
+        `token_merge` None keep the pipeline's speed modes."""
+        settings = SamplingSettings.from_words(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale,
+                                               seed=seed, resolution=resolution, scheduler=scheduler)
+        modes = self.modes
+        if cache_interval is not None:
+            modes = replace(modes, feature_cache=FeatureCache(cache_interval))
+        if token_merge is not None:
+            modes = replace(modes, token_merge=TokenMerge(token_merge))
+        category, fit = Category.parse(category), FitMode.parse(fit)
+        person_inputs = self.prepare_person(person, category, mask=mask, resolution=settings.resolution, fit=fit,
+                                            mask_grow=check_mask_grow(mask_grow))
         garment_inputs = self.prepare_garment(garment, category, resolution=settings.resolution, fit=fit)
-        return self.generate(person_inputs, garment_inputs, settings, progress=progress, callback=callback)
+        return self.generate(person_inputs, garment_inputs, settings, progress=progress, callback=callback,
+                             modes=modes)
 
-    settings = staticmethod(SamplingSettings.from_words)
+    def mask_person(self, person: ImageInput, category: Category, *, mask: ImageInput | None = None,
+                    resolution: Resolution = SamplingSettings.resolution, fit: FitMode = FitMode.PAD,
+                    mask_grow: int = 0) -> PersonMask:
+        """The person framed at the working resolution with its mask (pose + parsing, or the given one)."""
+        check_model_category(self.model_type, category)
+        return mask_person(as_image(person, "person"), category, self.model_type, resolution, fit, mask_grow,
+                           mask=as_image(mask, "mask") if mask is not None else None,
+                           preprocessor=self.preprocessor if mask is None else None)
 
     @torch.inference_mode()
     def prepare_person(
-        self, person: ImageInput, category: str | Category, *, mask: ImageInput | None = None,
-        resolution: tuple[int, int] | str | Resolution = (768, 1024), fit: str = "pad", mask_grow: int = 0,
+        self, person: ImageInput, category: Category, *, mask: ImageInput | None = None,
+        resolution: Resolution = SamplingSettings.resolution, fit: FitMode = FitMode.PAD, mask_grow: int = 0,
     ) -> PersonInputs:
         """Everything that depends on the person only: framing, mask, masked person, their latents.
         Batch work reuses it across garments."""
-        category = Category.parse(category)
-        check_model_category(self.model_type, category)
-        resolution = parse_resolution(resolution)
-        if fit not in FIT_MODES:
-            raise UsageError(f"unknown fit {fit!r}: use {', '.join(FIT_MODES)}")
-        check_mask_grow(mask_grow)
-        timings: dict[str, float] = {}
         t = time.perf_counter()
-        person_img = _as_image(person, "person")
-        mask_img = _as_image(mask, "mask") if mask is not None else None
-        # framed once, from the source straight to the working resolution, as the original resizes each input
-        # once (docs/upstream.md §2); pose and parsing see the 384x512 view of it (docs/upstream.md §6, §7)
-        person_r, fit_info = fit_to_aspect(person_img, resolution.size, fit, pad_color="edge")
-        intermediates: dict[str, Image.Image] = {}
-        if mask_img is None:
-            made = self.preprocessor(person_r, category, self.model_type, grow=mask_grow)
-            mask_img, intermediates = made.mask, dict(made.intermediates)
-        else:
-            mask_img, _ = fit_to_aspect(mask_img, resolution.size, fit, pad_color=0, resample=Image.NEAREST)
-            mask_img = grow_mask(binarize_mask(mask_img), mask_grow * resolution.height // 512)
-        # the automatic mask is made at 384x512 and resized NEAREST to the working size (docs/upstream.md §8);
-        # a user mask is already there (the resize is then a copy)
-        mask_r = binarize_mask(mask_img.resize(resolution.size, Image.NEAREST))
-        masked = masked_person_image(person_r, mask_r)
-        intermediates["mask"] = mask_r
-        intermediates["masked_person"] = masked
-        timings["preprocess"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        if self.plan is None or self.plan.request is None or self.plan.request.resolution != resolution.size:
-            self.apply_plan(self.make_plan(resolution, 1, True))
-        person_latents, original_latents = self._retry_on_oom("encode", lambda: self._encode([masked, person_r]))
-        original_latents = original_latents * self.components.vae.config.scaling_factor
-        timings["encode_person"] = time.perf_counter() - t
-        return PersonInputs(category, resolution, person_r, mask_r, masked, fit_info, intermediates,
-                            person_latents, original_latents, timings)
+        masked = self.mask_person(person, category, mask=mask, resolution=resolution, fit=fit, mask_grow=mask_grow)
+        seconds = time.perf_counter() - t
+        prepared = self.encode_person(masked)
+        prepared.timings = {"preprocess": seconds, **prepared.timings}
+        return prepared
 
     @torch.inference_mode()
-    def prepare_garment(
-        self, garment: ImageInput, category: str | Category, *,
-        resolution: tuple[int, int] | str | Resolution = (768, 1024), fit: str = "pad",
-    ) -> GarmentInputs:
+    def encode_person(self, masked: PersonMask) -> PersonInputs:
+        """The latents of a masked person (made by `mask_person`, here or before the models loaded)."""
+        if masked.model_type is not self.model_type:
+            raise UsageError(f"the mask was made for the {masked.model_type.value} model, this is the "
+                             f"{self.model_type.value} model")
+        t = time.perf_counter()
+        self._plan_for(masked.resolution)
+        person_latents, original_latents = self._retry_on_oom(
+            "encode", lambda: self._encode([masked.masked_person, masked.person]))
+        original_latents = original_latents * self.components.vae.config.scaling_factor
+        timings = {"encode_person": time.perf_counter() - t}
+        return PersonInputs(masked.category, masked.resolution, masked.person, masked.mask, masked.masked_person,
+                            masked.fit, dict(masked.intermediates), person_latents, original_latents, timings)
+
+    @torch.inference_mode()
+    def prepare_garment(self, garment: ImageInput, category: Category, *,
+                        resolution: Resolution = SamplingSettings.resolution,
+                        fit: FitMode = FitMode.PAD) -> GarmentInputs:
         """Everything that depends on the garment only: prompt embeddings, latents, garment UNet features.
         Batch work reuses it across people."""
-        category = Category.parse(category)
         check_model_category(self.model_type, category)
-        resolution = parse_resolution(resolution)
         timings: dict[str, float] = {}
-        garment_img = _as_image(garment, "garment")
         # framed once, straight to the working resolution (docs/upstream.md §2)
-        garment_r, _ = fit_to_aspect(garment_img, resolution.size, fit, pad_color="edge")
+        garment_r, _ = fit_to_aspect(as_image(garment, "garment"), resolution.size, fit, pad_color="edge")
         t = time.perf_counter()
         prompt = self._conditioning(garment_r, category)
         timings["conditioning"] = time.perf_counter() - t
         t = time.perf_counter()
-        if self.plan is None or self.plan.request is None or self.plan.request.resolution != resolution.size:
-            self.apply_plan(self.make_plan(resolution, 1, True))
+        self._plan_for(resolution)
         (garment_latents,) = self._retry_on_oom("encode", lambda: self._encode([garment_r]))
         timings["encode_garment"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -312,20 +318,26 @@ class TryOnPipeline:
 
     @torch.inference_mode()
     def generate(self, person: PersonInputs, garment: GarmentInputs, settings: SamplingSettings,
-                 progress: Progress | None = None, callback: StepCallback | None = None) -> TryOnResult:
-        """The denoising loop and decode for one prepared person and garment.
+                 progress: Progress | None = None, callback: StepCallback | None = None,
+                 modes: SpeedModes | None = None) -> TryOnResult:
+        """The denoising loop and decode for one prepared person and garment, with the pipeline's speed modes
+        or `modes` (token merging and feature caching may differ per call; quantization is the loaded one).
 
         `callback(step, t, latents)` runs after every step (after the inpainting blend) and may return new
         latents, as diffusers' callback_on_step_end."""
+        modes = modes or self.modes
         if person.resolution != settings.resolution or garment.resolution != settings.resolution:
             raise UsageError("person, garment and settings were prepared at different resolutions")
         if person.category is not garment.category:
             raise UsageError("person and garment were prepared for different categories")
-        if settings.cache_interval > 1 and self.speed.compile:
+        if modes.quantize is not self.quantize:
+            raise UsageError(f"this pipeline was loaded with quantization {self.quantize.value}, not "
+                             f"{modes.quantize.value}")
+        if modes.feature_cache.on and self.speed.compile:
             raise UsageError("feature caching (cache interval above 1) does not work with a compiled UNet: "
                              "use one of them")
         timings: dict[str, float | list[float]] = {**person.timings, **garment.timings}
-        self.apply_plan(self.make_plan(settings.resolution, settings.num_samples, settings.guidance_scale >= 1.0))
+        self.apply_plan(self.make_plan(settings.resolution, settings.num_samples, settings.guidance))
         tick = time.perf_counter()
         device, dtype, latent_hw = self.device.torch_device, self.precision.unet, person.original_latents.shape[-2:]
         mask = latent_mask(person.mask, latent_hw, device, dtype)
@@ -336,7 +348,7 @@ class TryOnPipeline:
             noise = initial_noise(settings.seed, settings.num_samples, latent_hw, device, dtype)
             inpaint = Inpaint(person.original_latents, noise, mask)
             return self._denoise(sched, noise * sched.init_noise_sigma, inpaint, garment, person.person_latents,
-                                 settings, progress, callback)
+                                 settings, modes, progress, callback)
 
         latents, step_times = self._retry_on_oom("denoising", denoise)
         require_finite_latents(latents, self.precision.unet)
@@ -350,19 +362,9 @@ class TryOnPipeline:
         return TryOnResult(
             images=images, mask=person.mask, masked_person=person.masked_person, seed=settings.seed,
             timings=timings, intermediates=dict(person.intermediates),
-            settings={
-                "model_type": self.model_type.value, "category": person.category.value,
-                "samples": str(settings.num_samples), "steps": str(settings.steps),
-                "scale": str(settings.guidance_scale), "seed": str(settings.seed),
-                "resolution": str(settings.resolution), "scheduler": settings.scheduler.value,
-                **self.speed_modes(settings).words(),
-            },
+            settings={"model_type": self.model_type.value, "category": person.category.value,
+                      **settings.words(), **modes.words()},
         )
-
-    def speed_modes(self, settings: SamplingSettings) -> SpeedModes:
-        """The speed options a call with `settings` runs with (what its outputs record)."""
-        return SpeedModes(token_merge=settings.token_merge, cache_interval=settings.cache_interval,
-                          quantize=self.quantize, channels_last=self.speed.channels_last)
 
     # -- steps ------------------------------------------------------------------------------------
 
@@ -405,16 +407,17 @@ class TryOnPipeline:
         return dict(features)
 
     def _denoise(self, sched, latents: torch.Tensor, inpaint: Inpaint, garment: GarmentInputs,  # noqa: ANN001
-                 person_latents: torch.Tensor, settings: SamplingSettings, progress: Progress | None,
-                 callback: StepCallback | None = None) -> tuple[torch.Tensor, list[float]]:
-        """ootd/sampling.py's loop over the try-on UNet with image guidance; returns latents and step seconds."""
-        index = sample_index(settings.num_samples, settings.guidance_scale >= 1.0, latents.device)
+                 person_latents: torch.Tensor, settings: SamplingSettings, modes: SpeedModes,
+                 progress: Progress | None, callback: StepCallback | None = None) -> tuple[torch.Tensor, list[float]]:
+        """ootd/method/sampling.py's loop over the try-on UNet with image guidance, with the speed modes'
+        hooks installed for the call; returns latents and step seconds."""
+        index = sample_index(settings.num_samples, settings.guidance, latents.device)
         unet = self.components.unet_vton
         model_fn = guided_model(lambda *args: self._unet_vton(unet, *args), garment.prompt, person_latents, index,
-                                settings.guidance_scale, self.speed.channels_last)
+                                settings.guidance_scale, settings.guidance)
         timer = StepTimer(len(sched.timesteps), progress)
-        with (self.fusion.garment(garment.features, index), feature_cache(unet, settings.cache_interval) as cache,
-              token_merging(self.fusion, settings.token_merge, latents.shape[-2:])):
+        with (self.fusion.garment(garment.features, index), feature_cache(unet, modes.feature_cache) as cache,
+              token_merging(self.fusion, modes.token_merge, latents.shape[-2:])):
             steps = chain(cache.on_step if cache is not None else None, callback, timer)
             latents = sample(model_fn, sched, latents, inpaint=inpaint, callback=steps)
         return latents, timer.times
@@ -422,6 +425,7 @@ class TryOnPipeline:
     def _unet_vton(self, unet: torch.nn.Module, model_in: torch.Tensor, t: torch.Tensor, prompt: torch.Tensor,
                    sample_index: torch.Tensor, guidance: bool) -> torch.Tensor:
         """The try-on UNet on the whole guidance batch, or on its two halves when the plan says memory is short."""
+        model_in = as_memory_format(model_in, self.speed.channels_last)
         if not (guidance and self.plan is not None and self.plan.guidance_split):
             return unet(model_in, t, encoder_hidden_states=prompt, return_dict=False)[0]
         preds = []

@@ -1,6 +1,10 @@
-"""Pose + parsing -> the inpainting mask, at 384x512 (docs/upstream.md §2, §6-§8).
+"""The person -> mask step (docs/upstream.md §2, §6-§8): framing the person photo, pose + parsing at 384x512 (or
+a user's mask), the inpainting mask at the working resolution and the masked person.
 
-Loaded lazily by the pipeline: a run with a user mask never needs the pose and parsing files.
+`mask_person` is the one place this happens: the pipeline's `prepare_person`, `ootd mask`, the early "is there
+a person?" check of `ootd run` and the server all call it; its result (`PersonMask`) is handed to the pipeline's
+`encode_person`, so nothing is computed twice. The pose and parsing models (`Preprocessor`) load only when a
+mask has to be made: a run with a user mask never needs their files.
 """
 
 from __future__ import annotations
@@ -10,14 +14,19 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from PIL import Image
 
 from ootd import errors
-from ootd.checkpoints import Layout, require_file
-from ootd.config import PREPROCESS_RESOLUTION, Category, ModelType
+from ootd.imaging.framing import FitInfo, fit_to_aspect, restore_framing
+from ootd.imaging.masks import binarize_mask, grow_mask, masked_person_image
+from ootd.settings import PREPROCESS_RESOLUTION, Category, FitMode, ModelType, Resolution
+from ootd.weights.layout import Layout, require_file
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -81,3 +90,46 @@ class Preprocessor:
             mask, _mask_gray = inpaint_mask(labels, keypoints, category.mask_name, model_type.value, grow=grow)
         intermediates = {"pose": draw_pose(small, keypoints), "parsing": colorize(labels)}
         return MaskResult(mask=mask, keypoints=keypoints, labels=labels, intermediates=intermediates)
+
+
+@dataclass
+class PersonMask:
+    """A person photo made ready for encoding: framed at the working resolution, its mask and masked person."""
+
+    category: Category
+    model_type: ModelType  # the masking rules differ per model (docs/upstream.md §8)
+    resolution: Resolution
+    person: Image.Image  # framed 3:4 at the working resolution
+    fit: FitInfo  # how it was framed, to map results back
+    mask: Image.Image  # "L", 255 = repaint, at the working resolution
+    masked_person: Image.Image
+    intermediates: dict[str, Image.Image]  # pose, parsing (an automatic mask), mask, masked person
+
+    def framed_like_results(self) -> dict[str, Image.Image]:
+        """The intermediates with the padding cut away again, as the results are (what `ootd mask` and
+        --save-intermediates write)."""
+        return {k: restore_framing(v, self.fit, keep_scale=True) for k, v in self.intermediates.items()}
+
+
+def mask_person(person: Image.Image, category: Category, model_type: ModelType, resolution: Resolution,
+                fit: FitMode, grow: int, *, mask: Image.Image | None = None,
+                preprocessor: Preprocessor | None = None) -> PersonMask:
+    """Frame the person once, straight to the working resolution (docs/upstream.md §2), and make its mask: from
+    pose + parsing on the 384x512 view (`preprocessor`; NoPersonError when nobody is found), or from the user's
+    `mask` (framed as the photo, binarized, grown by `grow` pixels of a 512 px high frame)."""
+    framed, fit_info = fit_to_aspect(person, resolution.size, fit, pad_color="edge")
+    intermediates: dict[str, Image.Image] = {}
+    if mask is None:
+        if preprocessor is None:
+            raise ValueError("an automatic mask needs the pose and parsing models")
+        made = preprocessor(framed, category, model_type, grow=grow)
+        mask, intermediates = made.mask, dict(made.intermediates)
+    else:
+        mask, _ = fit_to_aspect(mask, resolution.size, fit, pad_color=0, resample=Image.NEAREST)
+        mask = grow_mask(binarize_mask(mask), grow * resolution.height // PREPROCESS_RESOLUTION.height)
+    # the automatic mask is made at 384x512 and resized NEAREST to the working size (docs/upstream.md §8);
+    # a user mask is already there (the resize is then a copy)
+    mask = binarize_mask(mask.resize(resolution.size, Image.NEAREST))
+    masked = masked_person_image(framed, mask)
+    intermediates.update(mask=mask, masked_person=masked)
+    return PersonMask(category, model_type, resolution, framed, fit_info, mask, masked, intermediates)

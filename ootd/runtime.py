@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 from ootd.attention import AttentionFn, build_attention
-from ootd.config import AttentionName, PrecisionName, QuantizeName
-from ootd.device import DeviceInfo, detect_device, peek_device
-from ootd.device_policy import (
+from ootd.hardware.device import DeviceInfo, detect_device, peek_device
+from ootd.hardware.dtypes import dtype_name
+from ootd.hardware.policy import (
     Precision,
     SpeedOptions,
     apply_environment,
@@ -23,8 +23,9 @@ from ootd.device_policy import (
     choose_speed,
     runtime_environment,
 )
-from ootd.dtypes import dtype_name
-from ootd.profiles import DeviceProfile, load_profile
+from ootd.hardware.profiles import DeviceProfile, load_profile
+from ootd.settings import AttentionName, PrecisionName, QuantizeName
+from ootd.speedups.modes import SpeedModes
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,12 @@ class Runtime:
 
 def resolve_runtime(device: str | None = None, dtype: str | torch.dtype | None = None,
                     attention: str | AttentionFn = AttentionName.AUTO, profile: str | Path | None = None, *,
-                    channels_last: bool | None = None, compile: bool | None = None,
-                    quantize: str | QuantizeName = QuantizeName.NONE) -> Runtime:
+                    speed: SpeedModes | None = None) -> Runtime:
     """`device` None picks the best available; `dtype` None follows the device profile (fp32 on CPU);
     `attention` is a backend name or an attention function; `profile` a TOML file overriding the device
-    profile; `channels_last` and `compile` None follow the profile; `quantize` must be a mode the device runs."""
+    profile; `speed` the speed modes asked for (channels_last and compile None follow the profile; quantize
+    must be a mode the device runs)."""
+    speed = speed or SpeedModes()
     # runtime settings (allocator, kernels) must be in place before torch initialises the device
     apply_environment(runtime_environment(peek_device(device), torch.__version__))
     info = detect_device(device)
@@ -53,8 +55,8 @@ def resolve_runtime(device: str | None = None, dtype: str | torch.dtype | None =
     if isinstance(dtype, torch.dtype):
         dtype = dtype_name(dtype)
     precision = choose_precision(info, dtype or PrecisionName.AUTO, device_profile)
-    quantization = choose_quantization(info, quantize, precision.unet)
+    quantization = choose_quantization(info, speed.quantize, precision.unet)
     if isinstance(attention, str):
         attention = build_attention(attention, info, precision.unet, profile=device_profile)
-    speed = choose_speed(info, device_profile, channels_last=channels_last, compile=compile)
-    return Runtime(info, device_profile, precision, attention, speed, quantization)
+    options = choose_speed(info, device_profile, channels_last=speed.channels_last, compile=speed.compile)
+    return Runtime(info, device_profile, precision, attention, options, quantization)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import secrets
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ if str(REPO_ROOT) not in sys.path:  # runnable from a source checkout without in
 logger = logging.getLogger("ootd.run_ootd")
 
 OUTPUT_DIR = "images_output"  # the original's fixed folder (relative to the working directory)
+OUTPUT_NAME = "out_{model}_{i}"  # its fixed file names: out_hd_0.png, ...
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,19 +77,6 @@ def _device(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _save_jpeg_atomic(image, path: Path) -> None:  # noqa: ANN001
-    """The original's mask.jpg, written so that it is complete or absent."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            image.convert("RGB").save(handle, format="JPEG")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _announce_replaced(paths: list[Path]) -> None:
     for path in paths:
         if path.exists():
@@ -97,15 +84,14 @@ def _announce_replaced(paths: list[Path]) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ootd.app import load
-    from ootd.app.config import RunConfig
-    from ootd.app.outputs import png_metadata
-    from ootd.app.tryon import TryOnRequest, run_tryon
-    from ootd.config import Category, FitMode, ModelType, SamplingSettings
+    from ootd.app.tryon.config import RunConfig
+    from ootd.app.tryon.job import prepare_job
+    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.app.tryon.request import TryOnRequest
     from ootd.errors import UsageError
-    from ootd.images import check_output_dir, save_png_atomic
+    from ootd.imaging.files import write_atomic
+    from ootd.settings import Category, FitMode, ModelType, SamplingSettings
 
-    # cheap checks first, as `ootd run` does
     try:
         model_type = ModelType(args.model_type.strip().lower())
     except ValueError:
@@ -115,21 +101,20 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError("model_type 'hd' requires category 0 (upperbody); use --model_type dc")
     sampling = SamplingSettings.from_words(num_samples=args.sample, steps=args.step, guidance_scale=args.scale,
                                            seed=args.seed if args.seed >= 0 else None, resolution=args.resolution)
-    request = TryOnRequest(args.model_path, args.cloth_path, category, args.mask_path).decoded()
     checkpoints = args.checkpoints if args.checkpoints is not None else default_checkpoints()
-    load.check_checkpoints_present(checkpoints, [model_type], need_preprocess=request.mask is None)
-    output = check_output_dir(args.output_dir)
-    # "stretch": the original resizes both photos to 768x1024 whatever their shape
-    config = RunConfig(checkpoints=checkpoints, output=output, sampling=sampling, model_type=model_type,
-                       device=_device(args), fit=FitMode.STRETCH, overwrite=True)
-    outputs = [output / f"out_{model_type.value}_{i}.png" for i in range(args.sample)]
-    mask_file = output / "mask.jpg"
-
-    outcome = run_tryon(load.load_pipeline(config, model_type), request, config)
-    _announce_replaced([mask_file, *outputs])
-    _save_jpeg_atomic(outcome.result.masked_person, mask_file)
-    for i, (image, path) in enumerate(zip(outcome.result.images, outputs, strict=True)):
-        save_png_atomic(image, path, png_metadata(outcome, config, sample=i), overwrite=True)
+    # "stretch": the original resizes both photos to 768x1024 whatever their shape; its fixed file names,
+    # replaced on every run
+    config = RunConfig(checkpoints=checkpoints, output=args.output_dir, sampling=sampling, model_type=model_type,
+                       device=_device(args), fit=FitMode.STRETCH, overwrite=True, name_template=OUTPUT_NAME)
+    loader = PipelineLoader(config)
+    job = prepare_job(config, TryOnRequest(args.model_path, args.cloth_path, category, args.mask_path), loader)
+    outcome = job.run(loader.get(model_type))
+    mask_file = config.output / "mask.jpg"
+    _announce_replaced([mask_file, *job.targets.images])
+    write_atomic(mask_file, lambda handle: outcome.result.masked_person.convert("RGB").save(handle, format="JPEG"),
+                 overwrite=True)
+    images, _ = job.save(outcome)
+    for path in images:
         print(path)
     print(f"seed: {outcome.result.seed}")
 

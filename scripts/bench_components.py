@@ -38,7 +38,7 @@ def cross_attention(width: int, height: int, batch: int, repeats: int) -> None:
     from diffusers.models.attention_processor import Attention, AttnProcessor2_0
 
     from ootd.attention import AttentionProcessor
-    from ootd.bench.architectures import FULL
+    from ootd.tools.bench.architectures import FULL
 
     tokens = (width // 8) * (height // 8)
     widths = FULL.unet["block_out_channels"]
@@ -68,11 +68,11 @@ def vae_encode(width: int, height: int, repeats: int) -> None:
     import torch
     from diffusers import AutoencoderKL
 
-    from ootd.bench.architectures import FULL
-    from ootd.loading import quiet_libraries
+    from ootd.tools.bench.architectures import FULL
+    from ootd.weights.loading import quiet_loading
 
     torch.manual_seed(0)
-    with quiet_libraries():
+    with quiet_loading():
         vae = AutoencoderKL(**FULL.vae).eval()
     pixels = torch.randn(2, 3, height, width)
     with torch.inference_mode():
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=None, help="default: 5 for cross-attention, 2 for vae-encode")
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
-    from ootd.config import parse_resolution
     from ootd.errors import UsageError
+    from ootd.settings import parse_resolution
 
     try:
         width, height = parse_resolution(args.resolution).size

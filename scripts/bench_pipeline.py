@@ -80,21 +80,34 @@ def _save(path: Path | None, report: dict) -> None:
         tmp.replace(path)
 
 
+def _config(args: argparse.Namespace, max_memory: int | None):  # noqa: ANN202
+    """The RunConfig these flags ask for, built as `ootd bench` builds it."""
+    from ootd.app.tryon.config import build_config
+
+    return build_config(checkpoints=args.checkpoints or Path("."), device=args.device, precision=args.dtype,
+                        attention=args.attention, resolution=args.resolution, samples=args.samples, steps=args.steps,
+                        scale=args.scale, seed=args.seed, scheduler=args.scheduler,
+                        max_memory=str(max_memory) if max_memory else None, channels_last=args.channels_last,
+                        compile=args.compile)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    from ootd.bench import run_bench, run_matrix
-    from ootd.bench.flops import count_step_flops
-    from ootd.config import parse_resolution
+    from ootd.settings import ModelType, parse_resolution
+    from ootd.tools.bench.drivers import BenchOptions, run_bench
+    from ootd.tools.bench.flops import count_step_flops
+    from ootd.tools.bench.matrix import run_matrix
 
     def log(line: str) -> None:
         print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     max_memory = int(args.max_memory_gib * 2**30) if args.max_memory_gib else None
     if args.plan_only:
-        from ootd.device import detect_device
-        from ootd.device_policy import choose_precision
-        from ootd.memory import ModelSizes, make_plan
+        from ootd.hardware.device import detect_device
+        from ootd.hardware.policy import choose_precision
+        from ootd.memory.planner import make_plan
+        from ootd.memory.sizes import ModelSizes
 
         info = detect_device(args.device)
         precision = choose_precision(info, args.dtype)
@@ -111,10 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             f"({flops['ratio_step']:.2f}x); garment UNet ours {flops['ours_garment_unet'] / 1e12:.2f} T, "
             f"original {flops['original_garment_unet'] / 1e12:.2f} T")
     elif args.matrix:
-        report = run_matrix(random_weights=args.random_weights or "full", device=args.device,
+        report = run_matrix(_config(args, max_memory), random_weights=args.random_weights or "full",
                             dtypes=[d for d in args.dtypes.split(",") if d],
                             attentions=[a for a in args.attentions.split(",") if a],
-                            resolution=args.resolution, num_samples=args.samples, steps=args.steps,
                             original=True, count_flops=args.flops, time_limit=args.time_limit, log=log,
                             speed_variants=[v for v in args.speed_variants.split(",") if v],
                             on_update=lambda partial: _save(args.out, partial))
@@ -122,16 +134,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.checkpoints is None and args.random_weights is None:
             print("give --checkpoints DIR or --random-weights full|tiny", file=sys.stderr)
             return 2
-        report = run_bench(args.checkpoints, random_weights=args.random_weights, model_type=args.model_type,
-                           device=args.device, dtype=args.dtype, attention=args.attention,
-                           resolution=args.resolution, num_samples=args.samples, steps=args.steps,
-                           guidance_scale=args.scale, seed=args.seed, scheduler=args.scheduler,
-                           max_memory=max_memory, channels_last=args.channels_last, compile=args.compile,
-                           compare_original=args.compare_original and not args.no_call,
-                           run_ours=not (args.no_ours or args.no_call), warmup=args.warmup,
-                           step_repeats=args.step_repeats, threads=args.threads,
-                           count_flops=args.flops, flops_samples=args.flops_samples,
-                           flops_resolution=args.flops_resolution, profile=args.profile, log=log)
+        options = BenchOptions(compare_original=args.compare_original and not args.no_call,
+                               run_ours=not (args.no_ours or args.no_call), warmup=args.warmup,
+                               step_repeats=args.step_repeats, threads=args.threads, count_flops=args.flops,
+                               flops_samples=args.flops_samples,
+                               flops_resolution=parse_resolution(args.flops_resolution), profile=args.profile)
+        report = run_bench(_config(args, max_memory), model_type=ModelType.parse(args.model_type),
+                           random_weights=args.random_weights, options=options, log=log)
         if args.profile:
             for label in ("ours", "original"):
                 if "profile" in report.get(label, {}):

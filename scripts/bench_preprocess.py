@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
 
-    from ootd.checkpoints import Layout
+    from ootd.weights.layout import Layout
     from preprocess.masking import inpaint_mask
     from preprocess.parsing import HumanParser
     from preprocess.pose import BodyPoseNet, PoseEstimator

@@ -12,7 +12,7 @@ top), precision = fp32 | bf16, steps overriding --steps for that mode (its image
 nothing). Models are built once per precision (quantized ones on a fresh build). With
 `--extrapolate N` the whole call is also given for N steps from the measured stages: the fixed stages as
 measured, plus N steps at the median refresh / cached step times (feature caching's steps alternate between the
-two). The original formulation (`ootd/bench/reference.py`) runs `--original-steps` steps on the exact fp32 models
+two). The original formulation (`ootd/tools/bench/reference.py`) runs `--original-steps` steps on the exact fp32 models
 and is extrapolated the same way. Random weights say nothing about how the images look: judge a mode on the
 released weights with `ootd compare`.
 """
@@ -37,7 +37,8 @@ FIXED_STAGES = ("conditioning", "encode", "garment_unet", "decode")
 
 
 def parse_mode(spec: str) -> dict[str, Any]:
-    from ootd.speed_presets import PRESETS, SpeedPreset
+    from ootd.settings import SpeedPreset
+    from ootd.speedups.modes import PRESETS
 
     match = re.fullmatch(r"(exact|fast(\+cl)?|cache(\d+)|tome([0-9.]+)|int8)-(fp32|bf16)(?:@(\d+))?", spec)
     if match is None:
@@ -47,8 +48,8 @@ def parse_mode(spec: str) -> dict[str, Any]:
             "channels_last": False, "steps": int(steps) if steps else None}
     if what.startswith("fast"):
         fast = PRESETS[SpeedPreset.FAST]
-        mode.update(cache_interval=fast.cache_interval, token_merge=fast.token_merge, quantize=fast.quantize.value,
-                    channels_last=bool(cl) or bool(fast.channels_last))
+        mode.update(cache_interval=fast.feature_cache.interval, token_merge=fast.token_merge.ratio,
+                    quantize=fast.quantize.value, channels_last=bool(cl) or bool(fast.channels_last))
     elif interval:
         mode["cache_interval"] = int(interval)
     elif ratio:
@@ -71,7 +72,7 @@ def whole_call(run: dict[str, Any], steps: int, interval: int) -> float:
 
 def differences(reference: Path, folder: Path) -> dict[str, float]:
     """`ootd compare`'s figures for two folders of sample_<i>.png; PSNR of the worst sample."""
-    from ootd.app.compare import compare_folders
+    from ootd.tools.compare import compare_folders
 
     compared = compare_folders(reference, folder).compared
     return {"max_pixel": max(c.max_abs for c in compared), "mean_pixel": statistics.mean(c.mean_abs for c in compared),
@@ -94,11 +95,12 @@ def main() -> None:
 
     import torch
 
-    from ootd.bench.drivers import run_bench
-    from ootd.bench.random_weights import build_random_components
-    from ootd.device import detect_device
-    from ootd.device_policy import choose_precision
-    from ootd.memory import memory_budget
+    from ootd.app.tryon.config import build_config
+    from ootd.hardware.device import detect_device
+    from ootd.hardware.policy import choose_precision
+    from ootd.memory.planner import memory_budget
+    from ootd.tools.bench.drivers import BenchOptions, run_bench
+    from ootd.tools.bench.random_weights import build_random_components
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -110,8 +112,11 @@ def main() -> None:
     budget = memory_budget(info)
     folder = Path(tempfile.mkdtemp(prefix="ootd-speed-modes-"))
     rows, reference, built = [], None, {}
-    common = {"device": "cpu", "resolution": args.resolution, "num_samples": args.samples, "seed": args.seed,
-              "attention": "sdpa", "max_memory": budget, "log": lambda line: print("   ", line, flush=True)}
+    common = {"checkpoints": Path("."), "device": "cpu", "resolution": args.resolution, "samples": args.samples,
+              "seed": args.seed, "attention": "sdpa", "max_memory": str(budget)}
+
+    def log(line: str) -> None:
+        print("   ", line, flush=True)
     for mode in modes:
         if mode["quantize"] != "none" or mode["dtype"] not in built:
             built.clear()
@@ -123,14 +128,16 @@ def main() -> None:
             components = built[mode["dtype"]]
         print(f"== {mode['name']}", flush=True)
         steps = mode["steps"] or args.steps
-        report = run_bench(components=components, dtype=mode["dtype"], steps=steps,
-                           cache_interval=mode["cache_interval"], token_merge=mode["token_merge"],
-                           quantize=mode["quantize"], channels_last=mode["channels_last"],
-                           save_images=folder / mode["name"], **common)
+        config = build_config(**common, precision=mode["dtype"], steps=steps, cache_interval=mode["cache_interval"],
+                              token_merge=mode["token_merge"], quantize=mode["quantize"],
+                              channels_last=mode["channels_last"])
+        report = run_bench(config, components=components, log=log,
+                           options=BenchOptions(save_images=folder / mode["name"]))
         if args.original_steps and mode["name"].startswith("exact-fp32"):
             print(f"== the original formulation, fp32, {args.original_steps} step(s)", flush=True)
-            report["original"] = run_bench(components=components, dtype="fp32", steps=args.original_steps,
-                                           run_ours=False, compare_original=True, **common)["original"]
+            original = build_config(**common, precision="fp32", steps=args.original_steps)
+            report["original"] = run_bench(original, components=components, log=log,
+                                           options=BenchOptions(run_ours=False, compare_original=True))["original"]
         ours = report["ours"]
         reference = reference or (folder / mode["name"], steps)
         row = {"mode": mode, "s_per_step": ours["s_per_it"], "steps": ours["steps"], "wall": ours["wall"],

@@ -42,12 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ootd.attention import install_attention, sdpa_attention
-    from ootd.bench.random_weights import build_random_components
-    from ootd.config import parse_resolution
-    from ootd.device import detect_device
-    from ootd.device_policy import choose_precision
-    from ootd.fusion import TryOnFusion, capture_block_inputs
-    from ootd.speed import as_memory_format, compile_module, set_memory_format
+    from ootd.hardware.device import detect_device
+    from ootd.hardware.policy import choose_precision
+    from ootd.method.fusion import TryOnFusion, capture_block_inputs
+    from ootd.settings import parse_resolution
+    from ootd.speedups.execution import as_memory_format, compile_module, set_memory_format
+    from ootd.tools.bench.random_weights import build_random_components
 
     if args.threads:
         torch.set_num_threads(args.threads)

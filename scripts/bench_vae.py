@@ -38,7 +38,7 @@ def write_weights(out: Path) -> None:
     from diffusers import AutoencoderKL
     from safetensors.torch import save_file
 
-    from ootd.bench.architectures import FULL
+    from ootd.tools.bench.architectures import FULL
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)

@@ -2,7 +2,7 @@
 """Resident memory while a UNet's weights load, and when they are first read (Linux /proc).
 
 Saves a random UNet (released size by default) as safetensors in a temporary folder, then in a fresh
-process loads it the way ootd.loading does and reports VmRSS after loading, after the pipeline's start-up
+process loads it the way ootd.weights.loading does and reports VmRSS after loading, after the pipeline's start-up
 conversions, after reading every weight, and after a channels_last conversion.
 
     python scripts/bench_weights_mmap.py            # full size, 3.4 GB of disk for a moment
@@ -31,7 +31,7 @@ def _measure(folder: str) -> dict[str, int]:
     import torch
     from diffusers import UNet2DConditionModel
 
-    from ootd.speed import set_memory_format
+    from ootd.speedups.execution import set_memory_format
 
     out = {"before": _rss_mib()}
     unet = UNet2DConditionModel.from_pretrained(folder, torch_dtype=torch.float32)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from diffusers import UNet2DConditionModel
 
-    from ootd.bench.architectures import ARCHITECTURES
+    from ootd.tools.bench.architectures import ARCHITECTURES
 
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's chromium + chromium-driver, for the headless-browser test of `ootd serve` (tests/test_serve_browser.py).
+# Debian's chromium + chromium-driver, for the headless-browser test of `ootd serve` (tests/frontends/serve/test_page.py).
 # Idempotent and quiet: nothing to do when both are there; installs them with apt-get when running as root;
 # otherwise says once that the browser test will be skipped.
 set -euo pipefail

@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from ootd.bench.architectures import (  # noqa: E402 - after the path set-up above
+from ootd.tools.bench.architectures import (  # noqa: E402 - after the path set-up above
     CLIP_TEXT_TOWER_TINY,
     SD15_SCHEDULER_CONFIG,
     TINY,

@@ -1,6 +1,6 @@
 """Measure quantized try-on UNet calls against the float ones: seconds per call, weight bytes, output difference.
 
-One full-size random-weight try-on UNet (the released architecture, ootd/bench/architectures.py) with the
+One full-size random-weight try-on UNet (the released architecture, ootd/tools/bench/architectures.py) with the
 fusion processors and the garment features of a full-size garment UNet run once, as the pipeline does; one
 call = one denoising step's UNet call on a batch of `samples` x 2 (image guidance). Every variant gets a
 warm-up call, then `--calls` timed ones, with the load average printed beside each (a shared machine);
@@ -22,13 +22,13 @@ import time
 import torch
 
 from ootd.attention import build_attention, install_attention
-from ootd.bench.architectures import ARCHITECTURES
-from ootd.bench.profiling import load_average
-from ootd.config import QuantizeName, parse_resolution
-from ootd.device import detect_device
-from ootd.dtypes import DTYPES
-from ootd.fusion import TryOnFusion, capture_block_inputs
-from ootd.quantize import module_weight_bytes, quantize_unets
+from ootd.hardware.device import detect_device
+from ootd.hardware.dtypes import DTYPES
+from ootd.method.fusion import TryOnFusion, capture_block_inputs
+from ootd.settings import QuantizeName, parse_resolution
+from ootd.speedups.quantize import module_weight_bytes, quantize_unets
+from ootd.tools.bench.architectures import ARCHITECTURES
+from ootd.tools.bench.profiling import load_average
 
 VARIANTS = ("fp32", "int8-dynamic", "int8-weight", "bf16", "bf16+int8-dynamic")
 

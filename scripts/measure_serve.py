@@ -35,12 +35,13 @@ def rss_mib(pid: int) -> float:
 
 
 def latency(checkpoints: Path, steps: int, resolution: str, repeats: int) -> dict[str, float]:
-    from ootd.app.config import build_config
-    from ootd.app.load import load_pipeline
-    from ootd.app.outputs import save_outcome, targets_for
-    from ootd.app.tryon import TryOnRequest, run_tryon
-    from ootd.config import Category
     from tests.serving import live_server
+
+    from ootd.app.tryon.config import build_config
+    from ootd.app.tryon.job import TryOnJob
+    from ootd.app.tryon.loader import ModelSource, load_pipeline
+    from ootd.app.tryon.request import TryOnRequest
+    from ootd.settings import Category
 
     config = build_config(checkpoints=checkpoints, steps=steps, resolution=resolution, seed=1, overwrite=True,
                           output=Path(tempfile.mkdtemp()))
@@ -48,14 +49,14 @@ def latency(checkpoints: Path, steps: int, resolution: str, repeats: int) -> dic
     files = {"person": EXAMPLES / "person.png", "garment": EXAMPLES / "tshirt.png",
              "mask": EXAMPLES / "person_mask_upper.png"}
     direct, served, inside = [], [], []
-    with live_server(config, factory=lambda model_type: pipe) as live:
+    with live_server(config, models=ModelSource(lambda model_type: pipe)) as live:
         form = {k: (p.name, p.read_bytes(), "image/png") for k, p in files.items()}
         data = {"category": "upper", "steps": str(steps), "resolution": resolution, "seed": "1"}
         for i in range(repeats + 1):  # the first of each is a warm-up
             start = time.perf_counter()
             request = TryOnRequest(files["person"], files["garment"], Category.UPPER, files["mask"]).decoded()
-            outcome = run_tryon(pipe, request, config)
-            save_outcome(outcome, config, targets_for(request, config))
+            job = TryOnJob.planned(config, request)
+            job.save(job.run(pipe))
             if i:
                 direct.append(time.perf_counter() - start)
             start = time.perf_counter()

@@ -15,7 +15,7 @@
 # one-step try-on arguments plus yours), expect_refusal CODE TEXT (checks the last run), pyrun (inline Python).
 # Runs on the CPU; each case loads the tiny tree at most twice (~10-40 s a load on a busy machine). The whole
 # battery takes 15-25 minutes on a loaded machine, too long for CI: CI runs the same classes as pytest
-# (tests/test_reliability.py, tests/test_reliability_app.py); run this by hand before a release.
+# (tests/frontends/cli/test_reliability.py, tests/frontends/cli/test_never_lose_a_file.py); run this by hand before a release.
 # The full-device and read-only cases mount small tmpfs folders when run as root (else: /dev/full and chmod).
 set -u
 

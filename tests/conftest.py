@@ -5,16 +5,17 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import EXAMPLES, REPO
+from tests.helpers.fakes import ModelSeam
 
 # The same numbers on every machine: precision auto picks bf16 on CPUs with bf16 matrix units, so the suite
 # declares a CPU without them (this process and the CLI subprocesses it starts); tests of that choice set their own.
 os.environ.setdefault("OOTD_CPU_BF16", "0")
-EXAMPLES = REPO / "examples"
 
 
 def _load_script(name: str):  # noqa: ANN202
@@ -59,3 +60,11 @@ def pipe_dc(tiny_tree: Path):  # noqa: ANN201
     from ootd import TryOnPipeline
 
     return TryOnPipeline.from_pretrained(tiny_tree, model_type="dc", device="cpu")
+
+
+@pytest.fixture
+def models():  # noqa: ANN201
+    """The one seam for models in tests: `models.fake()`, `models.use(pipes)`, `models.forbid()` (tests/helpers/
+    fakes.py); whatever is installed applies to every loader the test makes and is undone afterwards."""
+    with ExitStack() as stack:
+        yield ModelSeam(stack)

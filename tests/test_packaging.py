@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     # a copy of the sources, so that no build/ folder left in the tree by an earlier build can stand in
     source = out / "src"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "checkpoints",
         ".tiny-checkpoints", "outputs", "images_output"))
     # no build isolation: the environment's setuptools builds it, without the network
@@ -34,14 +34,15 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_carries_every_device_profile(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {p.name for p in (ROOT / "configs" / "profiles").glob("*.toml")}
-    assert shipped and {f"ootd/profiles/{name}" for name in shipped} <= names
+    shipped = {p.name for p in (REPO / "configs" / "profiles").glob("*.toml")}
+    assert shipped and {f"ootd/hardware/profile_files/{name}" for name in shipped} <= names
 
 
 def test_installed_wheel_finds_its_profiles(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("import ootd.profiles as d; from ootd.device import DeviceInfo; from ootd.profiles import load_profile;"
+    code = ("import ootd.hardware.profiles as d; from ootd.hardware.device import DeviceInfo; "
+            "from ootd.hardware.profiles import load_profile;"
             "print(d.__file__); print(d.PROFILES_DIR);"
             "print(load_profile(DeviceInfo(type='cpu')).name)")
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -49,15 +50,15 @@ def test_installed_wheel_finds_its_profiles(wheel: Path, tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stderr[-2000:]
     module, profiles, name = proc.stdout.split()
     assert Path(module).is_relative_to(site)  # the installed copy, not the source tree
-    assert Path(profiles) == site / "ootd" / "profiles"
+    assert Path(profiles) == site / "ootd" / "hardware" / "profile_files"
     assert name == "cpu"
 
 
 def test_wheel_carries_the_serve_page(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    static = ROOT / "ootd" / "serve" / "static"
+    static = REPO / "ootd" / "serve" / "static"
     page = {f"ootd/serve/static/{p.relative_to(static).as_posix()}" for p in static.rglob("*") if p.is_file()}
     assert {"ootd/serve/static/index.html", "ootd/serve/static/examples/person.png"} <= page <= names
-    every_package = {f"{p.relative_to(ROOT).as_posix()}" for p in ROOT.glob("ootd/**/__init__.py")}
+    every_package = {f"{p.relative_to(REPO).as_posix()}" for p in REPO.glob("ootd/**/__init__.py")}
     assert every_package <= names, sorted(every_package - names)  # the subpackages the command imports
-    assert {"ootd/serve/app.py", "ootd/cli/serve.py", "ootd/app/tryon.py"} <= names
+    assert {"ootd/serve/app.py", "ootd/cli/serve.py", "ootd/app/tryon/job.py"} <= names

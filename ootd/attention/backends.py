@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ootd.attention.base import BackendUnavailable, default_scale, original_sdpa, shape_problem
-from ootd.config import AttentionName
+from ootd.settings import AttentionName
 
 HALF = (torch.float16, torch.bfloat16)
 

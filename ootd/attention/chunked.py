@@ -14,8 +14,8 @@ import torch
 
 from ootd.attention.backends import HALF
 from ootd.attention.base import default_scale, shape_problem
-from ootd.config import AttentionName
 from ootd.errors import UsageError
+from ootd.settings import AttentionName
 
 DEFAULT_BUDGET_BYTES = 1 << 30
 MIN_QUERY_CHUNK = 64  # below this many query rows per step, chunk the keys instead (small matmuls are slow)

@@ -107,7 +107,7 @@ def folds(attn: Attention, hidden_states: torch.Tensor, context: torch.Tensor | 
             or attn.rescale_output_factor != 1.0):
         return False
     # plain Linear layers with plain weights only: a wrapped one (e.g. with LoRA weights) computes more than its
-    # .weight says, and a quantized weight (a tensor subclass, ootd/quantize.py) is not what its matmul uses
+    # .weight says, and a quantized weight (a tensor subclass, ootd/speedups/quantize.py) is not what its matmul uses
     if any(type(layer) is not torch.nn.Linear or type(layer.weight) not in (torch.Tensor, torch.nn.Parameter)
            for layer in (attn.to_q, attn.to_out[0])):
         return False

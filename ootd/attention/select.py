@@ -19,11 +19,11 @@ from ootd.attention.backends import FlashBackend, MathBackend, SdpaBackend
 from ootd.attention.base import Backend, BackendUnavailable
 from ootd.attention.chunked import ChunkedBackend
 from ootd.attention.dispatch import Dispatcher
-from ootd.config import AttentionName
-from ootd.device import DeviceInfo
-from ootd.device_policy import attention_budget_for, free_memory
 from ootd.errors import DeviceError, UsageError
-from ootd.profiles import DeviceProfile, load_profile
+from ootd.hardware.device import DeviceInfo
+from ootd.hardware.policy import attention_budget_for, free_memory
+from ootd.hardware.profiles import DeviceProfile, load_profile
+from ootd.settings import AttentionName
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""`ootd batch`: many pairs (a CSV, or two folders) with the models loaded once; the engine is ootd/app/batch.py."""
+"""`ootd batch`: many pairs (a CSV, or two folders) with the models loaded once; the engines are in
+ootd/app/batch/."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ootd.app.batch import REPORT_NAME
+from ootd.app.batch.report import REPORT_NAME
 from ootd.cli.display import Display, print_json, show_progress
 from ootd.cli.errors import echo_err, guarded_command
 from ootd.cli.options import (
@@ -25,8 +26,8 @@ from ootd.cli.options import (
     choices,
     with_options,
 )
-from ootd.config import EngineName, Pairing
 from ootd.errors import UsageError
+from ootd.settings import EngineName, Pairing
 
 logger = logging.getLogger("ootd.cli")
 
@@ -64,7 +65,7 @@ def error_text(entry: Any) -> str:
 
 def pair_line(entry: Any, done: int, total: int) -> str:
     """One finished pair as one plain line: position, status, seconds, outputs (or the error)."""
-    from ootd.app.outputs import format_seconds
+    from ootd.app.tryon.outputs import format_seconds
 
     seconds = entry.timings.get("wall") if entry.timings else None
     took = f" in {format_seconds(seconds)}" if isinstance(seconds, float | int) else ""
@@ -154,14 +155,15 @@ def batch_command(
 
     Exit code 0 only if every pair succeeded (now or in an earlier run).
     """
-    from ootd.app.batch import PairReport, report_name
-    from ootd.app.contact import index_name
-    from ootd.app.engines import ClusterOptions, make_engine, require_engine
-    from ootd.app.outputs import prepare_output_dir
-    from ootd.app.pairs import collect_pairs, select_shard
-    from ootd.app.safety import check_batch_outputs
-    from ootd.app.tempfiles import clean_stale_temps
-    from ootd.config import Category
+    from ootd.app.batch.cluster import ClusterOptions
+    from ootd.app.batch.engines import make_engine, require_engine
+    from ootd.app.batch.index import index_name
+    from ootd.app.batch.pairs import collect_pairs, select_shard
+    from ootd.app.batch.precheck import check_batch_outputs
+    from ootd.app.batch.report import PairReport, report_name
+    from ootd.app.tryon.outputs import prepare_output_dir
+    from ootd.app.tryon.tempfiles import clean_stale_temps
+    from ootd.settings import Category
 
     config = checked_config({**options, "overwrite": overwrite})
     engine_name = require_engine(engine)

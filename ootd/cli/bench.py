@@ -1,4 +1,4 @@
-"""`ootd bench`: a thin command over `ootd.bench.run_bench` / `ootd.bench.run_matrix` (the benchmark code)."""
+"""`ootd bench`: a thin command over `run_bench` and `run_matrix` (the benchmark code, ootd/tools/bench/)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,20 @@ from ootd.cli.options import (
     RUN_OPTIONS,
     SAMPLING,
     JsonOpt,
+    checked_config,
     choices,
     with_options,
 )
+from ootd.errors import UsageError
+from ootd.tools.bench.architectures import ARCHITECTURES
+
+RANDOM_WEIGHTS = tuple(ARCHITECTURES)  # full (the released sizes) or tiny
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ootd bench --checkpoints checkpoints --resolution 768x1024 --samples 4 --compare-original\n\n"
     "  ootd bench --random-weights full --matrix --json > bench.json"
 )
-RANDOM_WEIGHTS = ("full", "tiny")
 BENCH_OPTIONS = {name: RUN_OPTIONS[name] for name in (
     "checkpoints", "samples", "steps", "scale", "resolution", "scheduler", "speed", "cache_interval", "token_merge",
     "quantize", "precision", "attention", "device", "max_memory", "channels_last", "compile",
@@ -58,38 +62,29 @@ def bench_command(
     **options: Any,
 ) -> None:
     """Per-stage time and peak memory next to the memory plan's estimate (optionally vs the original)."""
-    from ootd import bench
-    from ootd.app.config import parse_size
-    from ootd.checkpoints import default_checkpoints_dir
-    from ootd.cli.display import print_json, to_json
-    from ootd.config import AttentionName, PrecisionName
-    from ootd.errors import UsageError
-    from ootd.speed_presets import resolve_speed
+    from dataclasses import replace
 
-    modes = resolve_speed(options["speed"], token_merge=options["token_merge"],
-                          cache_interval=options["cache_interval"], quantize=options["quantize"],
-                          channels_last=options["channels_last"])
-    precision = PrecisionName.parse(options["precision"], "precision").value
-    attention = AttentionName.parse(options["attention"], "attention backend").value
+    from ootd.cli.display import print_json, to_json
+    from ootd.settings import AttentionName, ModelType, PrecisionName
+    from ootd.tools.bench.drivers import BenchOptions, run_bench
+    from ootd.tools.bench.matrix import run_matrix
+
     if random_weights is not None and random_weights not in RANDOM_WEIGHTS:
         raise UsageError(f"unknown random weights kind {random_weights!r}: use one of {', '.join(RANDOM_WEIGHTS)}")
+    config = checked_config(options)  # the options of `ootd run`, turned into a config the same way
+    config = replace(config, sampling=replace(config.sampling, seed=seed))
     say = _log_to(options["quiet"], json_out)
-    common = {"device": options["device"], "resolution": options["resolution"], "num_samples": options["samples"],
-              "steps": options["steps"], "log": say}
     if matrix:
-        report = bench.run_matrix(random_weights=random_weights or "full", original=compare_original,
-                                  count_flops=flops, dtypes=_matrix_words(PrecisionName, "precision", precision),
-                                  attentions=_matrix_words(AttentionName, "attention", attention), **common)
+        report = run_matrix(config, random_weights=random_weights or "full", original=compare_original,
+                                  count_flops=flops,
+                                  dtypes=_matrix_words(PrecisionName, "precision", config.precision.value),
+                                  attentions=_matrix_words(AttentionName, "attention", config.attention.value),
+                                  log=say)
     else:
-        source = {"random_weights": random_weights} if random_weights else {
-            "checkpoints": options["checkpoints"] or default_checkpoints_dir()}
-        report = bench.run_bench(
-            **source, **common, model_type=model_type, dtype=precision, attention=attention,
-            guidance_scale=options["scale"], seed=seed, scheduler=options["scheduler"],
-            cache_interval=modes.cache_interval, token_merge=modes.token_merge, quantize=modes.quantize.value,
-            max_memory=parse_size(options["max_memory"]), channels_last=modes.channels_last,
-            compile=options["compile"], compare_original=compare_original, count_flops=flops, profile=profile,
-            save_images=save_images,
+        report = run_bench(
+            config, model_type=ModelType.parse(model_type), random_weights=random_weights, log=say,
+            options=BenchOptions(compare_original=compare_original, count_flops=flops, profile=profile,
+                                       save_images=save_images),
         )
     if save is not None:
         save.write_text(to_json(report) + "\n")

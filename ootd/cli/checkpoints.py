@@ -1,5 +1,5 @@
 """`ootd checkpoints verify`: every expected checkpoint file, present, sized, loadable, with its fix
-(the checks are ootd/verify.py's)."""
+(the checks are ootd/weights/verify.py's)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def verify_command(
 ) -> None:
     """Check every expected checkpoint file: present, size, loadable, and the fix; then whether the tree is the
     released models (config dimensions, parameter counts: a warning otherwise). Exit 1 on any file problem."""
-    from ootd.architecture import compare_to_released, summary
-    from ootd.checkpoints import default_checkpoints_dir
-    from ootd.verify import verify_checkpoints
+    from ootd.weights.architecture import compare_to_released, summary
+    from ootd.weights.layout import default_checkpoints_dir
+    from ootd.weights.verify import verify_checkpoints
 
     root = folder if folder is not None else default_checkpoints_dir()
     chosen = parse_model_list(models)

@@ -1,4 +1,4 @@
-"""`ootd compare`: a thin command over ootd/app/compare.py (PSNR, SSIM, pixel differences of same-named images)."""
+"""`ootd compare`: a thin command over ootd/tools/compare.py (PSNR, SSIM, pixel differences of same-named images)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def compare_command(
 ) -> None:
     """How far two folders of try-on results differ: PSNR, SSIM, max/mean absolute pixel difference per image and
     overall (the mean). Images missing on one side or of different sizes are reported, not compared."""
-    from ootd.app.compare import compare_folders
     from ootd.cli.display import print_json
+    from ootd.tools.compare import compare_folders
 
     result = compare_folders(a_dir, b_dir)
     if json_out:

@@ -1,5 +1,5 @@
 """`ootd doctor`: everything that decides whether (and how fast) a try-on can run here (the checks are
-ootd/doctor/'s)."""
+ootd/tools/doctor/'s)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def doctor_command(
 
     Exit 1 when no try-on can run (e.g. checkpoints missing).
     """
-    from ootd.checkpoints import default_checkpoints_dir
-    from ootd.doctor import collect_report
+    from ootd.tools.doctor import collect_report
+    from ootd.weights.layout import default_checkpoints_dir
 
     root = checkpoints if checkpoints is not None else default_checkpoints_dir()
     chosen = [m.value for m in parse_model_list(models)]

@@ -1,4 +1,4 @@
-"""`ootd download`: the released checkpoint files from the Hugging Face hub (the work is in ootd/download.py)."""
+"""`ootd download`: the released checkpoint files from the Hugging Face hub (the work: ootd/weights/download.py)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def download_command(
 ) -> None:
     """Fetch exactly the released files ootd needs from the Hugging Face hub (resumable; the size is shown and
     the free disk space checked first)."""
-    from ootd.checkpoints import default_checkpoints_dir
-    from ootd.download import download_checkpoints, file_list
+    from ootd.weights.download import download_checkpoints, file_list
+    from ootd.weights.layout import default_checkpoints_dir
 
     target = dest if dest is not None else default_checkpoints_dir()
     chosen = parse_model_list(models)

@@ -1,5 +1,5 @@
 """`ootd mask`: the automatic mask of a person photo (pose, parsing, mask, masked person), without the diffusion
-models, to look at, fix in an editor and give back with `--mask`. The work is ootd/app/masking.py."""
+models, to look at, fix in an editor and give back with `--mask`. The work is ootd/app/tryon/masking.py."""
 
 from __future__ import annotations
 
@@ -40,11 +40,12 @@ def mask_command(
 ) -> None:
     """The mask a try-on would use: writes [bold]<person>__<category>__mask.png[/bold], the masked person, pose
     and parsing (framed like try-on results), to fix and pass back with [bold]--mask[/bold]."""
-    from ootd.app.load import check_checkpoints_present
-    from ootd.app.masking import make_mask, mask_metadata, mask_targets
-    from ootd.app.outputs import refuse_existing
-    from ootd.config import Category
-    from ootd.images import check_output_dir, load_image, save_png_atomic
+    from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
+    from ootd.app.tryon.masking import make_mask, mask_targets
+    from ootd.app.tryon.outputs import refuse_existing
+    from ootd.app.tryon.provenance import mask_record
+    from ootd.imaging.files import check_output_dir, load_image, save_png_atomic
+    from ootd.settings import Category
 
     config = config_from(options)
     chosen = Category.parse(category)
@@ -55,8 +56,8 @@ def mask_command(
     targets = mask_targets(model.name, chosen, config)
     if not config.overwrite:
         refuse_existing(list(targets.values()))
-    outcome = make_mask(person, chosen, config, label=str(model))
-    metadata = mask_metadata(outcome, config, model.name)
+    outcome = make_mask(person, chosen, config, PipelineLoader(config).preprocessor(), label=str(model))
+    metadata = mask_record(model.name, chosen, outcome.model_type, config)
     for kind, path in targets.items():
         save_png_atomic(outcome.images[kind], path, metadata, overwrite=config.overwrite)
     if json_out:

@@ -1,10 +1,10 @@
 """Every option more than one command takes, declared once, with defaults read from RunConfig/SamplingSettings
-and choices from the enums in ootd/config.py.
+and choices from the enums in ootd/settings.py.
 
 `with_options(RUN_OPTIONS, LOGGING_OPTIONS)` adds the declared options to a command's signature (typer reads
 `__signature__`), so a command states only its own parameters and receives the shared ones in `**options`;
 `config_from(options)` turns them into a validated RunConfig. A new sampling option: a field in SamplingSettings,
-its word in `ootd.app.config.build_config`, and one entry here.
+its word in `ootd.app.tryon.config.build_config`, and one entry here.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ from typing import Annotated, Any
 
 import typer
 
-from ootd.app.config import RunConfig, build_config
-from ootd.app.naming import NAME_FIELDS
-from ootd.config import (
-    MAX_CACHE_INTERVAL,
-    MAX_TOKEN_MERGE,
+from ootd.app.tryon.config import RunConfig, build_config
+from ootd.app.tryon.naming import NAME_FIELDS
+from ootd.settings import (
     AttentionName,
     Category,
     Choice,
@@ -33,6 +31,7 @@ from ootd.config import (
     SchedulerName,
     SpeedPreset,
 )
+from ootd.speedups.modes import FeatureCache, TokenMerge
 
 SAMPLING = "Sampling"
 HARDWARE = "Hardware"
@@ -82,11 +81,11 @@ SpeedOpt = Annotated[str | None, _opt(
 CacheIntervalOpt = Annotated[int | None, _opt(
     "--cache-interval", metavar="N", panel=SPEED, default_shown=False,
     help=f"Recompute the try-on UNet's deep levels only every N-th step and reuse them in between (DeepCache-style "
-         f"feature caching), 1 to {MAX_CACHE_INTERVAL}. 1 = exact.")]
+         f"feature caching), 1 to {FeatureCache.MAX}. 1 = exact.")]
 TokenMergeOpt = Annotated[float | None, _opt(
     "--token-merge", metavar="RATIO", panel=SPEED, default_shown=False,
     help=f"Merge this fraction of the person tokens in the finest self-attention level (ToMe), 0 to "
-         f"{MAX_TOKEN_MERGE}; the garment tokens stay whole. 0 = exact.")]
+         f"{TokenMerge.MAX}; the garment tokens stay whole. 0 = exact.")]
 QuantizeOpt = Annotated[str | None, _opt(
     "--quantize", metavar=choices(QuantizeName), panel=SPEED, default_shown=False,
     help="Quantize the UNets' linear layers (needs the `quant` extra): int8-dynamic on CPUs, int8-weight or fp8 "
@@ -151,8 +150,8 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "attention": (AttentionOpt, RunConfig.attention.value),
     "device": (DeviceOpt, RunConfig.device),
     "max_memory": (MaxMemoryOpt, None),
-    "channels_last": (ChannelsLastOpt, RunConfig.channels_last),
-    "compile": (CompileOpt, RunConfig.compile),
+    "channels_last": (ChannelsLastOpt, None),
+    "compile": (CompileOpt, None),
     "parsing_provider": (ProviderOpt, RunConfig.parsing_provider.value),
     "output": (OutputOpt, RunConfig.output),
     "save_intermediates": (IntermediatesOpt, RunConfig.save_intermediates),
@@ -209,7 +208,7 @@ def option_source(name: str) -> str | None:
 
 def checked_config(options: dict[str, Any]) -> RunConfig:
     """`config_from` plus the device and precision checked against this machine (usage errors, exit 2)."""
-    from ootd.app.load import check_hardware
+    from ootd.app.tryon.loader import check_hardware
 
     config = config_from(options)
     check_hardware(config, option_source("device"))
@@ -222,6 +221,6 @@ ALL_MODELS = ",".join(MODEL_TYPES)
 
 def parse_model_list(models: str) -> list[ModelType]:
     """'hd,dc' -> [ModelType.HD, ModelType.DC] (the --models option of download, verify and doctor)."""
-    from ootd.download import parse_models
+    from ootd.weights.download import parse_models
 
     return parse_models([m for m in models.split(",") if m.strip()])

@@ -1,7 +1,8 @@
 """`ootd run`: one person, one garment -> one PNG per sample, named by --name (`<person>__<garment>__<i>.png`).
 
-Everything cheap is checked first (options, input images, checkpoints present, output folder and names), so a
-mistake fails in one line before minutes of model loading; then ootd/app runs the try-on and saves it.
+Every check runs first, in the one order of ootd/app/tryon/job.py (options, input images, checkpoints present,
+output folder and names, memory budget, a person in the photo), so a mistake fails in one line before minutes of
+model loading; then the job runs on the loaded pipeline and saves its files.
 """
 
 from __future__ import annotations
@@ -60,63 +61,39 @@ def run_command(
     """Dress one person in one garment: writes [bold]<person>__<garment>__<i>.png[/bold] per sample (see --name)."""
     from dataclasses import replace
 
-    from ootd.app import load
-    from ootd.app.budget import check_memory_budget
-    from ootd.app.masking import check_mask_input
-    from ootd.app.outputs import peak_memory, prepare_output_dir, refuse_existing, save_outcome, targets_for
-    from ootd.app.safety import check_outputs
-    from ootd.app.tempfiles import clean_stale_temps
-    from ootd.app.tryon import TryOnRequest, check_person, run_tryon
-    from ootd.config import Category
+    from ootd.app.tryon.job import prepare_job
+    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.app.tryon.outputs import describe_pipeline, peak_memory
+    from ootd.app.tryon.request import TryOnRequest
+    from ootd.settings import Category
 
     started = time.perf_counter()
-    # 1. everything cheap first: options, input images, checkpoints folder, output folder and names
     config = replace(checked_config(options), grid=grid)
     request = TryOnRequest(model, cloth, Category.parse(category), mask)
-    chosen_model = config.model_type_for(request.category)
-    request = check_mask_input(request.decoded(), raw_mask=mask, fit=config.fit)
-    load.check_checkpoints_present(config.checkpoints, [chosen_model], need_preprocess=mask is None)
-    prepare_output_dir(config.output)
-    clean_stale_temps(config.output)
-    targets = targets_for(request, config)
-    check_outputs(targets.all(), [model, cloth, mask], overwrite=config.overwrite)  # never replace an input
-    if not config.overwrite:
-        refuse_existing(targets.all())
-    check_memory_budget(config, [chosen_model])
+    loader = PipelineLoader(config)
     random_seed = options["seed"] is None
-    if not json_out:
-        note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
-        logger.info("seed %d%s", config.sampling.seed, note)
-
-    # 2. pose + parsing (seconds) before the diffusion models (minutes), when the mask is automatic
     timings: dict[str, Any] = {}
     with Display(show_progress(options["quiet"], json_out)) as display:
-        preprocessor = None
-        if request.mask is None:
-            display("pose", 0, 2)
-            t = time.perf_counter()
-            preprocessor = load.load_preprocessor(config)
-            display("pose", 1, 2)
-            check_person(request, config, preprocessor)
-            display("pose", 2, 2)
+        # 1. every check (cheap first; pose + parsing, seconds, before the diffusion models, minutes)
+        t = time.perf_counter()
+        job = prepare_job(config, request, loader, progress=display)
+        if job.person_mask is not None:
             timings["pose_parsing"] = time.perf_counter() - t
-        # 3. the heavy part
+        if not json_out:
+            note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
+            logger.info("seed %d%s", config.sampling.seed, note)
+        # 2. the heavy part
         display("load", 0, 1)
         t = time.perf_counter()
-        extra = {"preprocessor": preprocessor} if preprocessor is not None else {}
-        if display.enabled:  # a bar that moves per component
-            extra["progress"] = display
-        pipe = load.load_pipeline(config, chosen_model, **extra)
+        pipe = loader.get(job.model_type, progress=display if display.enabled else None)  # a bar per component
         timings["load"] = time.perf_counter() - t
-        if "progress" not in extra:
+        if not display.enabled:
             display("load", 1, 1)
         if explain and not json_out:
-            from ootd.app.outputs import describe_pipeline
-
             _explain(pipe, describe_pipeline(pipe, config), config)
-        outcome = run_tryon(pipe, request, config, progress=display)
+        outcome = job.run(pipe, progress=display)
         t = time.perf_counter()
-        images, intermediates = save_outcome(outcome, config, targets)
+        images, intermediates = job.save(outcome)
         timings["save"] = time.perf_counter() - t
 
     timings.update(outcome.timings())
@@ -128,7 +105,7 @@ def run_command(
 def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[str, Path], timings: dict[str, Any],
             memory: dict[str, Any], random_seed: bool, json_out: bool, explain: bool) -> None:
     """The summary: paths, seed and time as lines, or everything as JSON."""
-    from ootd.app.outputs import settings_json
+    from ootd.app.tryon.outputs import settings_json
 
     result, info, request = outcome.result, outcome.info, outcome.request
     if json_out:
@@ -151,7 +128,7 @@ def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[s
         typer.echo(str(path))
     note = f" (random; pass --seed {result.seed} to reproduce)" if random_seed else ""
     typer.echo(f"seed: {result.seed}{note}")
-    from ootd.speed_presets import speed_summary
+    from ootd.speedups.modes import speed_summary
 
     speed = speed_summary(result.settings or {})
     typer.echo(f"time: {timing_line(timings)} on {info.get('device')}, "
@@ -162,7 +139,7 @@ def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[s
 def timing_line(timings: dict[str, Any]) -> str:
     """`12.3 s (load 5.1 s, ..., other 0.1 s)`: every stage that took time, plus what no stage covers, so the
     parts add up to the total."""
-    from ootd.app.outputs import format_seconds
+    from ootd.app.tryon.outputs import format_seconds
 
     parts = {name: value for name, value in timings.items() if name != "total" and isinstance(value, float)}
     other = timings["total"] - sum(parts.values())
@@ -192,7 +169,7 @@ def _explain(pipe: Any, info: dict[str, Any], config: Any) -> None:
     if callable(make_plan):
         sampling = config.sampling
         try:
-            plan = make_plan(sampling.resolution, sampling.num_samples, sampling.guidance_scale >= 1.0)
+            plan = make_plan(sampling.resolution, sampling.num_samples, sampling.guidance)
         except Exception as exc:  # explaining must not stop the run
             logger.debug("make_plan failed: %s", exc)
     if callable(getattr(plan, "explain", None)):  # a memory Plan explains itself, headline included

@@ -62,7 +62,7 @@ def serve_command(
 ) -> None:
     """Serve the try-on page and the HTTP API; models load on first use and stay loaded."""
     check_extra()
-    from ootd.app.config import parse_size
+    from ootd.app.tryon.config import parse_size
     from ootd.serve.limits import Auth
     from ootd.serve.server import serve
 

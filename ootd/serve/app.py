@@ -30,14 +30,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from ootd import __version__
-from ootd.app.config import RunConfig
 from ootd.app.console import one_line
-from ootd.config import RESOLUTIONS, Category, FitMode, SchedulerName
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.loader import ModelSource
 from ootd.errors import CheckpointError, DeviceError, InputImageError, NoPersonError, OotdError, UsageError
 from ootd.serve.forms import FILES, TEXT_FIELDS, BadRequest, FieldError, build_spec
 from ootd.serve.limits import Auth, BodyLimit, Limits, RequireAuth
 from ootd.serve.service import Finished, TryOnService
 from ootd.serve.worker import DONE, FAILED, Job, QueueFull, ShuttingDown, Worker
+from ootd.settings import RESOLUTIONS, Category, FitMode, SchedulerName
 
 logger = logging.getLogger(__name__)
 
@@ -169,11 +170,11 @@ class Api:
 
 
 def create_app(config: RunConfig, workdir: Path, limits: Limits | None = None, auth: Auth | None = None,
-               factory: Any = None) -> FastAPI:
+               models: ModelSource | None = None) -> FastAPI:
     """The app around one worker thread. `workdir`: this process's temporary folder (jobs live under it).
-    `factory(model_type)` replaces loading from the config (tests hand in preloaded pipelines)."""
+    `models` replaces loading from the config (tests hand in preloaded pipelines)."""
     limits = limits or Limits()
-    service = TryOnService(config, factory, one_model=limits.one_model)
+    service = TryOnService(config, models, one_model=limits.one_model)
     worker = Worker(service.run, limits.max_queue, limits.keep_jobs)
     jobs_root = Path(workdir) / "jobs"
     jobs_root.mkdir(parents=True, exist_ok=True)

@@ -14,11 +14,12 @@ from typing import Any
 
 from starlette.datastructures import UploadFile
 
-from ootd.app.config import RunConfig
-from ootd.app.tryon import TryOnRequest
-from ootd.config import Category, FitMode
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.masking import check_mask_input
+from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import OotdError, UsageError
 from ootd.serve.service import JobSpec
+from ootd.settings import Category, FitMode
 
 FILES = ("person", "garment", "mask")
 TEXT_FIELDS = ("category", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit")
@@ -119,11 +120,11 @@ def build_spec(form: Any, base: RunConfig, folder: Path) -> JobSpec:
         mask=mask[0] if mask else None, person_name=saved["person"][1], garment_name=saved["garment"][1],
         mask_name=mask[1] if mask else None,
     )
-    try:
-        decoded = request.decoded()  # the file checks of `ootd run`: not an image, truncated, too small or large
+    try:  # the file checks of `ootd run`: not an image, truncated, too small or large, a mask of another aspect
+        decoded = check_mask_input(request.decoded(), raw_mask=request.mask, fit=config.fit)
     except OotdError as exc:
         message = str(exc)
         for path, name in saved.values():  # the client's file name, never this server's folders
             message = message.replace(str(path), name)
         raise BadRequest(message) from None
-    return JobSpec(request, replace(config, output=folder / "results"), decoded.person.size)
+    return JobSpec(decoded, replace(config, output=folder / "results"), decoded.person.size)

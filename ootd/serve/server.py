@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ootd.app.config import RunConfig
-from ootd.app.load import check_checkpoints_present
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.loader import check_checkpoints_present
 from ootd.errors import OotdError, UsageError
 from ootd.serve.limits import Auth, Limits
 

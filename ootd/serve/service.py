@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ootd.app.config import RunConfig
-from ootd.app.load import PipelineLoader, check_checkpoints_present
-from ootd.app.outputs import encode_png, png_metadata, targets_for
-from ootd.app.tryon import TryOnOutcome, TryOnRequest, run_tryon
-from ootd.config import ModelType
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.job import TryOnJob, prepare_job
+from ootd.app.tryon.loader import ModelSource, PipelineLoader
+from ootd.app.tryon.outcome import TryOnOutcome
+from ootd.app.tryon.provenance import png_record
+from ootd.app.tryon.request import TryOnRequest
+from ootd.imaging.files import save_png_atomic
 from ootd.serve.worker import Job
+from ootd.settings import FitMode, ModelType
 
 
 @dataclass(frozen=True)
@@ -47,15 +50,15 @@ class Finished:
 
 class TryOnService:
     """Owns the pipelines (one loader per model type, so both stay loaded; or one for both with `one_model`)
-    and runs one job at a time."""
+    and runs one job at a time, through the same job as `ootd run` (ootd/app/tryon/job.py)."""
 
-    def __init__(self, config: RunConfig, factory: Any = None, one_model: bool = False) -> None:
+    def __init__(self, config: RunConfig, models: ModelSource | None = None, one_model: bool = False) -> None:
         self.config = config
         if one_model:  # one loader for both: switching model types releases the other (less memory)
-            shared = PipelineLoader(config, factory)
+            shared = PipelineLoader(config, models)
             self.loaders = dict.fromkeys(ModelType, shared)
         else:
-            self.loaders = {model_type: PipelineLoader(config, factory) for model_type in ModelType}
+            self.loaders = {model_type: PipelineLoader(config, models) for model_type in ModelType}
         self.info: dict[str, Any] = {}  # describe_pipeline of the latest run: device, precision, attention
 
     def describe(self) -> dict[str, str]:
@@ -63,8 +66,8 @@ class TryOnService:
         if self.info:
             return {key: str(self.info.get(key, "")) for key in ("device", "precision", "attention")}
         config = self.config
-        return {"device": config.device or "auto", "precision": str(config.precision),
-                "attention": str(config.attention)}
+        return {"device": config.device or "auto", "precision": config.precision.value,
+                "attention": config.attention.value}
 
     def loaded(self) -> list[str]:
         return [m.value for m, loader in self.loaders.items() if loader.holds(m)]
@@ -80,59 +83,52 @@ class TryOnService:
         spec: JobSpec = job.spec
         model_type = spec.config.model_type_for(spec.request.category)
         loader = self.loaders[model_type]
+        # the checks of every try-on, in their order (the uploads were decoded when the request came in)
+        prepared = prepare_job(spec.config, spec.request, loader, progress=job.progress)
         timings: dict[str, Any] = {}
         if not loader.holds(model_type):
             job.progress("load", 0, 1)
             start = time.perf_counter()
-            check_checkpoints_present(spec.config.checkpoints, [model_type], spec.request.mask is None)
             pipe = loader.get(model_type)
             timings["load"] = time.perf_counter() - start
         else:
             pipe = loader.get(model_type)
-        outcome = run_tryon(pipe, spec.request, spec.config, progress=job.progress)
+        outcome = prepared.run(pipe, progress=job.progress)
         self.info = dict(outcome.info)
         start = time.perf_counter()
-        finished = write_outcome(outcome, spec.config, job.folder, spec.person_size)
+        finished = write_outcome(prepared, outcome, spec.person_size)
         timings.update(outcome.timings())
         timings["encode"] = time.perf_counter() - start
         finished.timings = timings
         return finished
 
 
-def write_outcome(outcome: TryOnOutcome, config: RunConfig, folder: Path, person_size: tuple[int, int]) -> Finished:
-    """The result PNGs (with `ootd run`'s names and metadata), the mask, the masked person and the editor's mask."""
-    result = outcome.result
-    names = [path.name for path in targets_for(outcome.request, config).images]
-    stem = names[0].rsplit("__", 1)[0]
-    out = folder / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    files: dict[str, Path] = {}
-
-    def write(name: str, image: Any, meta: dict[str, str]) -> str:
-        path = out / name
-        path.write_bytes(encode_png(image, meta))
-        files[name] = path
-        return name
-
-    for i, (name, image) in enumerate(zip(names, result.images, strict=True)):
-        write(name, image, png_metadata(outcome, config, sample=i))
-    meta = png_metadata(outcome, config)
-    mask = write(f"{stem}__mask.png", result.mask, meta)
-    masked = write(f"{stem}__masked_person.png", result.masked_person, meta)
-    person_mask = write(f"{stem}__mask_editable.png", mask_in_person_frame(result.mask, person_size, config.fit), {})
-    return Finished(names, mask, masked, person_mask, int(result.seed), outcome.model_type.value,
-                    dict(result.settings or {}), {}, files)
+def write_outcome(job: TryOnJob, outcome: TryOnOutcome, person_size: tuple[int, int]) -> Finished:
+    """The result PNGs (with `ootd run`'s names and records), the mask, the masked person and the editor's mask,
+    each written atomically into the job's results folder."""
+    result, config, targets = outcome.result, job.config, job.targets
+    images, _ = job.save(outcome)
+    record = png_record(outcome, config)
+    extra = {"mask": (result.mask, record), "masked_person": (result.masked_person, record),
+             "mask_editable": (mask_in_person_frame(result.mask, person_size, config.fit), {})}
+    files = {path.name: path for path in images}
+    names = {}
+    for kind, (image, meta) in extra.items():
+        path = save_png_atomic(image, targets.path(kind), meta, overwrite=True)
+        files[path.name], names[kind] = path, path.name
+    return Finished([p.name for p in images], names["mask"], names["masked_person"], names["mask_editable"],
+                    int(result.seed), outcome.model_type.value, dict(result.settings or {}), {}, files)
 
 
-def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: str) -> Any:
+def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: FitMode) -> Any:
     """The working-resolution mask mapped back onto the person photo, so a mask painted over the photo and sent
     back as `mask` is framed as the photo is (pad and stretch map back to within a pixel; crop keeps the kept
     region and leaves the cut-off border unmasked)."""
     from PIL import Image
 
-    from ootd.framing import fit_to_aspect, restore_framing
+    from ootd.imaging.framing import fit_to_aspect, restore_framing
 
-    _, info = fit_to_aspect(Image.new("L", person_size), mask.size, str(fit), pad_color=0, resample=Image.NEAREST)
+    _, info = fit_to_aspect(Image.new("L", person_size), mask.size, fit, pad_color=0, resample=Image.NEAREST)
     restored = restore_framing(mask, info, resample=Image.NEAREST)
     if info.mode != "crop":
         return restored

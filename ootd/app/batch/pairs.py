@@ -1,0 +1,247 @@
+"""Many try-on requests: pairs from a CSV or from two folders, and the shard of them one process runs.
+
+A pair that cannot even be read (a bad CSV row) is kept, with its `problem`, so the batch reports it in its
+place instead of stopping.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.request import TryOnRequest
+from ootd.errors import UsageError, printable
+from ootd.settings import Category, Pairing
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".avif", ".bmp", ".tif", ".tiff", ".gif", ".ppm")
+CSV_HEADER_WORDS = {
+    "person": ("person", "model", "person_path", "model_path", "human"),
+    "garment": ("garment", "cloth", "garment_path", "cloth_path", "clothes"),
+    "category": ("category", "type"),
+    "mask": ("mask", "mask_path"),
+}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One person + garment try-on request, as read from a CSV row or a folder listing."""
+
+    person: Path
+    garment: Path
+    category: Category | None  # None only when `problem` says why
+    mask: Path | None = None  # None: computed from pose + parsing
+    index: int = 0  # position in the input (report order)
+    source: str = ""  # where it came from, for messages ("pairs.csv line 4")
+    problem: str | None = None  # a request that could not even be read (bad CSV row)
+
+    def describe(self) -> str:
+        return f"{self.person.name} + {self.garment.name}"
+
+    def request(self) -> TryOnRequest:
+        """The try-on this pair asks for (pairs with a `problem` have none)."""
+        if self.category is None:
+            raise UsageError(self.problem or f"{self.source}: no category")
+        return TryOnRequest(self.person, self.garment, self.category, self.mask)
+
+
+def _cells(row: list[str]) -> list[str]:
+    cells = [c.strip() for c in row]
+    while cells and not cells[-1]:
+        cells.pop()
+    return cells
+
+
+def _header_columns(cells: list[str]) -> dict[str, int] | None:
+    """Column index per field when `cells` is a header row, else None."""
+    lowered = [c.lower().replace(" ", "_") for c in cells]
+    if not lowered or lowered[0] not in CSV_HEADER_WORDS["person"] + CSV_HEADER_WORDS["garment"]:
+        return None
+    columns = {}
+    for name, words in CSV_HEADER_WORDS.items():
+        for i, cell in enumerate(lowered):
+            if cell in words:
+                columns[name] = i
+                break
+    if "person" not in columns or "garment" not in columns:
+        raise UsageError(f"CSV header {','.join(cells)!r} needs person and garment columns")
+    return columns
+
+
+def _cell(cells: list[str], columns: dict[str, int], name: str) -> str:
+    i = columns.get(name)
+    return cells[i] if i is not None and i < len(cells) else ""
+
+
+def _resolve(base: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _rows(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) per CSV row; a row the csv module refuses (a field over csv.field_size_limit(),
+    a stray NUL) is a one-line error naming its line."""
+    reader = csv.reader(text.splitlines())
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise UsageError(f"pairs file {printable(path)} line {reader.line_num}: {exc}") from None
+        yield reader.line_num, row
+
+
+def read_pairs_csv(path: str | Path, default_category: Category | None = None) -> list[Pair]:
+    """Pairs from `person,garment,category[,mask]` rows; header optional; paths relative to the CSV's folder.
+
+    Blank lines and lines starting with '#' are ignored. A row that cannot be understood becomes a Pair with a
+    `problem` (reported as an error for that row) instead of stopping the whole batch.
+    """
+    path = Path(path)
+    if not path.is_file():
+        problem = ("is a folder" if path.is_dir() else "is not a regular file (a pipe or device would block)"
+                   if path.exists() else "file not found")
+        raise UsageError(f"pairs file {printable(path)}: {problem}")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"pairs file {path}: cannot be read as UTF-8 text ({exc})") from None
+    base = path.parent
+    columns = {"person": 0, "garment": 1, "category": 2, "mask": 3}
+    pairs: list[Pair] = []
+    first = True
+    for line_no, row in _rows(path, text):
+        cells = _cells(row)
+        if not cells or cells[0].startswith("#"):
+            continue
+        if first:
+            first = False
+            header = _header_columns(cells)
+            if header is not None:
+                columns = header
+                continue
+        source = f"{path.name} line {line_no}"
+
+        person, garment, category_word, mask = (_cell(cells, columns, name)
+                                                for name in ("person", "garment", "category", "mask"))
+        problem = None
+        category = None
+        if len(cells) > max(columns.values()) + 1:
+            problem = f"{source}: {len(cells)} columns, expected person,garment,category[,mask]"
+        elif not person or not garment:
+            problem = f"{source}: needs a person and a garment path (person,garment,category[,mask])"
+        else:
+            try:
+                category = Category.parse(category_word) if category_word else default_category
+            except UsageError as exc:
+                problem = f"{source}: {exc}"
+            if category is None and problem is None:
+                problem = f"{source}: no category (add a category column or pass --category)"
+        pairs.append(
+            Pair(
+                person=_resolve(base, person or "?"), garment=_resolve(base, garment or "?"), category=category,
+                mask=_resolve(base, mask) if mask else None, index=len(pairs), source=source, problem=problem,
+            )
+        )
+    if not pairs:
+        raise UsageError(f"pairs file {path} lists no pairs (expected rows person,garment,category[,mask])")
+    return pairs
+
+
+def list_images(folder: str | Path, what: str, output: str | Path | None = None) -> list[Path]:
+    """Image files in a folder (not recursive, hidden files skipped: temporary files are hidden), sorted by
+    name. When `folder` is the run's `output` folder, the pictures ootd wrote there are not inputs."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UsageError(f"{what} folder {folder}: {'is not a folder' if folder.exists() else 'not found'}")
+    files = sorted(
+        p for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
+    )
+    if output is not None and Path(output).is_dir() and Path(output).samefile(folder):
+        from ootd.app.tryon.safety import is_our_png
+
+        files = [p for p in files if not is_our_png(p)]
+    if not files:
+        raise UsageError(f"{what} folder {folder} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+    return files
+
+
+def pairs_from_folders(
+    people: str | Path, garments: str | Path, category: Category, pairing: str | Pairing = Pairing.PRODUCT,
+    masks: str | Path | None = None, *, output: str | Path | None = None,
+) -> list[Pair]:
+    """Every person with every garment (product) or the i-th with the i-th (zip), in name order.
+
+    With `masks`, a person's mask is the image in that folder with the person's file stem (any extension);
+    people without one get the automatic mask. `output`: the run's output folder, whose pictures are never
+    inputs (a rerun with the outputs among the people must not dress its own results).
+    """
+    pairing = Pairing.parse(pairing, "pairing")
+    person_files = list_images(people, "people", output)
+    garment_files = list_images(garments, "garments", output)
+    mask_by_stem: dict[str, Path] = {}
+    if masks is not None:
+        for file in list_images(masks, "masks", output):
+            mask_by_stem.setdefault(file.stem, file)
+    if pairing is Pairing.ZIP:
+        if len(person_files) != len(garment_files):
+            raise UsageError(
+                f"zip pairing needs as many people as garments ({len(person_files)} vs {len(garment_files)}); "
+                "use --pairing product for every combination"
+            )
+        combos = list(zip(person_files, garment_files, strict=True))
+    else:
+        combos = [(p, g) for p in person_files for g in garment_files]
+    return [
+        Pair(person=p, garment=g, category=category, mask=mask_by_stem.get(p.stem), index=i,
+             source=f"{pairing} #{i + 1}")
+        for i, (p, g) in enumerate(combos)
+    ]
+
+
+def collect_pairs(
+    csv_file: str | Path | None, people: str | Path | None, garments: str | Path | None,
+    category: str | Category | None = None, pairing: str | Pairing = Pairing.PRODUCT, masks: str | Path | None = None,
+    *, output: str | Path | None = None,
+) -> list[Pair]:
+    """The pairs of a batch: from a CSV (`category` for rows without one), or from folders of people and
+    garments (`category` required); exactly one of the two."""
+    default_category = Category.parse(category) if category is not None else None
+    folder_mode = people is not None or garments is not None
+    if csv_file is not None and folder_mode:
+        raise UsageError("give either a pairs CSV or --models/--cloths folders, not both")
+    if csv_file is not None:
+        return read_pairs_csv(csv_file, default_category)
+    if not folder_mode:
+        raise UsageError("nothing to do: give a pairs CSV or --models DIR --cloths DIR --category C")
+    if people is None or garments is None:
+        raise UsageError("folder mode needs both --models DIR and --cloths DIR")
+    if default_category is None:
+        raise UsageError("folder mode needs --category upper|lower|dress")
+    return pairs_from_folders(people, garments, default_category, pairing, masks, output=output)
+
+
+def order_key(pair: Pair, config: RunConfig) -> tuple:
+    """Runs grouped by model type, then garment (each garment prepared once), then person."""
+    try:
+        model = config.model_type_for(pair.category).value if pair.category is not None else ""
+    except UsageError:
+        model = ""
+    category = pair.category.value if pair.category is not None else ""
+    return (model, str(pair.garment), category, str(pair.person), str(pair.mask or ""), pair.index)
+
+
+def select_shard(pairs: Sequence[Pair], shard: int, shards: int, config: RunConfig) -> list[Pair]:
+    """Shard `shard` of `shards`: a contiguous block of the run order, so each garment's pairs stay together
+    (reuse) and the shards are near-equal in size. Stable across runs, so resuming a shard works."""
+    if shards < 1 or not 0 <= shard < shards:
+        raise UsageError(f"shard must be K/N with 0 <= K < N, got {shard}/{shards}")
+    ordered = sorted(pairs, key=lambda p: order_key(p, config))
+    size, extra = divmod(len(ordered), shards)
+    start = shard * size + min(shard, extra)
+    stop = start + size + (1 if shard < extra else 0)
+    return sorted(ordered[start:stop], key=lambda p: p.index)

@@ -1,0 +1,117 @@
+"""Every pair of a batch checked before any model loads: the single try-on's per-request checks for each pair,
+output names that collide, outputs that would replace an input or a file that is not ours, and resume.
+
+`precheck` sorts the pairs into reports that are final already (unreadable rows, missing files, model/category
+mismatches, colliding names: errors; pairs done earlier with these settings: skipped) and jobs to run; outputs
+made with other settings stop the batch with one line (ootd/app/batch/resume.py). The checks that concern the
+whole batch (checkpoints, the output folder, --max-memory) run once, in the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ootd.app.batch.pairs import Pair
+from ootd.app.batch.report import PairReport, is_our_report
+from ootd.app.batch.resume import resume_state, stale_error
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.job import TryOnJob
+from ootd.app.tryon.outputs import targets_for
+from ootd.app.tryon.provenance import expected_record
+from ootd.app.tryon.safety import Other, check_outputs
+from ootd.errors import OutputError, UsageError
+
+
+def check_batch_outputs(pairs: Iterable[Pair], config: RunConfig, report: Path | None,
+                        extra_inputs: Iterable[Path | None] = (), pages: Iterable[Path] = ()) -> None:
+    """`check_outputs` for a batch: every readable pair's targets against every pair's inputs; the report must be
+    a batch report, and pages (index.html) may be rewritten but never replace an input."""
+    inputs: list[Path | None] = list(extra_inputs)
+    images: list[Path] = []
+    for pair in pairs:
+        inputs += [pair.person, pair.garment, pair.mask]
+        if pair.problem is None and pair.category is not None:
+            try:
+                images += targets_for(pair.request(), config).all()
+            except UsageError:  # a pair the batch reports as its own error (e.g. hd with a lower garment)
+                continue
+    others = [Other(Path(report), "report", is_our_report, "a batch report")] if report is not None else []
+    others += [Other(Path(page), "page") for page in pages]
+    check_outputs(images, inputs, overwrite=config.overwrite, others=others)
+
+
+@dataclass
+class Precheck:
+    """The outcome of the checks: final reports, the jobs left to run, and the config they run with (a
+    resumed batch whose seed was drawn keeps the seed its files were made with)."""
+
+    done: list[PairReport]
+    todo: list[tuple[Pair, TryOnJob]]
+    config: RunConfig
+
+
+def _missing_files(pair: Pair) -> list[str]:
+    return [f"{role} image {path}: {'is a folder, not an image file' if path.is_dir() else 'file not found'}"
+            for role, path in (("person", pair.person), ("garment", pair.garment), ("mask", pair.mask))
+            if path is not None and not path.is_file()]
+
+
+def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
+    """Everything knowable without models, per pair (see the module docstring)."""
+    done: list[PairReport] = []
+    todo: list[tuple[Pair, TryOnJob]] = []
+    claimed: dict[Path, Pair] = {}
+    stale: list[str] = []
+    seeds: set[int] = set()  # the seeds existing outputs were made with
+    seed = config.sampling.seed
+    for pair in pairs:
+        if pair.problem is not None:
+            done.append(PairReport(pair, "error", error=pair.problem, seed=seed))
+            continue
+        try:
+            job = TryOnJob.planned(config, pair.request())
+        except UsageError as exc:
+            done.append(PairReport(pair, "error", error=f"{pair.source}: {exc}", seed=seed))
+            continue
+        model = job.model_type.value
+        missing = _missing_files(pair)
+        if missing:
+            done.append(PairReport(pair, "error", model, error="; ".join(missing), seed=seed))
+            continue
+        outputs = job.targets.all()
+        clash = next((claimed[p] for p in outputs if p in claimed), None)
+        if clash is not None:
+            done.append(PairReport(
+                pair, "error", model, seed=seed,
+                error=f"its output names collide with {clash.source} ({clash.describe()}); "
+                      "rename one of the inputs, drop the duplicate or use a --name with {category}",
+            ))
+            continue
+        claimed.update(dict.fromkeys(outputs, pair))
+        state = None if config.overwrite else resume_state(job.targets,
+                                                           expected_record(job.request, job.model_type, config))
+        if state is not None and state.status == "stale":
+            stale.append(f"{pair.source}: {state.reason}")
+            continue
+        if state is not None and state.seed is not None:
+            seeds.add(state.seed)
+        if state is not None and state.status == "done":
+            done.append(PairReport(
+                pair, "skipped", model, outputs=[str(p) for p in job.targets.images],
+                intermediates={k: str(p) for k, p in job.targets.intermediates.items() if p.exists()},
+                seed=state.seed,
+            ))
+            continue
+        todo.append((pair, job))
+    if stale:
+        raise OutputError(stale_error(len(stale), stale[0]))
+    if config.seed_random and len(seeds) == 1:  # a rerun of the same command finishes the batch it started
+        (kept,) = seeds
+        config = replace(config, sampling=replace(config.sampling, seed=kept))
+        todo = [(pair, replace(job, config=config)) for pair, job in todo]
+        for report in done:
+            if report.status == "error":
+                report.seed = kept
+    return Precheck(done, todo, config)

@@ -1,0 +1,270 @@
+"""`ootd batch --engine ray`: the local batch engine's pairs, spread over the actors of a Ray cluster.
+
+The driver (this process) does everything the local engine does before a model is loaded - precheck, resume (a
+pair whose outputs exist is `skipped` and never dispatched), the checkpoint check - and writes the report, one
+line per pair as results arrive, through the local engine itself (`BatchRunner.run`). Only the pairs left to do
+go to Ray: one Ray Data row each, in the local engine's run order (model type, garment, person), mapped by a pool
+of actors (`PairWorker`). Each actor holds one pipeline on one device, loaded once per model type, and runs each
+pair with the local engine's per-pair runner and caches, so a garment is prepared once per actor that sees its
+pairs, and a pair's outputs, metadata and report line are the ones the local engine would give.
+
+Why Ray Data rather than actors driven by a queue of our own: replacing an actor that died (killed, out of
+memory) and resubmitting the pair it was running are what Ray Data's actor pool does by default, along with
+streaming results back and placing actors on the cluster's GPUs. One pair per block and one block in flight
+per actor make an actor's death cost exactly the pair it was running. Ray Data retries without limit (and its
+per-task retry option is deprecated), so the bound is kept here: every attempt first asks a small counter actor
+for its number, and an attempt past the bound reports the pair as an error instead of running it.
+
+Outputs are written by the workers straight into the output folder, atomically (ootd/app/tryon/outputs.py), so a pair
+cut short leaves nothing and a retried pair replaces nothing twice; the folder must be the same path on every
+node (a shared filesystem), and so must the inputs and checkpoints (docs/commands.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import pickle
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ootd.app.batch.cluster import ClusterOptions
+from ootd.app.batch.pairs import Pair
+from ootd.app.batch.report import BatchSummary, PairReport
+from ootd.app.batch.runner import BatchRunner
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.job import TryOnJob
+from ootd.app.tryon.outcome import Progress
+from ootd.app.tryon.outputs import peak_memory
+from ootd.errors import OotdError, UsageError
+
+logger = logging.getLogger(__name__)
+
+# Test hook: the index of a pair whose first attempt kills its worker process mid-pair (during denoising).
+EXIT_ON_FIRST_ATTEMPT = "OOTD_RAY_TEST_EXIT_PAIR"
+STATUS_EVERY = 10.0  # seconds between progress lines on the driver
+
+
+class _Attempts:
+    """Counts the attempts at each pair, cluster-wide (a Ray actor, one per batch)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+
+    def begin(self, index: int) -> int:
+        self.counts[index] = self.counts.get(index, 0) + 1
+        return self.counts[index]
+
+    def snapshot(self) -> dict[int, int]:
+        return dict(self.counts)
+
+
+class PairWorker:
+    """One Ray Data actor: one device, one pipeline at a time, the local engine's per-pair runner and caches."""
+
+    def __init__(self, config: RunConfig, attempts: Any, max_attempts: int, exit_on_first: int | None = None) -> None:
+        self.runner = BatchRunner(config)
+        self.attempts = attempts
+        self.max_attempts = max_attempts
+        self.exit_on_first = exit_on_first
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
+        return {"result": [pickle.dumps(self._run(*pickle.loads(item))) for item in batch["pair"]]}
+
+    def _run(self, pair: Pair, job: TryOnJob) -> tuple[PairReport, dict[str, Any]]:
+        import ray
+
+        runner = self.runner
+        attempt = ray.get(self.attempts.begin.remote(pair.index))
+        if attempt > self.max_attempts:
+            return PairReport(
+                pair, "error", job.model_type.value, seed=runner.config.sampling.seed,
+                error=f"the worker running this pair died on each of its {self.max_attempts} attempt(s) (killed, "
+                      "or out of memory?); see the Ray logs on its node",
+            ), {}
+        runner.progress = self._exit_mid_pair if attempt == 1 and pair.index == self.exit_on_first else None
+        before = self._counters()
+        report = runner.run_one(pair, job)
+        after = self._counters()
+        stats = {key: after[key] - before[key] for key in after}
+        stats.update(info=runner.info, peak_memory=peak_memory(runner.loader.current), loads=dict(runner.loader.loads),
+                     worker=ray.get_runtime_context().get_worker_id())
+        return report, stats
+
+    def _counters(self) -> dict[str, float]:
+        runner = self.runner
+        return {"load_seconds": runner.loader.seconds, "person": runner.persons.computed,
+                "garment": runner.garments.computed}
+
+    @staticmethod
+    def _exit_mid_pair(stage: str, done: int, total: int) -> None:
+        if stage == "denoise":
+            os._exit(17)
+
+
+class RayBatchRunner(BatchRunner):
+    """The local engine's run (precheck, resume, report, summary) with the pairs to do executed by Ray."""
+
+    def __init__(self, config: RunConfig, cluster: ClusterOptions, *, report_path: Path | None = None,
+                 progress: Progress | None = None, on_report: Callable[[PairReport], None] | None = None,
+                 index_path: Path | None = None, status: Callable[[str], None] | None = None) -> None:
+        super().__init__(config, report_path=report_path, progress=progress, on_report=on_report,
+                         index_path=index_path)
+        self.cluster = cluster
+        self.status = status
+        self.dispatched = 0  # pairs sent to workers (tests: a resumed batch sends none)
+        self.attempts: dict[int, int] = {}  # pair index -> attempts started (more than one: its worker died)
+        self.workers = 0
+        self._loads: dict[str, dict[str, int]] = {}
+        self._totals = {"load_seconds": 0.0, "person": 0, "garment": 0}
+        self._peak: dict[str, int | None] = {}
+
+    def run(self, pairs: Sequence[Pair]) -> BatchSummary:
+        summary = super().run(pairs)
+        summary.load_seconds = self._totals["load_seconds"]
+        loads: dict[str, int] = {}
+        for per_worker in self._loads.values():
+            for model, count in per_worker.items():
+                loads[model] = loads.get(model, 0) + count
+        summary.loads = loads
+        summary.prepared = {"person": int(self._totals["person"]), "garment": int(self._totals["garment"])}
+        summary.info = {**self.info, "engine": "ray", "workers": self.workers}
+        summary.peak_memory = self._peak or summary.peak_memory
+        return summary
+
+    def _execute(self, order: list[tuple[Pair, TryOnJob]]) -> Iterator[PairReport]:
+        """The reports of the pairs to do (given in run order), in the order they finish on the cluster."""
+        if not order:
+            return
+        import ray
+
+        started = not ray.is_initialized()
+        if started:
+            _connect(ray, self.cluster)
+        try:
+            yield from self._stream(ray, order)
+        finally:
+            if started:
+                ray.shutdown()
+
+    def _stream(self, ray: Any, order: list[tuple[Pair, TryOnJob]]) -> Iterator[PairReport]:
+        workers, gpus = _width(ray, self.cluster)
+        self.workers = workers
+        config = self.config if gpus or self.config.device else dataclasses.replace(self.config, device="cpu")
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False  # the driver shows its own progress
+        context.print_on_execution_start = False
+        _quiet_ray_data()
+        attempts = ray.remote(num_cpus=0)(_Attempts).remote()
+        hook = os.environ.get(EXIT_ON_FIRST_ATTEMPT)
+        items = [{"pair": pickle.dumps(item)} for item in order]  # one block each, kept in run order
+        dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+            PairWorker, batch_size=1, num_cpus=1, num_gpus=gpus,
+            compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
+            fn_constructor_kwargs={"config": config, "attempts": attempts, "max_attempts": self.cluster.retries + 1,
+                                   "exit_on_first": int(hook) if hook else None},
+        )
+        self.dispatched = len(items)
+        meter = _Meter(len(items), self.status)
+        rows = dataset.iter_rows()
+        try:
+            for row in rows:
+                report, stats = pickle.loads(row["result"])
+                self._absorb(stats)
+                meter.tick()
+                yield report
+        except ray.exceptions.RayError as exc:  # the cluster itself failed (not a pair, not a worker's death)
+            raise OotdError(f"the Ray cluster failed: {' '.join(str(exc).split())[:500]}") from None
+        finally:
+            close = getattr(rows, "close", None)
+            if callable(close):
+                close()
+            with contextlib.suppress(Exception):  # diagnostics only; never mask the reason we are stopping
+                self.attempts = ray.get(attempts.snapshot.remote(), timeout=10)
+            ray.kill(attempts)
+        meter.finish()
+
+    def _absorb(self, stats: dict[str, Any]) -> None:
+        if not stats:
+            return
+        for key in self._totals:
+            self._totals[key] += stats.get(key, 0)
+        self.info = stats.get("info") or self.info
+        self._loads[stats["worker"]] = stats["loads"]  # per process: a replaced actor starts from zero
+        for key, value in (stats.get("peak_memory") or {}).items():
+            if value is not None:
+                self._peak[key] = max(value, self._peak.get(key) or 0)
+
+
+def _connect(ray: Any, cluster: ClusterOptions) -> None:
+    """Join the cluster at `address`, or start a private instance sized by --workers (one CPU each)."""
+    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": _ray_log_level()}
+    if cluster.address:
+        options["address"] = cluster.address
+    elif cluster.workers:
+        options["num_cpus"] = cluster.workers
+    try:
+        ray.init(**options)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = f"the Ray cluster at {cluster.address}" if cluster.address else "a local Ray instance"
+        raise UsageError(f"cannot reach {where}: {' '.join(str(exc).split())}") from None
+
+
+def _ray_log_level() -> int:
+    """Ray's own messages on the terminal: errors only, unless ootd logs at debug level (`-v`)."""
+    return logging.INFO if logging.getLogger("ootd").isEnabledFor(logging.DEBUG) else logging.ERROR
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data logs its execution to the terminal and to the session's log file; keep the file complete and the
+    terminal to errors (the driver prints its own progress)."""
+    for handler in logging.getLogger("ray.data").handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setLevel(_ray_log_level())
+
+
+def _width(ray: Any, cluster: ClusterOptions) -> tuple[int, float]:
+    """(workers, GPUs per worker): as asked, else one worker per GPU the cluster has (one CPU worker without)."""
+    resources = ray.cluster_resources()
+    cluster_gpus = float(resources.get("GPU", 0))
+    gpus = cluster.gpus_per_worker if cluster.gpus_per_worker is not None else (1.0 if cluster_gpus else 0.0)
+    if gpus > cluster_gpus:
+        raise UsageError(f"{gpus:g} GPU(s) per worker asked, but the Ray cluster has {cluster_gpus:g}; "
+                         "pass --gpus-per-worker 0 to run on CPUs")
+    workers = cluster.workers or (max(1, int(cluster_gpus // gpus)) if gpus else 1)
+    cpus = float(resources.get("CPU", 0))
+    if workers * gpus > cluster_gpus or workers > cpus:  # Ray Data would wait for them forever
+        raise UsageError(f"{workers} worker(s) need {workers * gpus:g} GPU(s) and {workers} CPU(s); the Ray cluster "
+                         f"has {cluster_gpus:g} and {cpus:g}: pass fewer --workers")
+    return workers, gpus
+
+
+class _Meter:
+    """Pairs done / total, rate and ETA, as a line now and then (the first, then every STATUS_EVERY seconds)."""
+
+    def __init__(self, total: int, emit: Callable[[str], None] | None) -> None:
+        self.total, self.emit = total, emit
+        self.done = 0
+        self.start = self.last = time.perf_counter()
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self.start
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        eta_text = "-" if eta == float("inf") else f"{eta:.0f} s"
+        return f"ray: {self.done}/{self.total} pairs, {rate:.2f} pairs/s, ETA {eta_text}"
+
+    def tick(self) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if self.emit is not None and (self.done == 1 or now - self.last >= STATUS_EVERY):
+            self.last = now
+            self.emit(self.line())
+
+    def finish(self) -> None:
+        if self.emit is not None and self.done:
+            self.emit(self.line())

@@ -1,0 +1,205 @@
+"""The batch report: one JSON line per pair (PairReport), the summary of a batch (BatchSummary), and the writer
+that keeps the file whole.
+
+The lock: `ReportWriter` takes an exclusive flock on the report file itself before truncating it, so a second
+batch writing the same report (same output folder, same shard) stops at once with "another batch is writing
+here"; shards have their own reports and still share a folder. The kernel drops the lock when its process ends,
+however it ends, so a killed batch never leaves a stale lock. Each line goes out in one append write; a line that
+could not be written whole is cut off again, so the report only ever holds whole lines.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ootd.app.batch.pairs import Pair
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.outputs import format_seconds
+from ootd.errors import OutputError, no_space, printable
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no lock, whole-line appends only
+    fcntl = None
+
+REPORT_NAME = "batch_report.jsonl"
+REPORT_LINE_START = b'{"index": '  # how every report line begins (PairReport.to_json)
+
+
+def report_name(shard: tuple[int, int] | None = None) -> str:
+    """The report's file name in the output folder: one per shard, so shards never share a file."""
+    return REPORT_NAME if shard is None else f"batch_report.shard{shard[0]}of{shard[1]}.jsonl"
+
+
+@dataclass
+class PairReport:
+    """One line of the JSON-lines report."""
+
+    pair: Pair
+    status: str  # ok | skipped | error
+    model_type: str | None = None
+    outputs: list[str] = field(default_factory=list)
+    intermediates: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    seed: int | None = None
+    timings: dict[str, Any] = field(default_factory=dict)
+    reused: dict[str, bool] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        pair = self.pair
+        return {
+            "index": pair.index,
+            "source": pair.source,
+            "person": printable(pair.person),  # file names that are not UTF-8 as \xNN escapes
+            "garment": printable(pair.garment),
+            "category": pair.category.value if pair.category is not None else None,
+            "mask": printable(pair.mask) if pair.mask is not None else None,
+            "model_type": self.model_type,
+            "status": self.status,
+            "outputs": [printable(p) for p in self.outputs],
+            "intermediates": {k: printable(p) for k, p in self.intermediates.items()},
+            "error": printable(self.error) if self.error is not None else None,
+            "seed": self.seed,
+            "timings": self.timings,
+            "reused": self.reused,
+        }
+
+
+@dataclass
+class BatchSummary:
+    reports: list[PairReport]
+    seconds: float
+    load_seconds: float
+    loads: dict[str, int]
+    prepared: dict[str, int]  # how many person/garment preparations actually ran
+    report_path: Path | None
+    info: dict[str, Any] = field(default_factory=dict)
+    peak_memory: dict[str, int | None] = field(default_factory=dict)
+    seed: int | None = None  # the batch's seed (a resumed random-seed batch keeps its files' seed)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.reports)
+
+    @property
+    def ok(self) -> bool:
+        """True when every pair succeeded now or earlier (skipped = already done)."""
+        return self.count("error") == 0
+
+    def summary_lines(self, config: RunConfig) -> list[str]:
+        """The human summary printed after a batch (counts, time, reuse, seed, where things went)."""
+        counts = f"{self.count('ok')} ok, {self.count('skipped')} skipped, {self.count('error')} error"
+        people, garments = self.prepared["person"], self.prepared["garment"]
+        lines = [
+            f"{len(self.reports)} pairs: {counts} in {format_seconds(self.seconds)} "
+            f"(model loading {format_seconds(self.load_seconds)}; prepared {people} "
+            f"{'person' if people == 1 else 'people'}, {garments} garment{'' if garments == 1 else 's'})",
+            f"seed: {self.seed if self.seed is not None else config.sampling.seed}",
+            f"outputs: {config.output}",
+            f"report: {self.report_path}",
+        ]
+        if not self.ok:
+            lines.append(f"{self.count('error')} pair(s) failed (listed above and in the report); fix them and "
+                         "rerun the same command: finished pairs are skipped")
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pairs": len(self.reports), "ok": self.count("ok"), "skipped": self.count("skipped"),
+            "error": self.count("error"), "seconds": round(self.seconds, 3),
+            "load_seconds": round(self.load_seconds, 3), "loads": self.loads, "prepared": self.prepared,
+            "report": str(self.report_path) if self.report_path else None,
+            "seed": self.seed if self.seed is not None else next((r.seed for r in self.reports if r.seed is not None),
+                                                                 None),
+            **self.info, "peak_memory": self.peak_memory,
+            "errors": [
+                {"index": r.pair.index, "person": str(r.pair.person), "garment": str(r.pair.garment),
+                 "error": r.error}
+                for r in self.reports if r.status == "error"
+            ],
+        }
+
+
+def is_our_report(path: Path) -> bool:
+    """An empty file or a JSON-lines batch report (its first line is a pair's entry)."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(1 << 20)
+    except OSError:
+        return False
+    if not first:
+        return True  # empty: a batch stopped before its first line
+    if not first.endswith(b"\n"):  # a running batch is writing its first line
+        return first.startswith(REPORT_LINE_START)
+    try:
+        entry = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(entry, dict) and {"index", "status", "person", "garment"} <= entry.keys()
+
+
+class ReportWriter:
+    """The batch report: locked against a second batch, truncated, then one whole-line append per entry."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._fd: int | None = None
+        self._size = 0
+
+    def open(self) -> ReportWriter:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        except OSError as exc:
+            raise self._error(exc, "cannot write the report") from None
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise OutputError(f"another batch is writing here ({printable(self.path)} is locked by a running "
+                                  "ootd batch); wait for it to finish, or use another --output or --report") from None
+        try:
+            os.ftruncate(fd, 0)  # only now: the report of a running batch is never cut
+        except OSError as exc:
+            os.close(fd)
+            raise self._error(exc, "cannot write the report") from None
+        self._fd, self._size = fd, 0
+        return self
+
+    def _error(self, exc: OSError, what: str) -> OutputError:
+        if exc.errno == errno.ENOSPC:
+            return no_space(self.path)
+        return OutputError(f"{what} {printable(self.path)}: {exc.strerror or exc}")
+
+    def write(self, entry: dict[str, Any]) -> None:
+        """Append one line; on failure the file is cut back to its last whole line and the error raised."""
+        if self._fd is None:
+            raise OutputError(f"the report {printable(self.path)} is not open")
+        data = (json.dumps(entry) + "\n").encode("utf-8")
+        try:
+            written = os.write(self._fd, data)
+            while written < len(data):  # a short write: the device filled up mid-line
+                written += os.write(self._fd, data[written:])
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass
+            raise self._error(exc, "cannot write the report") from None
+        self._size += len(data)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # releases the lock
+
+    def __enter__(self) -> ReportWriter:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,217 @@
+"""The local batch engine: many pairs with the models loaded once, reusing prepared inputs, resumable.
+
+Reuse: what depends on one input only is computed once per distinct input. Pairs run garment by garment, so the
+garment side (garment UNet features: hundreds of MB at 768x1024) is prepared once per (garment, category) and
+only one is held at a time; the person side (mask and latents: a few MB) stays in a small LRU across garments,
+so it is prepared once per (person, category, mask) as long as the distinct people fit in that cache.
+
+Resume: a pair whose outputs all exist and record this run's settings is `skipped` (unless overwrite), so
+rerunning the same command finishes a batch; outputs made with other settings make the batch refuse to start
+(the checks: ootd/app/batch/precheck.py). Each pair's JSON line is written to the report as soon as it is done,
+and the folder's contact sheet (index.html, ootd/app/batch/index.py) is refreshed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ootd.app.batch.index import ContactIndex
+from ootd.app.batch.pairs import Pair, order_key
+from ootd.app.batch.precheck import precheck
+from ootd.app.batch.report import BatchSummary, PairReport, ReportWriter
+from ootd.app.console import one_line
+from ootd.app.tryon.budget import check_memory_budget
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.job import TryOnJob
+from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
+from ootd.app.tryon.outcome import Progress
+from ootd.app.tryon.outputs import peak_memory
+from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
+from ootd.settings import ModelType
+
+logger = logging.getLogger(__name__)
+
+
+class _Cache:
+    """A small LRU of prepared inputs; remembers failures too, so a bad input fails fast for every pair."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(1, size)
+        self.items: OrderedDict[tuple, Any] = OrderedDict()
+        self.computed = 0
+
+    def get(self, key: tuple, compute: Callable[[], Any]) -> tuple[Any, bool]:
+        """(value, computed now); raises the remembered error for a key that failed."""
+        if key in self.items:
+            self.items.move_to_end(key)
+            value = self.items[key]
+            if isinstance(value, BaseException):
+                raise value
+            return value, False
+        self.computed += 1
+        try:
+            value = compute()
+        except OotdError as exc:
+            self._put(key, exc)
+            raise
+        self._put(key, value)
+        return value, True
+
+    def _put(self, key: tuple, value: Any) -> None:
+        self.items[key] = value
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+
+    def clear(self) -> None:
+        self.items.clear()
+
+
+class BatchRunner:
+    """Runs pairs in reuse-friendly order, writes each pair's report line as soon as it is done."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        loader: PipelineLoader | None = None,
+        *,
+        report_path: Path | None = None,
+        person_cache: int = 32,
+        garment_cache: int = 1,
+        progress: Progress | None = None,
+        on_report: Callable[[PairReport], None] | None = None,
+        index_path: Path | None = None,
+    ) -> None:
+        self.config = config
+        self.loader = loader if loader is not None else PipelineLoader(config)
+        self.report_path = report_path
+        self.persons = _Cache(person_cache)
+        self.garments = _Cache(garment_cache)
+        self.progress = progress
+        self.on_report = on_report
+        self._report_file: ReportWriter | None = None
+        self.info: dict[str, Any] = {}
+        self._model: ModelType | None = None  # the model type of the pairs the caches were filled for
+        self.index_path = index_path  # the batch's contact sheet (index.html), refreshed as pairs finish
+        self._index: ContactIndex | None = None
+
+    def _emit(self, report: PairReport) -> None:
+        if self._report_file is not None:
+            self._report_file.write(report.to_json())
+        if self._index is not None:
+            self._index.add(report)
+        if self.on_report is not None:
+            self.on_report(report)
+
+    def _tick(self, stage: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(stage, done, total)
+
+    def run(self, pairs: Sequence[Pair]) -> BatchSummary:
+        start = time.perf_counter()
+        reports: list[PairReport] = []
+        checked = precheck(pairs, self.config)
+        self.config, todo = checked.config, checked.todo
+        if self.index_path is not None:
+            self._index = ContactIndex(self.index_path, pairs)
+        if todo:  # a fully resumed batch needs no checkpoints at all
+            models = {job.model_type for _, job in todo}
+            check_checkpoints_present(self.config.checkpoints, models, any(p.mask is None for p, _ in todo))
+            check_memory_budget(self.config, models)  # --max-memory: fits before loading?
+        if self.report_path is not None:  # locked: a second batch on the same report stops here
+            self._report_file = ReportWriter(self.report_path).open()
+        try:
+            total = len(pairs)
+            for report in checked.done:
+                reports.append(report)
+                self._emit(report)
+                self._tick("pairs", len(reports), total)
+            for report in self._execute(sorted(todo, key=lambda item: order_key(item[0], self.config))):
+                reports.append(report)
+                self._emit(report)
+                self._tick("pairs", len(reports), total)
+        finally:
+            if self._report_file is not None:
+                self._report_file.close()
+                self._report_file = None
+        reports.sort(key=lambda r: r.pair.index)
+        return BatchSummary(
+            reports=reports, seconds=time.perf_counter() - start, load_seconds=self.loader.seconds,
+            loads=dict(self.loader.loads),
+            prepared={"person": self.persons.computed, "garment": self.garments.computed},
+            report_path=self.report_path, info=self.info, peak_memory=peak_memory(self.loader.current),
+            seed=self.config.sampling.seed,
+        )
+
+    def _execute(self, order: list[tuple[Pair, TryOnJob]]) -> Iterator[PairReport]:
+        """The reports of the pairs to do (given in run order), as they finish: here one after the other in this
+        process; another engine (ootd/app/batch/ray_engine.py) runs them elsewhere."""
+        for pair, job in order:
+            report = self.run_one(pair, job)
+            failed = self.loader.failure(job.model_type)
+            if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
+                # every later pair of this model would fail the same way: stop once, with one line
+                raise type(failed)(f"cannot load the {job.model_type.value} model: {one_line(failed)}; stopped "
+                                   f"before {pair.source} (finished pairs are in the report)") from failed
+            yield report
+
+    def run_one(self, pair: Pair, job: TryOnJob) -> PairReport:
+        """One pair that passed the precheck; never raises (a failure is the report's error)."""
+        if job.model_type is not self._model:  # inputs prepared by the other model are no use now
+            self.persons.clear()
+            self.garments.clear()
+            self._model = job.model_type
+        return self._run_pair(pair, job)
+
+    def _run_pair(self, pair: Pair, job: TryOnJob) -> PairReport:
+        report = PairReport(pair, "error", job.model_type.value, seed=job.config.sampling.seed)
+        start = time.perf_counter()
+        try:
+            loading = not self.loader.holds(job.model_type)
+            if loading:
+                self._tick("load", 0, 1)
+            pipe = self.loader.get(job.model_type)
+            if loading:
+                self._tick("load", 1, 1)
+                start = time.perf_counter()  # loading is reported once, not in this pair's time
+            outcome = job.run(pipe, self.progress, persons=self.persons, garments=self.garments)
+            self.info = outcome.info
+            t = time.perf_counter()
+            images, intermediates = job.save(outcome, keep_existing=True)
+            save_seconds = time.perf_counter() - t
+        except NoSpaceError:  # every later pair would fail the same way: stop, keeping what is written
+            raise
+        except OotdError as exc:
+            report.error = one_line(exc)
+            logger.debug("pair %s failed", pair.source, exc_info=True)
+            return report
+        except Exception as exc:  # keep going; the report says what broke
+            report.error = f"internal error: {type(exc).__name__}: {one_line(exc)}"
+            logger.warning("pair %s (%s): %s", pair.source, pair.describe(), report.error, exc_info=True)
+            return report
+        timings = outcome.timings()
+        timings["save"] = save_seconds
+        timings["wall"] = time.perf_counter() - start
+        report.status = "ok"
+        report.seed = outcome.result.seed
+        report.outputs = [str(p) for p in images]
+        report.intermediates = {k: str(p) for k, p in intermediates.items()}
+        report.timings = _rounded(timings)
+        report.reused = dict(outcome.reused)
+        return report
+
+
+def _rounded(timings: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in timings.items():
+        if isinstance(value, float):
+            out[key] = round(value, 4)
+        elif isinstance(value, list):
+            out[key] = [round(v, 4) if isinstance(v, float) else v for v in value]
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,132 @@
+"""--max-memory checked before loading: a request that cannot fit the budget even with every memory saving on
+stops at once, with what would fit (fewer samples, a lower resolution, a larger budget), instead of loading for
+minutes and then running far past the budget.
+
+The check plans with the memory planner (ootd/memory/planner.py, `make_plan`) on the sizes of the models in the
+checkpoints tree, built on the meta device from their config files (no weight is read, no memory is used), and
+with the most frugal choices the run could still make (a fused attention kernel when the backend is auto): it
+refuses only what the planner itself would find unfittable after loading.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ootd.app.tryon.config import RunConfig
+from ootd.errors import UsageError
+from ootd.settings import RESOLUTIONS, AttentionName, ModelType, Resolution
+
+logger = logging.getLogger(__name__)
+
+FRUGAL_ATTENTION = "sdpa"  # no score matrix in memory: the least an "auto" backend can need
+
+
+def model_sizes(checkpoints: Path, model_type: ModelType) -> Any:
+    """`ModelSizes` of the models in a checkpoints tree, from their configs alone (built on the meta device)."""
+    import torch
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPVisionConfig, CLIPVisionModelWithProjection
+
+    from ootd.memory.sizes import ModelSizes
+    from ootd.weights.layout import Layout
+    from ootd.weights.loading import quiet_loading
+
+    layout = Layout(Path(checkpoints))
+    with quiet_loading(), torch.device("meta"):
+        components = SimpleNamespace(
+            unet_garm=UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(layout.unet_garm(model_type))),
+            unet_vton=UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(layout.unet_vton(model_type))),
+            vae=AutoencoderKL.from_config(AutoencoderKL.load_config(layout.vae)),
+            text_encoder=CLIPTextModel(CLIPTextConfig.from_pretrained(layout.text_encoder)),
+            image_encoder=CLIPVisionModelWithProjection(CLIPVisionConfig.from_pretrained(layout.clip)),
+        )
+    return ModelSizes.from_components(components)
+
+
+@contextmanager
+def _quiet_planner():
+    """The planner warns for every plan that does not fit; trying smaller requests is not worth a warning."""
+    planner = logging.getLogger("ootd.memory.planner")
+    level = planner.level
+    planner.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        planner.setLevel(level)
+
+
+def _planner(config: RunConfig, model_type: ModelType) -> Any:
+    """fits(resolution, samples) -> (fits, estimated peak bytes) for this config's device, precision, budget."""
+    from ootd.hardware.device import peek_device
+    from ootd.hardware.policy import choose_precision
+    from ootd.hardware.profiles import load_profile
+    from ootd.memory.planner import make_plan
+
+    device = peek_device(config.device)  # the GPU runtime is not initialised here: loading sets it up first
+    profile = load_profile(device)
+    precision = choose_precision(device, config.precision.value, profile)
+    attention = FRUGAL_ATTENTION if config.attention is AttentionName.AUTO else config.attention.value
+    sizes = model_sizes(config.checkpoints, model_type)
+    guidance = config.sampling.guidance
+
+    def fits(resolution: Resolution, samples: int) -> tuple[bool, int]:
+        plan = make_plan(device, resolution.size, samples, guidance, precision.unet, attention, sizes,
+                         max_memory=config.max_memory, vae_dtype=precision.vae, profile=profile)
+        return plan.fits, int(plan.estimate["peak"])
+
+    return fits
+
+
+def _most_samples(fits: Any, resolution: Resolution, below: int) -> int:
+    """The largest sample count under `below` that fits at `resolution` (0: not even one)."""
+    low, high = 0, below - 1  # fits(low) holds (0 trivially); find the last that fits
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(resolution, mid)[0]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _size_word(n: int) -> str:
+    """Bytes as a --max-memory value, rounded up to 0.1 GiB."""
+    return f"{math.ceil(n / (1 << 30) * 10) / 10:g}GiB"
+
+
+def check_memory_budget(config: RunConfig, model_types: list[ModelType] | set[ModelType]) -> None:
+    """With --max-memory: raise a one-line UsageError, before anything is loaded, when the request cannot fit the
+    budget with every saving on, naming what would fit. Without a budget nothing is checked here (the pipeline
+    plans on the free memory it measures once loaded)."""
+    if config.max_memory is None:
+        return
+    sampling = config.sampling
+    for model_type in sorted(set(model_types), key=lambda m: m.value):
+        with _quiet_planner():
+            fits = _planner(config, model_type)
+            ok, peak = fits(sampling.resolution, sampling.num_samples)
+            if ok:
+                continue
+            options = []
+            fewer = _most_samples(fits, sampling.resolution, sampling.num_samples)
+            if fewer:
+                options.append(f"--samples {fewer}")
+            for resolution in sorted(RESOLUTIONS.values(), key=lambda r: r.width * r.height):
+                if resolution.width * resolution.height >= sampling.resolution.width * sampling.resolution.height:
+                    continue
+                most = _most_samples(fits, resolution, sampling.num_samples + 1)
+                if most:
+                    fewer_there = f" --samples {most}" if most < sampling.num_samples else ""
+                    options.append(f"--resolution {resolution}{fewer_there}")
+                    break
+        options.append(f"--max-memory {_size_word(peak)}")
+        budget = _size_word(config.max_memory)
+        raise UsageError(
+            f"{sampling.num_samples} sample(s) at {sampling.resolution} need about {_size_word(peak)} even with "
+            f"every memory saving on, more than --max-memory {budget}; what would fit: {', or '.join(options)}"
+        )

@@ -1,0 +1,116 @@
+"""RunConfig: everything a try-on needs besides its inputs, and build_config: user words -> a validated config.
+
+Every run default lives here (sampling defaults in `ootd.settings.SamplingSettings`, speed defaults in
+`ootd.speedups.modes`); front ends read their option defaults from these classes rather than restating them.
+Each word is parsed once, by the owner of its setting, and travels down typed. Validation is cheap and runs
+before anything is loaded, so a bad option fails in one line at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ootd.app.tryon.naming import DEFAULT_NAME, check_template
+from ootd.errors import UsageError
+from ootd.settings import (
+    AttentionName,
+    Category,
+    FitMode,
+    ModelType,
+    ParsingProvider,
+    PrecisionName,
+    SamplingSettings,
+    check_mask_grow,
+    check_model_category,
+    default_model_type,
+)
+from ootd.speedups.modes import SpeedModes, resolve_speed
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a try-on needs besides its inputs (the defaults here are the defaults of every front end)."""
+
+    checkpoints: Path  # the released layout (docs/upstream.md §1)
+    output: Path = Path("outputs")  # folder for results, created if needed
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # seed drawn before the work starts
+    speed: SpeedModes = field(default_factory=SpeedModes)  # exact unless asked (ootd/speedups/modes.py)
+    model_type: ModelType | None = None  # None: hd for upper-body garments, dc otherwise
+    device: str | None = None  # None: the best available
+    precision: PrecisionName = PrecisionName.AUTO  # auto follows the device profile
+    attention: AttentionName = AttentionName.AUTO
+    parsing_provider: ParsingProvider = ParsingProvider.CPU  # ONNX Runtime provider for human parsing
+    max_memory: int | None = None  # bytes the memory plan may use; None: free device memory less a margin
+    fit: FitMode = FitMode.PAD  # how non-3:4 inputs are framed
+    mask_grow: int = 0  # extra pixels (at 512 px height) added around the mask, 0..settings.MAX_MASK_GROW
+    save_intermediates: bool = False  # pose, parsing, mask, masked person next to the outputs
+    overwrite: bool = False  # replace existing outputs (else: run refuses, batch skips/keeps them)
+    name_template: str = DEFAULT_NAME  # output names (fields: ootd.app.tryon.naming.NAME_FIELDS)
+    grid: bool = False  # also write a contact sheet (person | garment | mask | samples) per try-on
+    seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
+
+    def model_type_for(self, category: Category) -> ModelType:
+        """The model for a category: the forced one (if compatible) or the default (hd upper, dc otherwise)."""
+        model_type = self.model_type or default_model_type(category)
+        check_model_category(model_type, category)
+        return model_type
+
+
+def parse_size(value: str | None) -> int | None:
+    """'20GiB', '20GB', '512MiB', '2e10' -> bytes (GB and GiB both mean 2**30: what users mean)."""
+    if value is None:
+        return None
+    text = value.strip().lower().replace(" ", "").removesuffix("b").removesuffix("i")
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    scale = units.get(text[-1:], 1) if text else 1
+    number = text[:-1] if text[-1:] in units else text
+    try:
+        size = int(float(number) * scale)
+    except ValueError:
+        raise UsageError(f"bad memory size {value!r}: use e.g. 20GiB or 512MiB") from None
+    if size <= 0:
+        raise UsageError(f"memory size must be positive, got {value!r}")
+    return size
+
+
+def build_config(
+    *, checkpoints: Path | str | None = None, output: Path | str = RunConfig.output, model_type: str | None = None,
+    samples: int = SamplingSettings.num_samples, steps: int = SamplingSettings.steps,
+    scale: float = SamplingSettings.guidance_scale, seed: int | None = None,
+    resolution: str = str(SamplingSettings.resolution), scheduler: str = SamplingSettings.scheduler,
+    speed: str | None = None, token_merge: float | None = None, cache_interval: int | None = None,
+    quantize: str | None = None,
+    precision: str = RunConfig.precision, attention: str = RunConfig.attention, device: str | None = None,
+    parsing_provider: str = RunConfig.parsing_provider, max_memory: str | None = None, fit: str = RunConfig.fit,
+    mask_grow: int = RunConfig.mask_grow, save_intermediates: bool = RunConfig.save_intermediates,
+    overwrite: bool = RunConfig.overwrite, channels_last: bool | None = None, compile: bool | None = None,
+    name: str = RunConfig.name_template, grid: bool = RunConfig.grid,
+) -> RunConfig:
+    """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here.
+
+    Takes the words a user typed (as front ends receive them); each bad one is a one-line UsageError. The speed
+    options left as None follow the `speed` preset (ootd/speedups/modes.py; None: exact).
+    """
+    from ootd.hardware.spec import check_device_spec  # imports torch: not at --help time
+    from ootd.weights.layout import default_checkpoints_dir
+
+    device = None if device is None or not str(device).strip() else str(device).strip()
+    device = check_device_spec(device)  # a stale OOTD_DEVICE is named as such
+    forced = ModelType.parse(model_type) if model_type is not None else None
+    modes = resolve_speed(speed, token_merge=token_merge, cache_interval=cache_interval, quantize=quantize,
+                          channels_last=channels_last, compile=compile)
+    sampling = SamplingSettings.from_words(num_samples=samples, steps=steps, guidance_scale=scale, seed=seed,
+                                           resolution=resolution, scheduler=scheduler)
+    return RunConfig(
+        checkpoints=Path(checkpoints) if checkpoints is not None else default_checkpoints_dir(),
+        output=Path(output), sampling=sampling, speed=modes,
+        model_type=forced,
+        device=None if device in (None, "auto") else device,
+        precision=PrecisionName.parse(precision, "precision"),
+        attention=AttentionName.parse(attention, "attention backend"),
+        parsing_provider=ParsingProvider.parse(parsing_provider, "parsing provider"),
+        max_memory=parse_size(max_memory), fit=FitMode.parse(fit, "fit mode"), mask_grow=check_mask_grow(mask_grow),
+        save_intermediates=save_intermediates, overwrite=overwrite,
+        name_template=check_template(name), grid=grid, seed_random=seed is None,
+    )

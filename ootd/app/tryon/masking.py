@@ -1,0 +1,133 @@
+"""Masks a user can see, fix and give back: the mask alone (no diffusion models), and checks on a given mask.
+
+`make_mask` runs the person -> mask step of a try-on (ootd.preprocessing.mask_person) and returns the mask and
+the masked person framed like a try-on's results (with --fit pad the padding is cropped away), so the mask can be
+edited and passed back with `--mask`. `check_mask_input` refuses a mask whose aspect is not the person photo's
+(it would be stretched over the wrong pixels) and says when a mask is not two-tone.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.request import TryOnRequest
+from ootd.errors import NoPersonError, UsageError
+from ootd.imaging.files import decode_image, load_image, sanitise_stem
+from ootd.preprocessing import mask_person
+from ootd.settings import PREPROCESS_RESOLUTION, Category, FitMode, ModelType
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+logger = logging.getLogger(__name__)
+
+ASPECT_TOLERANCE = 2.0  # pixels: a mask cut from a resized image may be a rounding off the photo's aspect
+GREY_LIMIT = 0.02  # share of pixels strictly between black and white above which a mask is "not two-tone"
+MASK_KINDS = ("pose", "parsing", "mask", "masked_person")  # what `ootd mask` writes
+
+
+def _image(value: Any, role: str) -> Image.Image:
+    """A path, bytes or PIL image as the loader normalises it (EXIF orientation applied)."""
+    from PIL import Image
+
+    if isinstance(value, Image.Image):
+        return value
+    if isinstance(value, bytes | bytearray):
+        return decode_image(bytes(value), role, role)
+    return load_image(value, role)
+
+
+def _is_colour(value: Any) -> bool:
+    """True when the mask as given has colours (not only greys): its brightness is then a guess."""
+    import numpy as np
+    from PIL import Image
+
+    if isinstance(value, bytes | bytearray):
+        value = io.BytesIO(bytes(value))
+    try:
+        im = value if isinstance(value, Image.Image) else Image.open(value)
+        if im.mode not in ("RGB", "RGBA", "P", "CMYK", "YCbCr"):
+            return False
+        small = im.convert("RGB").resize((64, 64))
+    except (OSError, ValueError):
+        return False
+    arr = np.asarray(small).astype(np.int16)
+    return bool(((arr.max(axis=2) - arr.min(axis=2)) > 24).mean() > GREY_LIMIT)
+
+
+def aspect_mismatch(person_size: tuple[int, int], mask_size: tuple[int, int]) -> bool:
+    """True when the mask's aspect is not the person's, beyond a pixel or two of rounding (in the mask's
+    pixels)."""
+    (pw, ph), (mw, mh) = person_size, mask_size
+    return abs(mh - mw * ph / pw) > ASPECT_TOLERANCE and abs(mw - mh * pw / ph) > ASPECT_TOLERANCE
+
+
+def check_mask_input(request: TryOnRequest, raw_mask: Any = None, fit: FitMode = FitMode.PAD) -> TryOnRequest:
+    """Refuse a mask of another aspect than the person photo (one-line UsageError); warn when it is a colour
+    image or not two-tone. With `fit` crop or stretch a 3:4 mask is fine too: it is framed as the photo is
+    (what `ootd mask` and --save-intermediates write then). `raw_mask`: the mask as the user gave it, when the
+    request holds it decoded (its colours are gone then). Returns the request marked as checked (run_tryon then
+    does not check again)."""
+    import numpy as np
+
+    if request.mask is None or request.mask_checked:
+        return request
+    label = request.label("mask")
+    person = _image(request.source("person"), "person")
+    mask = _image(request.source("mask"), "mask")
+    framed_ok = fit is not FitMode.PAD and not aspect_mismatch(PREPROCESS_RESOLUTION.size, mask.size)  # 3:4
+    if aspect_mismatch(person.size, mask.size) and not framed_ok:
+        also = "" if fit is FitMode.PAD else " (or 3:4, framed like the results)"
+        raise UsageError(f"mask {label} is {mask.width}x{mask.height} but the person photo "
+                         f"{request.label('person')} is {person.width}x{person.height}: a mask must have the "
+                         f"photo's aspect{also}; make one with `ootd mask`")
+    if _is_colour(raw_mask if raw_mask is not None else request.source("mask")):
+        logger.warning("mask %s is a colour image: it is read as grey levels, pixels >= 127 repainted", label)
+    else:
+        grey = float(((np.asarray(mask) > 0) & (np.asarray(mask) < 255)).mean())
+        if grey > GREY_LIMIT:
+            logger.warning("mask %s is not two-tone (%.0f%% of its pixels are neither black nor white): pixels "
+                           ">= 127 are repainted", label, grey * 100)
+    return replace(request, mask_checked=True)
+
+
+@dataclass
+class MaskOutcome:
+    """The mask of one person photo and the pictures that explain it, framed like try-on results."""
+
+    images: dict[str, Image.Image]  # MASK_KINDS
+    category: Category
+    model_type: ModelType
+
+
+def no_person_error(person: str | Path) -> NoPersonError:
+    """The pose model's error, naming the file and the way around it."""
+    return NoPersonError(
+        f"no person detected in {person} (pose estimation found nobody; use a photo showing one person, "
+        "or give a mask image with --mask)"
+    )
+
+
+def mask_targets(person_name: str, category: Category, config: RunConfig) -> dict[str, Path]:
+    """`<person>__<category>__<kind>.png` in the output folder, per MASK_KINDS."""
+    stem = f"{sanitise_stem(Path(person_name).stem)}__{category.value}"
+    return {kind: config.output / f"{stem}__{kind}.png" for kind in MASK_KINDS}
+
+
+def make_mask(person: Any, category: Category, config: RunConfig, preprocessor: Any,
+              label: str = "the person photo") -> MaskOutcome:
+    """Pose, parsing, mask and masked person of a person photo, as a try-on with `config` would make them
+    (framing, working resolution, mask growth: ootd.preprocessing.mask_person), without the diffusion models."""
+    model_type = config.model_type_for(category)
+    try:
+        masked = mask_person(_image(person, "person"), category, model_type, config.sampling.resolution,
+                             config.fit, config.mask_grow, preprocessor=preprocessor)
+    except NoPersonError:
+        raise no_person_error(label) from None
+    framed = masked.framed_like_results()
+    return MaskOutcome({k: framed[k] for k in MASK_KINDS}, category, model_type)

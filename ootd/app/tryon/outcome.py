@@ -1,0 +1,40 @@
+"""A finished try-on (TryOnOutcome) and what the sequence hands around: the progress callback, the caches of
+prepared inputs a batch passes in, and which timings belong to preparing which input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ootd.app.tryon.request import TryOnRequest
+from ootd.settings import ModelType
+
+if TYPE_CHECKING:
+    from ootd.pipeline_types import TryOnResult
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total), as the pipeline reports it
+PERSON_STAGES = ("preprocess", "encode_person")  # result timings that belong to preparing the person
+GARMENT_STAGES = ("conditioning", "encode_garment", "garment_unet")  # ... and to preparing the garment
+
+
+class InputCache(Protocol):
+    """Where prepared inputs may be reused (the batch engine's LRU): value and whether it was computed now."""
+
+    def get(self, key: tuple, compute: Callable[[], Any]) -> tuple[Any, bool]: ...
+
+
+@dataclass
+class TryOnOutcome:
+    """A finished try-on: the pipeline's result, the request it answers and what saving and reports need."""
+
+    request: TryOnRequest
+    model_type: ModelType
+    result: TryOnResult
+    info: dict[str, Any] = field(default_factory=dict)  # describe_pipeline(...) after the call
+    reused: dict[str, bool] = field(default_factory=lambda: {"person": False, "garment": False})
+
+    def timings(self) -> dict[str, Any]:
+        """Seconds per stage of this try-on, leaving out stages of inputs reused from an earlier one."""
+        skip = (PERSON_STAGES if self.reused["person"] else ()) + (GARMENT_STAGES if self.reused["garment"] else ())
+        return {k: v for k, v in (self.result.timings or {}).items() if k not in skip and k != "total"}

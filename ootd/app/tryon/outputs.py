@@ -1,0 +1,210 @@
+"""What a try-on leaves behind: output paths, atomic files or PNG bytes, and how it ran.
+
+Names come from the config's template (ootd/app/tryon/naming.py; default `<person>__<garment>__<i>.png` per
+sample and `<person>__<garment>__<kind>.png` per intermediate), filled from the request's names (so an upload
+without a path gets stable names too). Every file carries the PNG record of ootd/app/tryon/provenance.py.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.grid import grid_image
+from ootd.app.tryon.naming import render_name
+from ootd.app.tryon.provenance import png_record
+from ootd.app.tryon.request import TryOnRequest
+from ootd.errors import OotdError, OutputError, UsageError
+from ootd.imaging.files import check_output_dir, png_info, sanitise_stem, save_png_atomic
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from ootd.app.tryon.outcome import TryOnOutcome
+
+logger = logging.getLogger(__name__)
+
+INTERMEDIATES = ("pose", "parsing", "mask", "masked_person")  # what --save-intermediates writes
+WITH_MASK_INTERMEDIATES = ("mask", "masked_person")  # a given mask skips pose and parsing
+GRID = "grid"  # the contact sheet's kind (its `{i}` in the name template)
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The files one try-on writes, and how any other file of it is named (`path(kind)`)."""
+
+    images: list[Path]
+    intermediates: dict[str, Path] = field(default_factory=dict)
+    grid: Path | None = None  # the contact sheet, when asked for
+    folder: Path = Path(".")
+    fields: dict[str, Any] = field(default_factory=dict, repr=False)  # the name template's values
+    template: str = ""
+
+    def all(self) -> list[Path]:
+        return [*self.images, *self.intermediates.values(), *([self.grid] if self.grid is not None else [])]
+
+    def path(self, kind: int | str) -> Path:
+        """The file named by the template with `{i}` = `kind` (a sample number or a kind of picture)."""
+        return self.folder / f"{render_name(self.template, {**self.fields, 'i': kind})}.png"
+
+
+def name_fields(request: TryOnRequest, config: RunConfig) -> dict[str, Any]:
+    """The values of the name template's fields for one request (see ootd.app.tryon.naming.NAME_FIELDS)."""
+    sampling = config.sampling
+    return {
+        "person": sanitise_stem(Path(request.name("person")).stem),
+        "garment": sanitise_stem(Path(request.name("garment")).stem),
+        "mask": sanitise_stem(Path(request.name("mask")).stem) if request.mask is not None else "auto",
+        "category": request.category.value, "model": config.model_type_for(request.category).value,
+        "seed": sampling.seed, "steps": sampling.steps, "scale": sampling.guidance_scale,
+        "resolution": str(sampling.resolution), "scheduler": sampling.scheduler.value, "fit": config.fit.value,
+    }
+
+
+def targets_for(request: TryOnRequest, config: RunConfig) -> Targets:
+    """The config's name template per sample (`{i}` = 0, 1, ...) and per intermediate (`{i}` = its kind)."""
+    targets = Targets([], folder=config.output, fields=name_fields(request, config), template=config.name_template)
+    kinds = (INTERMEDIATES if request.mask is None else WITH_MASK_INTERMEDIATES) if config.save_intermediates else ()
+    return Targets([targets.path(i) for i in range(config.sampling.num_samples)],
+                   {kind: targets.path(kind) for kind in kinds}, targets.path(GRID) if config.grid else None,
+                   targets.folder, targets.fields, targets.template)
+
+
+def prepare_output_dir(path: Path) -> Path:
+    """The output folder, created and proven writable; a path naming a file is a usage error (exit 2)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"output folder {path} exists and is not a folder: -o/--output takes a folder")
+    return check_output_dir(path)
+
+
+def refuse_existing(paths: list[Path]) -> None:
+    """Without --overwrite a try-on never replaces a file: say so before any work starts."""
+    existing = [p for p in paths if p.exists()]
+    if existing:
+        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+        raise OutputError(
+            f"{existing[0]} already exists{more}; use --overwrite to replace, or --output for another folder"
+        )
+
+
+def settings_json(settings: dict[str, Any] | None) -> dict[str, Any]:
+    """The pipeline's settings for JSON: numbers as numbers (`"steps": 2`), words as words."""
+    out: dict[str, Any] = {}
+    for key, value in (settings or {}).items():
+        if isinstance(value, str):
+            for kind in (int, float):
+                try:
+                    value = kind(value)
+                    break
+                except ValueError:
+                    continue
+        out[str(key)] = value
+    return out
+
+
+def save_outcome(outcome: TryOnOutcome, config: RunConfig, targets: Targets,
+                 keep_existing: bool = False) -> tuple[list[Path], dict[str, Path]]:
+    """Write the images (and intermediates, and the grid) atomically, each with its record. `keep_existing`:
+    leave files that already exist alone (a resumed batch), instead of failing on them."""
+
+    def write(image: Any, path: Path, meta: dict[str, str]) -> None:
+        if keep_existing and not config.overwrite and path.exists():
+            logger.info("keeping existing %s", path)
+            return
+        save_png_atomic(image, path, meta, overwrite=config.overwrite)
+
+    images = list(outcome.result.images)
+    if len(images) != len(targets.images):
+        raise OotdError(f"expected {len(targets.images)} images from the pipeline, got {len(images)}")
+    for i, (image, path) in enumerate(zip(images, targets.images, strict=True)):
+        write(image, path, png_record(outcome, config, sample=i))
+    written_intermediates = {}
+    available = dict(getattr(outcome.result, "intermediates", None) or {})
+    for kind, path in targets.intermediates.items():
+        image = available.get(kind)
+        if image is None:
+            logger.debug("no %s intermediate for %s", kind, describe_request(outcome.request))
+            continue
+        write(image, path, png_record(outcome, config))
+        written_intermediates[kind] = path
+    if targets.grid is not None:
+        write(grid_image(outcome), targets.grid, png_record(outcome, config))
+        written_intermediates[GRID] = targets.grid
+    return list(targets.images), written_intermediates
+
+
+def encode_png(image: Image.Image, metadata: dict[str, str] | None = None) -> bytes:
+    """PNG bytes with text metadata, for front ends that answer with bytes rather than files (HTTP)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", pnginfo=png_info(metadata or {}))
+    return buffer.getvalue()
+
+
+def describe_request(request: TryOnRequest) -> str:
+    return f"{request.name('person')} + {request.name('garment')}"
+
+
+def describe_pipeline(pipe: Any, config: RunConfig) -> dict[str, Any]:
+    """Device, precision and attention backend of a loaded pipeline as short strings (for --json, PNG metadata
+    and the summary line), plus whatever else `pipe.describe()` reports (the memory plan, per-component dtypes).
+
+    Pipelines without `describe()` are described from their attributes.
+    """
+    from ootd.hardware.dtypes import dtype_name
+
+    described = getattr(pipe, "describe", None)
+    info: dict[str, Any] = {}
+    if callable(described):
+        try:
+            info = dict(described() or {})
+        except Exception as exc:  # a description must never fail a try-on
+            logger.debug("pipe.describe() failed: %s", exc)
+    device = getattr(pipe, "device", None)
+    if "device" not in info and device is not None:
+        info["device"] = str(getattr(device, "torch_device", None) or getattr(device, "type", device))
+        info.setdefault("device_name", getattr(device, "name", None))
+    name = info.get("device_name")
+    if name and name != info.get("device") and "(" not in str(info.get("device")):
+        info["device"] = f"{info['device']} ({name})"
+    if "arch" not in info and getattr(device, "arch", None):
+        info["arch"] = device.arch
+    precision = info.get("precision")
+    if precision is None:
+        precision = getattr(pipe, "precision", None)
+        precision = getattr(precision, "unet", precision)
+    if isinstance(precision, dict):  # per component: the UNets' dtype is the one that matters
+        info["precision_by_component"] = precision
+        precision = precision.get("unet", next(iter(precision.values()), None))
+    info["precision"] = dtype_name(precision) if precision is not None else "unknown"
+    info["attention"] = str(info.get("attention") or config.attention)
+    return info
+
+
+def peak_memory(pipe: Any = None) -> dict[str, int | None]:
+    """Peak device memory allocated by torch (GPUs) and the process's peak resident memory, in bytes."""
+    device_peak = None
+    torch = sys.modules.get("torch")
+    device = getattr(getattr(pipe, "device", None), "torch_device", None)
+    if torch is not None and device is not None and getattr(device, "type", None) == "cuda":
+        try:
+            device_peak = int(torch.cuda.max_memory_allocated(device))
+        except Exception:  # not initialised, or a fake device in tests
+            device_peak = None
+    host_peak = None
+    try:
+        import resource
+
+        host_peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
+    except (ImportError, OSError):
+        pass
+    return {"device_bytes": device_peak, "host_rss_bytes": host_peak}
+
+
+def format_seconds(value: float) -> str:
+    """1.2 s, or 340 ms below a second (summary lines of every front end)."""
+    return f"{value:.1f} s" if value >= 1 else f"{value * 1000:.0f} ms"

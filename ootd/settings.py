@@ -1,0 +1,265 @@
+"""Choices and settings as frozen dataclasses and str Enums, parsed once from user words."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, fields
+from enum import StrEnum
+
+from ootd.errors import UsageError
+
+
+class Choice(StrEnum):
+    """A closed set of user words: parsed once, case-insensitively, with the valid words in the error."""
+
+    @classmethod
+    def parse(cls, value: str | Choice, what: str | None = None) -> Choice:
+        try:
+            return cls(str(getattr(value, "value", value)).strip().lower())
+        except ValueError:
+            label = what or cls.__name__
+            raise UsageError(f"unknown {label} {value!r}: use one of {', '.join(cls.words())}") from None
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+
+class ModelType(Choice):
+    HD = "hd"  # half-body model (VITON-HD): upper-body garments only
+    DC = "dc"  # full-body model (Dress Code): upper, lower, dress
+
+    @classmethod
+    def parse(cls, value: str | ModelType, what: str | None = "model type") -> ModelType:
+        return super().parse(value, what)
+
+
+class Category(StrEnum):
+    UPPER = "upper"
+    LOWER = "lower"
+    DRESS = "dress"
+
+    @property
+    def mask_name(self) -> str:
+        """The name the masking rules use (docs/upstream.md §8)."""
+        return {"upper": "upper_body", "lower": "lower_body", "dress": "dresses"}[self.value]
+
+    @property
+    def prompt_word(self) -> str:
+        """The word the dc model's text encoder is given (docs/upstream.md §3)."""
+        return {"upper": "upperbody", "lower": "lowerbody", "dress": "dress"}[self.value]
+
+    @classmethod
+    def parse(cls, value: str | Category) -> Category:
+        """Accept our names, the original's names and its 0/1/2 indices."""
+        if isinstance(value, Category):
+            return value
+        key = str(value).strip().lower().replace("-", "_")
+        aliases = {
+            "upper": cls.UPPER, "upperbody": cls.UPPER, "upper_body": cls.UPPER, "0": cls.UPPER,
+            "lower": cls.LOWER, "lowerbody": cls.LOWER, "lower_body": cls.LOWER, "1": cls.LOWER,
+            "dress": cls.DRESS, "dresses": cls.DRESS, "2": cls.DRESS,
+        }
+        if key not in aliases:
+            raise UsageError(f"unknown category {value!r}: use upper, lower or dress")
+        return aliases[key]
+
+
+def default_model_type(category: Category) -> ModelType:
+    """hd for upper-body garments (its training set), dc for everything else."""
+    return ModelType.HD if category is Category.UPPER else ModelType.DC
+
+
+def check_model_category(model_type: ModelType, category: Category) -> None:
+    if model_type is ModelType.HD and category is not Category.UPPER:
+        raise UsageError(
+            f"the hd model only does upper-body garments; use --model-type dc for category {category.value}"
+        )
+
+
+@dataclass(frozen=True)
+class Resolution:
+    width: int
+    height: int
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return (self.width, self.height)
+
+    def __str__(self) -> str:
+        return f"{self.width}x{self.height}"
+
+
+RESOLUTIONS = {"384x512": Resolution(384, 512), "768x1024": Resolution(768, 1024)}
+PREPROCESS_RESOLUTION = Resolution(384, 512)  # pose, parsing and the mask always work here (docs/upstream.md §2)
+# --mask-grow is counted in pixels of the PREPROCESS_RESOLUTION frame. Growing by its height already spreads a
+# mask over nearly the whole picture, so more can only mean a mistake, and OpenCV's dilation needs a kernel of
+# (2N+1)^2 bytes (N = 20000 crashes it, 100000 fails to allocate).
+MAX_MASK_GROW = PREPROCESS_RESOLUTION.height
+
+
+def check_mask_grow(pixels: int) -> int:
+    """The mask growth in pixels if it is within 0..MAX_MASK_GROW, else a UsageError."""
+    if not 0 <= int(pixels) <= MAX_MASK_GROW:
+        raise UsageError(f"--mask-grow must be 0 to {MAX_MASK_GROW} pixels (of a 512 px high frame), got {pixels}")
+    return int(pixels)
+
+
+def parse_resolution(value: str | tuple[int, int] | Resolution) -> Resolution:
+    if isinstance(value, Resolution):
+        res = value
+    elif isinstance(value, tuple | list):
+        res = Resolution(int(value[0]), int(value[1]))
+    else:
+        key = str(value).strip().lower().replace("×", "x")
+        if key not in RESOLUTIONS:
+            raise UsageError(f"unknown resolution {value!r}: use 384x512 or 768x1024 (width x height)")
+        res = RESOLUTIONS[key]
+    if res not in RESOLUTIONS.values():
+        raise UsageError(f"unsupported resolution {res}: use 384x512 or 768x1024 (width x height)")
+    return res
+
+
+class AttentionName(Choice):
+    """Attention backends a user can ask for (ootd/attention/select.py builds them)."""
+
+    AUTO = "auto"
+    FLASH = "flash"
+    SDPA = "sdpa"
+    CHUNKED = "chunked"
+    MATH = "math"
+
+
+class PrecisionName(Choice):
+    """Compute precision words; `auto` follows the device profile."""
+
+    AUTO = "auto"
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class QuantizeName(Choice):
+    """Weight quantization of the UNets' Linear layers (ootd/speedups/quantize.py); `none` is the exact path."""
+
+    NONE = "none"
+    INT8_DYNAMIC = "int8-dynamic"  # int8 weights and int8 activations (quantized per call): the CPU candidate
+    INT8_WEIGHT = "int8-weight"  # int8 weights, float activations: GPUs
+    FP8 = "fp8"  # float8 weights and activations: NVIDIA compute capability 8.9+, AMD MI300 (gfx942)
+
+    @classmethod
+    def parse(cls, value: str | QuantizeName, what: str | None = "quantization") -> QuantizeName:
+        return super().parse(value, what)
+
+
+class SpeedPreset(Choice):
+    """`--speed`: the exact method, or the speed modes that change the images combined (ootd/speedups/modes.py)."""
+
+    EXACT = "exact"
+    FAST = "fast"
+
+    @classmethod
+    def parse(cls, value: str | SpeedPreset, what: str | None = "speed preset") -> SpeedPreset:
+        return super().parse(value, what)
+
+
+class FitMode(Choice):
+    """How an input that is not 3:4 is framed."""
+
+    PAD = "pad"
+    CROP = "crop"
+    STRETCH = "stretch"
+
+
+class ParsingProvider(Choice):
+    """ONNX Runtime execution providers for human parsing; `auto` tries the GPU ones first."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    MIGRAPHX = "migraphx"
+    ROCM = "rocm"
+    CUDA = "cuda"
+
+
+class Pairing(Choice):
+    """How folder-mode batch pairs people with garments."""
+
+    PRODUCT = "product"
+    ZIP = "zip"
+
+
+class SchedulerName(Choice):
+    UNIPC = "unipc"  # the original's
+    DPMPP = "dpmpp"  # DPM-Solver++ multistep
+    DDIM = "ddim"
+    EULER = "euler"
+
+    @classmethod
+    def parse(cls, value: str | SchedulerName, what: str | None = "scheduler") -> SchedulerName:
+        return super().parse(value, what)
+
+
+GUIDANCE_ON = 1.0  # image guidance runs at scales from here up (as the original); below it is off
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """What one call of the pipeline does besides its inputs (the speed modes are ootd.speedups.modes)."""
+
+    num_samples: int = 1  # images per call, each from its own noise
+    steps: int = 20  # denoising steps
+    guidance_scale: float = 2.0  # image guidance; off below GUIDANCE_ON
+    seed: int | None = None  # None: a random seed, reported back
+    resolution: Resolution = RESOLUTIONS["768x1024"]
+    scheduler: SchedulerName = SchedulerName.UNIPC
+
+    def validate(self) -> None:
+        if not 1 <= self.num_samples <= 64:
+            raise UsageError(f"samples must be between 1 and 64, got {self.num_samples}")
+        if not 1 <= self.steps <= 1000:
+            raise UsageError(f"steps must be between 1 and 1000, got {self.steps}")
+        if not 0.0 <= self.guidance_scale <= 50.0:
+            raise UsageError(f"scale must be between 0 and 50, got {self.guidance_scale}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise UsageError(f"seed must be a non-negative 64-bit integer, got {self.seed}")
+
+    @property
+    def guidance(self) -> bool:
+        """Whether image guidance runs (a conditional and an unconditional half per step)."""
+        return self.guidance_scale >= GUIDANCE_ON
+
+    def words(self) -> dict[str, str]:
+        """What outputs record of these settings (PNG text keys, in the order they are written)."""
+        return {"samples": str(self.num_samples), "steps": str(self.steps), "scale": str(self.guidance_scale),
+                "seed": str(self.seed), "resolution": str(self.resolution), "scheduler": self.scheduler.value}
+
+    @classmethod
+    def from_words(cls, *, seed: int | None = None, resolution: str | tuple[int, int] | Resolution | None = None,
+                   scheduler: str | SchedulerName | None = None, **numbers: float) -> SamplingSettings:
+        """Validated settings from what a user gave (num_samples, steps, guidance_scale as `numbers`; anything
+        omitted keeps its default). A random seed is drawn when none is given, so it can be reported."""
+        settings = cls(
+            seed=seed if seed is not None else secrets.randbelow(2**32),
+            resolution=parse_resolution(resolution) if resolution is not None else cls.resolution,
+            scheduler=SchedulerName.parse(scheduler) if scheduler is not None else cls.scheduler,
+            **numbers,
+        )
+        settings.validate()
+        return settings
+
+    def updated(self, *, seed: int | None = None, resolution: str | Resolution | None = None,
+                scheduler: str | SchedulerName | None = None, **numbers: float | None) -> SamplingSettings:
+        """These settings with what a user gave on top (None keeps the value here; an absent seed is drawn
+        afresh), validated: a per-request override keeps every other field."""
+        words = {"seed", "resolution", "scheduler"}
+        kept = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in words}
+        kept.update({name: value for name, value in numbers.items() if value is not None})
+        return type(self).from_words(seed=seed, resolution=resolution or self.resolution,
+                                     scheduler=scheduler or self.scheduler, **kept)
+
+
+class EngineName(Choice):
+    """Where `ootd batch` runs its pairs: in this process, or on the actors of a Ray cluster (the `ray` extra)."""
+
+    LOCAL = "local"
+    RAY = "ray"

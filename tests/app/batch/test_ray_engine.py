@@ -1,0 +1,178 @@
+"""`ootd batch --engine ray`: same images and report as the local engine, resume, a worker killed mid-pair.
+
+One Ray instance for the whole module (2 CPUs, no dashboard), shut down at the end; every engine run in it starts
+its own actors, which load the tiny pipelines. The local engine runs in this process with one torch thread, as
+each single-CPU Ray worker does: float sums split over a different number of threads can move a pixel by one level.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+from typer.testing import CliRunner
+
+from ootd.app.batch.cluster import ClusterOptions
+from ootd.app.batch.engines import make_engine
+from ootd.app.batch.pairs import read_pairs_csv
+from ootd.app.batch.ray_engine import EXIT_ON_FIRST_ATTEMPT
+from ootd.cli import app as cli_app
+
+RUN = ["--steps", "1", "--resolution", "384x512", "--seed", "7", "-q"]
+
+
+@pytest.fixture(scope="module")
+def ray_instance():  # noqa: ANN201
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def one_thread():  # noqa: ANN201
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory, example_images: dict[str, Path]) -> Path:
+    """Two people (one mirrored, with its mirrored mask), three garments, in one folder."""
+    root = tmp_path_factory.mktemp("inputs")
+    shutil.copy(example_images["person"], root / "p0.png")
+    ImageOps.mirror(Image.open(example_images["person"])).save(root / "p1.png")
+    shutil.copy(example_images["mask"], root / "m0.png")
+    ImageOps.mirror(Image.open(example_images["mask"])).save(root / "m1.png")
+    shutil.copy(example_images["tshirt"], root / "g0.png")
+    shutil.copy(example_images["trousers"], root / "g1.png")
+    shutil.copy(example_images["tshirt"], root / "g2.png")
+    return root
+
+
+def write_csv(folder: Path, name: str, rows: list[str]) -> Path:
+    path = folder / name
+    path.write_text("person,garment,category,mask\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def batch(args: list[str]) -> tuple[int, str]:
+    result = CliRunner().invoke(cli_app, ["batch", *args])
+    return result.exit_code, result.output
+
+
+def report_lines(out: Path) -> dict[int, dict]:
+    lines = [json.loads(line) for line in (out / "batch_report.jsonl").read_text().splitlines()]
+    return {line["index"]: line for line in lines}
+
+
+def comparable(line: dict, out: Path) -> dict:
+    """A report line without what legitimately differs between runs: timings, reuse, the output folder."""
+    kept = {k: v for k, v in line.items() if k not in ("timings", "reused")}
+    kept["outputs"] = [str(Path(p).relative_to(out)) for p in line["outputs"]]
+    kept["intermediates"] = {k: str(Path(p).relative_to(out)) for k, p in line["intermediates"].items()}
+    return kept
+
+
+def test_ray_engine_gives_the_local_engines_images_and_report(ray_instance, one_thread, tiny_tree: Path,  # noqa: ANN001
+                                                                inputs: Path, tmp_path: Path) -> None:
+    pairs = write_csv(inputs, "mixed.csv", [
+        "p0.png,g0.png,upper,m0.png",
+        "p1.png,g0.png,upper,m1.png",
+        "p0.png,g1.png,lower,m0.png",
+        "p1.png,g1.png,lower,",  # random pose weights find nobody: an error from the worker
+        "missing.png,g1.png,lower,",  # an error from the precheck
+        "p0.png,g2.png,dress,m0.png",
+    ])
+    common = [str(pairs), "--checkpoints", str(tiny_tree), *RUN]
+    code_local, _ = batch([*common, "-o", str(tmp_path / "local")])
+    code_ray, output = batch([*common, "-o", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2",
+                              "--gpus-per-worker", "0"])
+    assert code_local == code_ray == 1, output  # two bad pairs in each
+    local, ray = report_lines(tmp_path / "local"), report_lines(tmp_path / "ray")
+    assert sorted(local) == sorted(ray) == list(range(6))
+    for index in local:
+        assert comparable(ray[index], tmp_path / "ray") == comparable(local[index], tmp_path / "local"), index
+    assert [local[i]["status"] for i in range(6)] == ["ok", "ok", "ok", "error", "error", "ok"]
+    assert "no person detected" in ray[3]["error"] and "file not found" in ray[4]["error"]
+    for name in sorted(p.name for p in (tmp_path / "local").glob("*.png")):
+        a = np.asarray(Image.open(tmp_path / "local" / name))
+        b = np.asarray(Image.open(tmp_path / "ray" / name))
+        assert np.array_equal(a, b), name
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(
+        p.name for p in (tmp_path / "local").iterdir())
+
+
+def test_worker_killed_mid_pair_is_replaced_and_the_pair_retried_then_resume_dispatches_nothing(
+        ray_instance, tiny_tree: Path, inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from ootd.app.tryon.config import build_config
+
+    pairs = read_pairs_csv(write_csv(inputs, "good.csv", ["p0.png,g0.png,upper,m0.png", "p1.png,g0.png,upper,m1.png"]))
+    config = build_config(checkpoints=tiny_tree, output=tmp_path / "out", steps=1, resolution="384x512", seed=3)
+    report = tmp_path / "out" / "batch_report.jsonl"
+    monkeypatch.setenv(EXIT_ON_FIRST_ATTEMPT, "1")  # pair 1's first attempt exits its worker process while denoising
+    engine = make_engine("ray", config, cluster=ClusterOptions(workers=1, gpus_per_worker=0), report_path=report)
+    summary = engine.run(pairs)
+    assert engine.attempts == {0: 1, 1: 2}
+    assert [r.status for r in summary.reports] == ["ok", "ok"], [r.error for r in summary.reports]
+    assert summary.loads == {"hd": 2}  # the replacement worker loaded its own pipeline
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == ["batch_report.jsonl", "p0__g0__0.png", "p1__g0__0.png"]  # nothing partial, nothing twice
+    assert sorted(report_lines(tmp_path / "out")) == [0, 1]
+
+    monkeypatch.delenv(EXIT_ON_FIRST_ATTEMPT)
+    again = make_engine("ray", config, cluster=ClusterOptions(workers=1, gpus_per_worker=0), report_path=report)
+    summary = again.run(pairs)
+    assert again.dispatched == 0
+    assert [r.status for r in summary.reports] == ["skipped"] * 2
+    assert [line["status"] for line in report_lines(tmp_path / "out").values()] == ["skipped"] * 2
+
+
+def test_an_attempt_past_the_bound_reports_the_pair_instead_of_running_it(ray_instance, tiny_tree: Path,  # noqa: ANN001
+                                                                          inputs: Path, tmp_path: Path) -> None:
+    """The worker, called in this process as Ray Data calls it, with a counter that already saw 2 attempts."""
+    from ootd.app.batch.ray_engine import PairWorker, _Attempts
+    from ootd.app.tryon.config import build_config
+    from ootd.app.tryon.job import TryOnJob
+
+    pair = read_pairs_csv(write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"]))[0]
+    config = build_config(checkpoints=tiny_tree, output=tmp_path, steps=1, resolution="384x512", seed=3)
+    attempts = ray_instance.remote(num_cpus=0)(_Attempts).remote()
+    ray_instance.get([attempts.begin.remote(pair.index) for _ in range(2)])  # two workers died on it
+    worker = PairWorker(config, attempts, max_attempts=2)
+    rows = worker({"pair": [pickle.dumps((pair, TryOnJob.planned(config, pair.request())))]})
+    report, stats = pickle.loads(rows["result"][0])
+    assert (report.status, report.model_type, report.seed, stats) == ("error", "hd", 3, {})
+    assert report.error.startswith("the worker running this pair died on each of its 2 attempt(s)")
+    assert worker.runner.loader.loads == {} and not list(tmp_path.iterdir())  # nothing loaded, nothing written
+    assert ray_instance.get(attempts.snapshot.remote()) == {0: 3}
+
+
+def test_ray_engine_without_ray_says_how_to_install_it(tiny_tree: Path, inputs: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError, as without the extra
+    monkeypatch.setitem(sys.modules, "ray.data", None)
+    pairs = write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"])
+    code, output = batch([str(pairs), "--checkpoints", str(tiny_tree), "-o", str(tmp_path), "--engine", "ray"])
+    assert code == 2
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'ootd[ray]'" in lines[0], output
+
+
+@pytest.mark.parametrize("extra", [["--workers", "2"], ["--address", "auto"], ["--gpus-per-worker", "1"]])
+def test_cluster_options_need_the_ray_engine(extra: list[str], tiny_tree: Path, inputs: Path, tmp_path: Path) -> None:
+    pairs = write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"])
+    code, output = batch([str(pairs), "--checkpoints", str(tiny_tree), "-o", str(tmp_path), *extra])
+    assert code == 2 and "need --engine ray" in output, output
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,8 @@
+"""What tests share: the repository's paths, CLI invocation and error checks (cli.py), an instant stand-in
+pipeline and the model seam (fakes.py), pixel readers (images.py), synthetic pose and parsing (synthetic.py), a
+live server (serving.py) and small UNets (small_unets.py)."""
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"

@@ -1,0 +1,92 @@
+"""A live `ootd serve` app on 127.0.0.1 for tests: a real socket on a free port, in a thread of the test process
+(so tests can hand in preloaded or instrumented pipelines), stopped and cleaned up afterwards."""
+
+from __future__ import annotations
+
+import base64
+import io
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from ootd.settings import ModelType
+
+
+@dataclass
+class Live:
+    url: str
+    workdir: Path
+    app: Any
+
+
+@contextmanager
+def live_server(config: Any, limits: Any = None, auth: Any = None, models: Any = None) -> Iterator[Live]:
+    from ootd.serve.app import create_app
+    from ootd.serve.server import bind, make_server, url_of, workspace
+
+    sock = bind("127.0.0.1", 0)
+    with workspace() as workdir:
+        app = create_app(config, workdir, limits, auth, models)
+        server = make_server(app)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        try:
+            yield Live(url_of(sock), workdir, app)
+        finally:
+            server.should_exit = True
+            thread.join(20)
+            sock.close()
+    assert not thread.is_alive(), "the server did not stop"
+    assert not workdir.exists(), "the temporary folder was not removed"
+
+
+def tiny_config(tiny_tree: Path, **options: Any) -> Any:
+    from ootd.app.tryon.config import build_config
+
+    return build_config(checkpoints=tiny_tree, device="cpu", **options)
+
+
+def pipes_factory(pipes: dict[str, Any], preprocessor: Any = None) -> Any:
+    """Models for the server: the session's preloaded tiny pipelines (and pose + parsing, when given)."""
+    from ootd.app.tryon.loader import ModelSource
+
+    return ModelSource(lambda model_type: pipes[ModelType(model_type).value],
+                       (lambda: preprocessor) if preprocessor is not None else None)
+
+
+def decode_data_url(url: str) -> Image.Image:
+    prefix = "data:image/png;base64,"
+    assert url.startswith(prefix), url[:40]
+    image = Image.open(io.BytesIO(base64.b64decode(url[len(prefix):])))
+    image.load()
+    return image
+
+
+def pixels(image: Image.Image) -> np.ndarray:
+    return np.asarray(image.convert("RGB"))
+
+
+def files_for(paths: dict[str, Path]) -> dict[str, tuple[str, bytes, str]]:
+    return {role: (path.name, path.read_bytes(), "image/png") for role, path in paths.items()}
+
+
+def assert_one_line_error(response: Any, status: int, *words: str) -> str:
+    assert response.status_code == status, (response.status_code, response.text)
+    body = response.json()
+    assert set(body) == {"error"}, body
+    message = body["error"]
+    assert message and "\n" not in message and "Traceback" not in message, message
+    for word in words:
+        assert word in message, message
+    return message

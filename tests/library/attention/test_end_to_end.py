@@ -1,0 +1,38 @@
+"""Whole try-ons through different attention backends agree (issue: attention backends end to end)."""
+
+from __future__ import annotations
+
+import torch
+
+from ootd import TryOnPipeline
+from ootd.attention import build_attention
+from ootd.hardware.device import DeviceInfo
+
+
+def _final_latents(pipe: TryOnPipeline, example_images, monkeypatch) -> torch.Tensor:  # noqa: ANN001
+    seen: list[torch.Tensor] = []
+    decode = pipe._decode
+    monkeypatch.setattr(pipe, "_decode", lambda lat, prog: (seen.append(lat.clone()), decode(lat, prog))[1])
+    pipe(example_images["person"], example_images["tshirt"], "upper", mask=example_images["mask"], num_samples=2,
+         steps=2, seed=11, resolution=(384, 512))
+    return seen[0]
+
+
+def test_chunked_and_math_give_the_same_try_on(tiny_tree, example_images, monkeypatch) -> None:  # noqa: ANN001
+    cpu = DeviceInfo(type="cpu")
+    # a budget small enough that every fusion attention call is cut into query and key chunks
+    chunked = build_attention("chunked", cpu, torch.float32, budget_bytes=256 * 1024)
+    math = build_attention("math", cpu, torch.float32)
+    a = _final_latents(TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", attention=chunked),
+                       example_images, monkeypatch)
+    b = _final_latents(TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", attention=math),
+                       example_images, monkeypatch)
+    assert chunked.used["chunked"] > 0 and math.used["math"] > 0
+    assert (a - b).abs().max().item() < 1e-4 * max(1.0, b.abs().max().item())
+
+
+def test_pipeline_reports_its_attention(pipe_hd) -> None:  # noqa: ANN001
+    info = pipe_hd.describe()
+    assert info["device"] == "cpu" and info["model_type"] == "hd"
+    assert info["precision"]["unet"] == "float32"
+    assert "sdpa" in str(info["attention"])
