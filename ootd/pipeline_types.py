@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
 from PIL import Image
 
 from ootd.imaging.framing import FitInfo
 from ootd.settings import Category, Resolution
 
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
+if TYPE_CHECKING:
+    import torch
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total): how every stage reports progress
+
 
 @dataclass
 class TryOnResult:

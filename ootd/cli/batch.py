@@ -41,19 +41,6 @@ EPILOG = (
 PER_PAIR_BARS = ("person", "garment", "denoise", "decode")
 
 
-def parse_shard(value: str | None) -> tuple[int, int] | None:
-    """'K/N' -> (K, N)."""
-    if value is None:
-        return None
-    try:
-        index, count = (int(x) for x in value.split("/"))
-    except ValueError:
-        raise UsageError(f"bad shard {value!r}: use K/N, e.g. 0/4 for the first of four") from None
-    if count < 1 or not 0 <= index < count:
-        raise UsageError(f"bad shard {value!r}: need 0 <= K < N")
-    return index, count
-
-
 def error_text(entry: Any) -> str:
     """`<source> (<person> + <garment>): <problem>`, the location said once."""
     problem = str(entry.error or "")
@@ -158,7 +145,7 @@ def batch_command(
     from ootd.app.batch.cluster import ClusterOptions
     from ootd.app.batch.engines import make_engine, require_engine
     from ootd.app.batch.index import index_name
-    from ootd.app.batch.pairs import collect_pairs, select_shard
+    from ootd.app.batch.pairs import Shard, collect_pairs, select_shard
     from ootd.app.batch.precheck import check_batch_outputs
     from ootd.app.batch.report import PairReport, report_name
     from ootd.app.tryon.outputs import prepare_output_dir
@@ -171,10 +158,10 @@ def batch_command(
     if engine_name is EngineName.LOCAL and cluster != ClusterOptions():
         raise UsageError("--address, --workers and --gpus-per-worker need --engine ray")
     default_category = Category.parse(category) if category is not None else None
-    sharding = parse_shard(shard)
+    sharding = Shard.parse(shard) if shard is not None else None
     pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks, output=config.output)
     if sharding is not None:
-        pairs = select_shard(pairs, sharding[0], sharding[1], config)
+        pairs = select_shard(pairs, sharding, config)
     report = report if report is not None else config.output / report_name(sharding)
     check_batch_outputs(pairs, config, report, [csv_file],  # no output replaces an input or a file not ours
                         pages=[config.output / index_name(sharding)])

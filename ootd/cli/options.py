@@ -18,6 +18,7 @@ import typer
 
 from ootd.app.tryon.config import RunConfig, build_config
 from ootd.app.tryon.naming import NAME_FIELDS
+from ootd.hardware.spec import ENV_DEVICE
 from ootd.settings import (
     AttentionName,
     Category,
@@ -95,7 +96,7 @@ PrecisionOpt = Annotated[str, _opt("--precision", metavar=choices(PrecisionName)
                                         "Arm BF16), the device profile's choice on GPUs.")]
 AttentionOpt = Annotated[str, _opt("--attention", metavar=choices(AttentionName), panel=HARDWARE,
                                    help="Attention backend.")]
-DeviceOpt = Annotated[str | None, _opt("--device", envvar="OOTD_DEVICE", panel=HARDWARE, default_shown=False,
+DeviceOpt = Annotated[str | None, _opt("--device", envvar=ENV_DEVICE, panel=HARDWARE, default_shown=False,
                                        metavar="DEVICE",
                                        help="cpu, cuda, cuda:N (also ROCm) or mps. Default: the best available.")]
 MaxMemoryOpt = Annotated[str | None, _opt(
@@ -187,9 +188,6 @@ def config_from(options: dict[str, Any]) -> RunConfig:
     return build_config(**{name: options[name] for name in RUN_OPTIONS if name in options})
 
 
-DEVICE_ENV = "OOTD_DEVICE"
-
-
 def option_source(name: str) -> str | None:
     """Where an option's value came from when it was not typed: the environment variable's name, else None."""
     try:
@@ -203,7 +201,7 @@ def option_source(name: str) -> str | None:
         return None
     param = next((p for p in ctx.command.params if p.name == name), None)
     envvar = getattr(param, "envvar", None)
-    return envvar if isinstance(envvar, str) else DEVICE_ENV if name == "device" else None
+    return envvar if isinstance(envvar, str) else ENV_DEVICE if name == "device" else None
 
 
 def checked_config(options: dict[str, Any]) -> RunConfig:

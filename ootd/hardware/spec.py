@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import torch
-
 from ootd.errors import UsageError
 
 ENV_DEVICE = "OOTD_DEVICE"
@@ -24,6 +22,8 @@ def check_device_spec(spec: str | None, environ: Mapping[str, str] | None = None
     if spec is None or spec == "auto":
         return spec
     try:
+        import torch  # not at import: the CLI reads ENV_DEVICE at --help time
+
         device = torch.device(str(spec))
     except (RuntimeError, ValueError, TypeError):
         device = None

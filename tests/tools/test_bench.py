@@ -177,6 +177,7 @@ def test_speed_options_apply_to_ours_only(monkeypatch: pytest.MonkeyPatch) -> No
     assert out["images_max_abs_diff"] < 2e-2
 
 
+@pytest.mark.slow
 def test_speed_options_script_on_tiny_weights() -> None:
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speed_options.py"), "--random-weights", "tiny",
                            "--resolution", "384x512", "--samples", "1", "--repeats", "1", "--json"],
@@ -191,6 +192,7 @@ def test_speed_options_script_on_tiny_weights() -> None:
     assert bad.returncode == 2 and "variants must be among" in bad.stderr
 
 
+@pytest.mark.slow
 def test_speed_modes_script_on_tiny_weights(tmp_path: Path) -> None:
     out = tmp_path / "modes.json"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speed_modes.py"), "--kind", "tiny",
@@ -222,6 +224,7 @@ def test_vae_script_attention_and_bad_input(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "no weights in" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_weights_mmap_script_on_a_tiny_unet() -> None:
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_weights_mmap.py"), "--tiny", "--json"],
                           capture_output=True, text=True, timeout=300, cwd=REPO)
@@ -231,6 +234,7 @@ def test_weights_mmap_script_on_a_tiny_unet() -> None:
     assert 0 < out["before"] <= out["all_read"]
 
 
+@pytest.mark.slow
 def test_components_script_cross_attention_and_bad_input() -> None:
     script = str(REPO / "scripts" / "bench_components.py")
     proc = subprocess.run([sys.executable, script, "cross-attention", "--resolution", "384x512", "--batch", "1",

@@ -15,8 +15,8 @@ from ootd.app.batch.cluster import ClusterOptions
 from ootd.app.batch.pairs import Pair
 from ootd.app.batch.report import BatchSummary, PairReport
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.outcome import Progress
 from ootd.errors import UsageError
+from ootd.pipeline_types import Progress
 from ootd.settings import EngineName
 
 RAY_INSTALL = "pip install 'ootd[ray]'  (or: pip install 'ray[data]>=2.9')"

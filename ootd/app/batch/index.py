@@ -12,16 +12,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ootd.app.batch.pairs import Pair
+from ootd.app.batch.pairs import Pair, Shard
 from ootd.app.batch.report import PairReport
 from ootd.imaging.files import write_text_atomic
 
 logger = logging.getLogger(__name__)
 
 
-def index_name(shard: tuple[int, int] | None = None) -> str:
+def index_name(shard: Shard | None = None) -> str:
     """index.html, or one per shard (index.shardKofN.html), so shards never write the same file."""
-    return "index.html" if shard is None else f"index.shard{shard[0]}of{shard[1]}.html"
+    return "index.html" if shard is None else f"index.{shard.name()}.html"
 
 
 def _link(path: str | Path, folder: Path) -> str:

@@ -235,13 +235,36 @@ def order_key(pair: Pair, config: RunConfig) -> tuple:
     return (model, str(pair.garment), category, str(pair.person), str(pair.mask or ""), pair.index)
 
 
-def select_shard(pairs: Sequence[Pair], shard: int, shards: int, config: RunConfig) -> list[Pair]:
-    """Shard `shard` of `shards`: a contiguous block of the run order, so each garment's pairs stay together
-    (reuse) and the shards are near-equal in size. Stable across runs, so resuming a shard works."""
-    if shards < 1 or not 0 <= shard < shards:
-        raise UsageError(f"shard must be K/N with 0 <= K < N, got {shard}/{shards}")
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` of `count` (`--shard K/N`, from 0): checked once, when it is made."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise UsageError(f"bad shard {self.index}/{self.count}: need 0 <= K < N")
+
+    @classmethod
+    def parse(cls, value: str) -> Shard:
+        """'K/N' -> Shard(K, N)."""
+        try:
+            index, count = (int(x) for x in value.split("/"))
+        except ValueError:
+            raise UsageError(f"bad shard {value!r}: use K/N, e.g. 0/4 for the first of four") from None
+        return cls(index, count)
+
+    def name(self) -> str:
+        """`shardKofN`, the part of a file name that keeps shards' files apart."""
+        return f"shard{self.index}of{self.count}"
+
+
+def select_shard(pairs: Sequence[Pair], shard: Shard, config: RunConfig) -> list[Pair]:
+    """The pairs of `shard`: a contiguous block of the run order, so each garment's pairs stay together (reuse)
+    and the shards are near-equal in size. Stable across runs, so resuming a shard works."""
     ordered = sorted(pairs, key=lambda p: order_key(p, config))
-    size, extra = divmod(len(ordered), shards)
-    start = shard * size + min(shard, extra)
-    stop = start + size + (1 if shard < extra else 0)
+    size, extra = divmod(len(ordered), shard.count)
+    start = shard.index * size + min(shard.index, extra)
+    stop = start + size + (1 if shard.index < extra else 0)
     return sorted(ordered[start:stop], key=lambda p: p.index)

@@ -38,9 +38,9 @@ from ootd.app.batch.report import BatchSummary, PairReport
 from ootd.app.batch.runner import BatchRunner
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
-from ootd.app.tryon.outcome import Progress
 from ootd.app.tryon.outputs import peak_memory
 from ootd.errors import OotdError, UsageError
+from ootd.pipeline_types import Progress
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ootd.app.batch.pairs import Pair
+from ootd.app.batch.pairs import Pair, Shard
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.outputs import format_seconds
 from ootd.errors import OutputError, no_space, printable
@@ -31,9 +31,9 @@ REPORT_NAME = "batch_report.jsonl"
 REPORT_LINE_START = b'{"index": '  # how every report line begins (PairReport.to_json)
 
 
-def report_name(shard: tuple[int, int] | None = None) -> str:
+def report_name(shard: Shard | None = None) -> str:
     """The report's file name in the output folder: one per shard, so shards never share a file."""
-    return REPORT_NAME if shard is None else f"batch_report.shard{shard[0]}of{shard[1]}.jsonl"
+    return REPORT_NAME if shard is None else f"batch_report.{shard.name()}.jsonl"
 
 
 @dataclass

@@ -29,9 +29,9 @@ from ootd.app.tryon.budget import check_memory_budget
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
 from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
-from ootd.app.tryon.outcome import Progress
 from ootd.app.tryon.outputs import peak_memory
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
+from ootd.pipeline_types import Progress
 from ootd.settings import ModelType
 
 logger = logging.getLogger(__name__)

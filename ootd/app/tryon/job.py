@@ -30,7 +30,7 @@ from ootd.app.tryon.budget import check_memory_budget
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
 from ootd.app.tryon.masking import check_mask_input, no_person_error
-from ootd.app.tryon.outcome import InputCache, Progress, TryOnOutcome
+from ootd.app.tryon.outcome import InputCache, TryOnOutcome
 from ootd.app.tryon.outputs import (
     Targets,
     describe_pipeline,
@@ -44,6 +44,7 @@ from ootd.app.tryon.safety import check_outputs
 from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.errors import NoPersonError
 from ootd.imaging.framing import restore_framing
+from ootd.pipeline_types import Progress
 from ootd.preprocessing import PersonMask, mask_person
 from ootd.settings import ModelType
 

@@ -22,15 +22,13 @@ from typing import TYPE_CHECKING, Any
 from ootd.app.console import quiet_libraries
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import CheckpointError, DeviceError, OotdError, UsageError
+from ootd.pipeline_types import Progress
 from ootd.settings import ModelType, PrecisionName
 
 if TYPE_CHECKING:
     from ootd.pipeline import TryOnPipeline
 
 logger = logging.getLogger(__name__)
-
-Progress = Callable[[str, int, int], None]
-
 
 @dataclass(frozen=True)
 class ModelSource:

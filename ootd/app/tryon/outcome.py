@@ -13,7 +13,6 @@ from ootd.settings import ModelType
 if TYPE_CHECKING:
     from ootd.pipeline_types import TryOnResult
 
-Progress = Callable[[str, int, int], None]  # (stage, done, total), as the pipeline reports it
 PERSON_STAGES = ("preprocess", "encode_person")  # result timings that belong to preparing the person
 GARMENT_STAGES = ("conditioning", "encode_garment", "garment_unet")  # ... and to preparing the garment
 

@@ -17,7 +17,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from ootd import cli
-from ootd.app.batch.pairs import Pair, pairs_from_folders, read_pairs_csv, select_shard
+from ootd.app.batch.pairs import Pair, Shard, pairs_from_folders, read_pairs_csv, select_shard
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import UsageError
 from ootd.settings import Category
@@ -98,13 +98,16 @@ def test_select_shard_covers_every_pair_once_in_garment_blocks(tmp_path: Path, t
     config = config_for(tmp_path, tiny_tree)
     pairs = [Pair(Path(f"p{i}.png"), Path(f"g{j}.png"), Category.UPPER, index=i * 5 + j)
              for i in range(4) for j in range(5)]
-    shards = [select_shard(pairs, k, 3, config) for k in range(3)]
+    shards = [select_shard(pairs, Shard(k, 3), config) for k in range(3)]
     assert sorted(p.index for s in shards for p in s) == list(range(20))
     assert sorted(len(s) for s in shards) == [6, 7, 7]
     garments_per_shard = [len({p.garment for p in s}) for s in shards]
     assert sum(garments_per_shard) <= 5 + 2  # contiguous blocks: a garment is split at most at a border
     with pytest.raises(UsageError):
-        select_shard(pairs, 3, 3, config)
+        Shard(3, 3)
+    with pytest.raises(UsageError, match="K/N"):
+        Shard.parse("1-3")
+    assert Shard.parse("1/3") == Shard(1, 3)
 
 
 # ---------------------------------------------------------------------------------------------- runs

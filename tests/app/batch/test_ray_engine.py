@@ -24,6 +24,8 @@ from ootd.app.batch.pairs import read_pairs_csv
 from ootd.app.batch.ray_engine import EXIT_ON_FIRST_ATTEMPT
 from ootd.cli import app as cli_app
 
+pytestmark = pytest.mark.slow  # a Ray instance and its actors: about a minute
+
 RUN = ["--steps", "1", "--resolution", "384x512", "--seed", "7", "-q"]
 
 

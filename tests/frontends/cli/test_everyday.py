@@ -273,6 +273,7 @@ def test_display_rate_eta_and_clean_error_line() -> None:
 # ---------------------------------------------------------------------------------------------- 12. help
 
 
+@pytest.mark.slow
 def test_help_shows_choices_no_bool_has_examples_completion_fits_80_columns() -> None:
     env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(REPO), "TERM": "dumb"}
     commands = [["run"], ["batch"], ["mask"], ["serve"], ["download"], ["doctor"], ["checkpoints"],

@@ -53,6 +53,7 @@ def results(driver) -> list[str]:  # noqa: ANN001
         ".filter((img) => img.complete && img.naturalWidth > 0).map((img) => img.src)")
 
 
+@pytest.mark.slow
 def test_page_try_on_mask_editor_and_error(browser, tmp_path: Path, tiny_tree: Path, pipe_hd,  # noqa: ANN001
                                            example_images: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     config = tiny_config(tiny_tree, steps=1, resolution="384x512")

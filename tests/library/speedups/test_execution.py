@@ -165,6 +165,7 @@ def test_compile_failures_become_one_line_errors(pipe_hd: TryOnPipeline, example
     assert "details" not in str(compile_error(TorchDynamoException("a\ndetails")))
 
 
+@pytest.mark.slow
 def test_compiled_try_on_unet_gives_the_same_images(tiny_tree: Path, example_images) -> None:  # noqa: ANN001
     torch._dynamo.reset()
     person = Image.open(example_images["person"]).convert("RGB")
