@@ -3,6 +3,7 @@ status and one-line error, serialized concurrent requests, a full queue, the str
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -94,6 +95,8 @@ def test_tryon_equals_ootd_run(tmp_path: Path, tiny_tree: Path, example_images: 
         with Image.open(out / f"person__tshirt__{i}.png") as written:
             assert (pixels(served) == pixels(written)).all(), f"sample {i} differs from ootd run's"
             assert served.text == written.text, "the PNG metadata differs from ootd run's"
+        # the same file, byte for byte: both are written by the one job (ootd/app/tryon/job.py)
+        assert base64.b64decode(url.split(",", 1)[1]) == (out / f"person__tshirt__{i}.png").read_bytes()
     mask = decode_data_url(body["mask"])
     assert mask.size == (384, 512) and decode_data_url(body["person_mask"]).size == Image.open(
         example_images["person"]).size
