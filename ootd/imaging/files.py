@@ -70,12 +70,22 @@ def load_image(path: str | Path, role: str) -> Image.Image:
     def fail(problem: str) -> InputImageError:
         return InputImageError(f"{role} image {printable(path)}: {_one_line(problem)}")
 
-    _require_regular_file(path, fail)
-    with _decoded(path, fail) as im:
+    with open_image_file(path, fail) as im:
         try:
             return _normalise(im, role)
         except (OSError, ValueError) as exc:  # e.g. a mode Pillow cannot convert
             raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
+
+
+@contextmanager
+def open_image_file(path: Path, fail: Callable[[str], InputImageError], min_side: int = MIN_SIDE
+                    ) -> Iterator[Image.Image]:
+    """An image file opened and fully decoded with every check `load_image` makes (a regular file, a known
+    format, at most MAX_PIXELS from the header before any decoding, each side at least `min_side`), each
+    problem one `fail(problem)` error; as Pillow gives it (no orientation or mode normalised)."""
+    _require_regular_file(path, fail)
+    with _decoded(path, fail, min_side) as im:
+        yield im
 
 
 def _require_regular_file(path: Path, fail: Callable[[str], InputImageError]) -> None:
@@ -96,14 +106,15 @@ def _require_regular_file(path: Path, fail: Callable[[str], InputImageError]) ->
 
 
 @contextmanager
-def _decoded(path: Path, fail: Callable[[str], InputImageError]) -> Iterator[Image.Image]:
+def _decoded(path: Path | BinaryIO, fail: Callable[[str], InputImageError], min_side: int = MIN_SIDE
+             ) -> Iterator[Image.Image]:
     """The open, fully decoded image; every way a file can be unreadable becomes one `fail` line."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             im = Image.open(path, formats=_open_formats())
             try:
-                _check_header_size(im, fail)
+                _check_header_size(im, fail, min_side)
                 im.load()
             except BaseException:
                 im.close()
@@ -132,7 +143,7 @@ def _open_formats() -> list[str]:
     return [name for name in FORMATS if name in Image.OPEN]
 
 
-def _check_header_size(im: Image.Image, fail: Callable[[str], InputImageError]) -> None:
+def _check_header_size(im: Image.Image, fail: Callable[[str], InputImageError], min_side: int = MIN_SIDE) -> None:
     """Reject tiny and enormous images from the header alone, before any pixel is decoded."""
     width, height = im.size
     if width * height > MAX_PIXELS:
@@ -140,8 +151,8 @@ def _check_header_size(im: Image.Image, fail: Callable[[str], InputImageError]) 
             f"image too large: {width}x{height} = {width * height / 1e6:.0f} megapixels "
             f"(limit {MAX_PIXELS / 1e6:.0f}); downscale it first"
         )
-    if min(width, height) < MIN_SIDE:
-        raise fail(f"image too small: {width}x{height} (each side must be at least {MIN_SIDE} px)")
+    if min(width, height) < min_side:
+        raise fail(f"image too small: {width}x{height} (each side must be at least {min_side} px)")
 
 
 def _normalise(im: Image.Image, role: str) -> Image.Image:
