@@ -1,9 +1,9 @@
 """For front ends on a terminal (`ootd`, `run/run_ootd.py`): every failure as one stderr line and an exit code,
 and logging levels per -v/-q.
 
-Exit codes: 0 success, 1 failure, 2 usage error (the typed errors in ootd/errors.py carry them), 130
-interrupted, 143 terminated (SIGTERM is handled like Ctrl-C: ootd/app/signals.py). The library writes outputs
-atomically, so an interrupted run leaves nothing half-written.
+Exit codes: 0 success, 1 failure, 2 usage error, 3 a setting this machine cannot run (the typed errors in
+ootd/errors.py carry them), 130 interrupted, 143 terminated (SIGTERM is handled like Ctrl-C: ootd/app/signals.py).
+The library writes outputs atomically, so an interrupted run leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
                 passthrough: tuple[type[BaseException], ...] = ()) -> int:
     """Run `fn` and turn every way it can fail into one stderr line and an exit code (`fn`'s own int, else 0).
 
-    OotdError: its message and its exit code (2 usage, 1 otherwise). KeyboardInterrupt: 130; SIGTERM: 143. A
-    full device: "no space left on device (PATH)" and 1. Anything else: "internal error" and 1. `passthrough`
-    exceptions are re-raised (a front end's own control flow).
+    OotdError: its message and its exit code (2 usage, 3 unsupported here, 1 otherwise). KeyboardInterrupt: 130;
+    SIGTERM: 143. A full device: "no space left on device (PATH)" and 1. Anything else: "internal error" and 1.
+    `passthrough` exceptions are re-raised (a front end's own control flow).
     """
     from ootd.app.signals import as_no_space, flush_stdout, sigterm_as_interrupt
 
