@@ -15,12 +15,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from ootd import IMPORT_NOISE
 from ootd.errors import OotdError
 
 EXIT_INTERRUPTED = 130
 # Libraries whose chatter stays quiet unless ootd itself logs at DEBUG.
 LIBRARY_LOGGERS = ("diffusers", "transformers", "huggingface_hub", "onnxruntime", "PIL", "urllib3", "httpx",
-                   "torchao", "torch.utils._pytree")  # the last two: importing torchao (the quant extra)
+                   "torchao", "torch.utils._pytree")  # the last two: importing torchao (the quant extra; its
+# known import-time messages are dropped by ootd.IMPORT_NOISE wherever ootd is used, unless --debug)
 
 
 _library_level = {"level": logging.ERROR}  # what console_logging chose; reapplied after libraries are imported
@@ -158,6 +160,8 @@ def console_logging(verbose: bool, quiet: bool, debug: bool = False) -> Iterator
     ootd_logger.setLevel(logging.DEBUG if verbose else logging.ERROR if quiet else logging.WARNING)
     saved_library_level = _library_level["level"]
     _library_level["level"] = logging.INFO if debug else logging.ERROR
+    saved_noise = IMPORT_NOISE.show
+    IMPORT_NOISE.show = debug  # torchao's import-time chatter: only with --debug
     quiet_libraries()
     try:
         with warnings.catch_warnings():
@@ -168,5 +172,6 @@ def console_logging(verbose: bool, quiet: bool, debug: bool = False) -> Iterator
         ootd_logger.removeHandler(handler)
         ootd_logger.propagate = saved_propagate
         _library_level["level"] = saved_library_level
+        IMPORT_NOISE.show = saved_noise
         for name, level in saved.items():
             logging.getLogger(name).setLevel(level)
