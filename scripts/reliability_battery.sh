@@ -18,9 +18,14 @@
 # (tests/frontends/cli/test_reliability.py, tests/frontends/cli/test_never_lose_a_file.py); run this by hand before a release.
 # The full-device and read-only cases mount small tmpfs folders when run as root (else: /dev/full and chmod).
 set -u
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python}"  # this checkout's .venv when there is one (what the quickstart makes)
+[ -n "${PYTHON:-}" ] || [ ! -x "$REPO/.venv/bin/python" ] || PY="$REPO/.venv/bin/python"
 CASE_TIMEOUT="${CASE_TIMEOUT:-300}"  # seconds: a hang is a failure, not a stuck battery
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ootd-battery.XXXXXX")"
 MOUNTS=()
@@ -409,6 +414,116 @@ case_shards_odd_names() {  # two shards into one folder, one person with a non-U
   [ "$(find "$WORK/out5" -name '*__g__0.png' | wc -l)" -eq 2 ] || { WHY="not one picture per pair"; return 1; }
 }
 
+# -- cases: the command line's edges (names, compare, -o, temp files, exit 3, budgets, mask, scripts) ------------
+
+cli_run() {  # cli_run ARGS...: `ootd ARGS` with the standard timeout; sets RC (stdout/stderr in $WORK)
+  timeout "$CASE_TIMEOUT" "$PY" -m ootd "$@" >"$WORK/stdout" 2>"$WORK/stderr" </dev/null
+  RC=$?
+}
+png_header() {  # png_header FILE SIDE: a PNG whose header says SIDE x SIDE, with no pixel data (a bomb, undecoded)
+  pyrun "$1" "$2" <<'EOF'
+import struct, sys, zlib
+path, side = sys.argv[1], int(sys.argv[2])
+chunk = lambda kind, data: struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+                       + chunk(b"IEND", b""))
+EOF
+}
+case_cli_name_width_billion() {  # refused from the template: no gigabyte string, so the process stays small
+  local peak
+  read -r RC peak < <(pyrun "$EX" "$WORK" <<'EOF'
+import resource, subprocess, sys
+ex, work = sys.argv[1:3]
+done = subprocess.run([sys.executable, "-m", "ootd", "run", "-m", f"{ex}/person.png", "-c", f"{ex}/tshirt.png",
+                       "-k", "upper", "--mask", f"{ex}/person_mask_upper.png", "--checkpoints", f"{work}/tiny", "-o",
+                       f"{work}/out", "--name", "{i:1000000000}"], stdin=subprocess.DEVNULL,
+                      stdout=open(f"{work}/stdout", "w"), stderr=open(f"{work}/stderr", "w"), timeout=300)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+EOF
+)
+  OUT="$WORK/out"
+  expect_refusal 2 "more than the 200 a name may have" || return 1
+  [ "$peak" -lt 1500 ] || { WHY="the refused run peaked at $peak MiB"; return 1; }
+}
+case_cli_compare_bombs() {  # two 20000x20000 headers: one line each, never decoded, never an internal error
+  rm -rf "$WORK/ca" "$WORK/cb"; mkdir -p "$WORK/ca" "$WORK/cb"
+  png_header "$WORK/ca/bomb.png" 20000; png_header "$WORK/cb/bomb.png" 20000
+  cp "$EX/person.png" "$WORK/ca/ok.png"; cp "$EX/person.png" "$WORK/cb/ok.png"
+  cli_run compare "$WORK/ca" "$WORK/cb"
+  [ "$RC" -eq 0 ] || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  grep -q "^bomb.png: .*too large" "$WORK/stdout" && ! grep -q "internal error" "$WORK/stdout" "$WORK/stderr" \
+    || { WHY="$(head -c 300 "$WORK/stdout")"; return 1; }
+}
+case_cli_compare_fifo() {  # a FIFO named f.png on both sides is reported, not waited on
+  rm -rf "$WORK/ca" "$WORK/cb"; mkdir -p "$WORK/ca" "$WORK/cb"
+  mkfifo "$WORK/ca/f.png" "$WORK/cb/f.png" || { WHY="mkfifo failed"; return 1; }
+  cp "$EX/person.png" "$WORK/ca/ok.png"; cp "$EX/person.png" "$WORK/cb/ok.png"
+  CASE_TIMEOUT=120 cli_run compare "$WORK/ca" "$WORK/cb"
+  [ "$RC" -ne 124 ] || { WHY="hung on the FIFO"; return 1; }
+  [ "$RC" -eq 0 ] && grep -q "^f.png: .*not a regular file" "$WORK/stdout" \
+    || { WHY="exit $RC: $(head -c 300 "$WORK/stdout")"; return 1; }
+}
+case_cli_compare_results_only() {  # identical masks and grids are not averaged in with differing samples
+  local seed
+  for seed in 1 2; do
+    run_ootd "$WORK/tiny" --seed "$seed" --save-intermediates --grid
+    [ "$RC" -eq 0 ] || { WHY="run exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+    rm -rf "$WORK/cmp$seed"; mv "$WORK/out" "$WORK/cmp$seed"
+  done
+  cli_run compare "$WORK/cmp1" "$WORK/cmp2"
+  [ "$RC" -eq 0 ] && grep -q "^skipped 3 intermediate" "$WORK/stdout" \
+    && grep -q "^overall (1 compared, 0 identical" "$WORK/stdout" || { WHY="exit $RC: $(tail -c 300 "$WORK/stdout")"; return 1; }
+}
+case_cli_run_output_is_a_file() {
+  : >"$WORK/afile.png"; run_ootd "$WORK/tiny" -o "$WORK/afile.png"; OUT="$WORK/nothing"
+  expect_refusal 2 "is not a folder"
+}
+case_cli_mask_output_is_a_file() {
+  : >"$WORK/afile.png"; OUT="$WORK/nothing"
+  cli_run mask -m "$EX/person.png" -k upper --checkpoints "$WORK/tiny" -o "$WORK/afile.png"
+  expect_refusal 2 "is not a folder"
+}
+case_cli_fresh_temp_file_removed() {  # what a kill -9 mid-write leaves, and a rerun a second later: removed
+  rm -rf "$WORK/fresh"; mkdir -p "$WORK/fresh"; : >"$WORK/fresh/.person__tshirt__0.png.0123456789ab.tmp"
+  timeout "$CASE_TIMEOUT" "$PY" -m ootd run --model "$EX/person.png" --cloth "$EX/tshirt.png" --category upper \
+    --mask "$EX/person_mask_upper.png" --checkpoints "$WORK/tiny" -o "$WORK/fresh" --steps 1 --resolution 384x512 \
+    --seed 1 >"$WORK/stdout" 2>"$WORK/stderr" </dev/null
+  RC=$?
+  [ "$RC" -eq 0 ] || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  no_temp_files "$WORK/fresh" || { WHY="the temporary file is still there"; return 1; }
+}
+case_cli_unsupported_flash() { run_ootd "$WORK/tiny" --attention flash; expect_refusal 3 "attention flash cannot run here"; }
+case_cli_unsupported_fp16_cpu() { run_ootd "$WORK/tiny" --device cpu --precision fp16; expect_refusal 3 "fp16 is not supported"; }
+case_cli_unsupported_fp8_cpu() { run_ootd "$WORK/tiny" --device cpu --quantize fp8; expect_refusal 3 "quantization fp8 is not supported"; }
+case_cli_unsupported_gpu_index() { run_ootd "$WORK/tiny" --device cuda:7; expect_refusal 3 "device cuda:7 requested"; }
+case_cli_unsupported_in_batch() {
+  batch_inputs; run_batch "$WORK/out" "$WORK/b/pairs.csv" --attention flash; expect_refusal 3 "attention flash"
+}
+case_cli_max_memory_in_its_unit() {
+  run_ootd "$WORK/tiny" --device cpu --max-memory 10MiB
+  expect_refusal 2 "more than --max-memory 10MiB;" || return 1
+  ! grep -q "GiB" "$WORK/stderr" || { WHY="echoed in another unit: $(cat "$WORK/stderr")"; return 1; }
+}
+case_cli_mask_no_person() {  # the tiny tree's pose finds nobody: the remedy is one `ootd mask` can offer
+  OUT="$WORK/m"; rm -rf "$OUT"
+  cli_run mask -m "$EX/person.png" -k upper --checkpoints "$WORK/tiny" -o "$OUT" --resolution 384x512
+  expect_refusal 1 "ootd run --mask" || return 1
+  ! grep -q "give a mask image with --mask" "$WORK/stderr" || { WHY="suggests --mask to ootd mask"; return 1; }
+}
+case_cli_scripts_help() {  # every script's --help exits 0 and makes nothing
+  local s dir="$WORK/helpdir"; rm -rf "$dir"; mkdir -p "$dir"
+  for s in "$REPO"/scripts/*.sh; do
+    (cd "$dir" && bash "$s" --help >/dev/null 2>&1) || { WHY="$(basename "$s") --help exit $?"; return 1; }
+  done
+  [ -z "$(ls -A "$dir")" ] || { WHY="--help made $(ls -A "$dir")"; return 1; }
+}
+case_cli_batch_script_without_ootd() {  # no environment and a Python without ootd: one line, no traceback
+  (cd "$WORK" && env -u VIRTUAL_ENV -u OOTD PATH=/usr/bin:/bin OOTD_VENV="$WORK/none" PYTHON=/usr/bin/python3 \
+    bash "$REPO/scripts/batch_tryon.sh" p g) >"$WORK/stdout" 2>"$WORK/stderr"
+  RC=$?; OUT="$WORK/none"
+  expect_refusal 1 "ootd is not installed"
+}
+
 CASES=(
   pickle_zip_text_encoder pickle_raw_text_encoder pickle_zip_vae pickle_raw_vae pickle_zip_openpose
   pickle_raw_openpose lfs_pointer_unet lfs_pointer_vae truncated_onnx empty_onnx missing_key_vae missing_key_clip
@@ -420,10 +535,17 @@ CASES=(
   kill9_mid_batch_then_resume ctrl_c_batch sigterm_batch csv_huge_field csv_fifo csv_not_utf8 csv_bad_rows
   shards_odd_names
 )
+CASES+=(
+  cli_name_width_billion cli_compare_bombs cli_compare_fifo cli_compare_results_only cli_run_output_is_a_file
+  cli_mask_output_is_a_file cli_fresh_temp_file_removed cli_unsupported_flash cli_unsupported_fp16_cpu
+  cli_unsupported_fp8_cpu cli_unsupported_gpu_index cli_unsupported_in_batch cli_max_memory_in_its_unit
+  cli_mask_no_person cli_scripts_help cli_batch_script_without_ootd
+)
 
 main() {
   local selected=("$@") passed=0 failed=0 name
   [ ${#selected[@]} -gt 0 ] || selected=("${CASES[@]}")
+  echo "${#selected[@]} case(s) of ${#CASES[@]}"
   cd "$REPO" || exit 1
   if ! "$PY" scripts/make_tiny_checkpoints.py "$WORK/tiny" >"$WORK/make.log" 2>&1; then
     echo "cannot build the tiny tree:"; tail -5 "$WORK/make.log"; exit 1
