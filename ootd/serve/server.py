@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import shutil
 import socket
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +19,7 @@ from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.loader import check_checkpoints_present
 from ootd.errors import OotdError, UsageError
 from ootd.serve.limits import Auth, Limits
+from ootd.serve.workspace import Workspace, remove_dead
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +72,14 @@ def url_of(sock: socket.socket) -> str:
 
 @contextmanager
 def workspace() -> Iterator[Path]:
-    """This process's temporary folder for uploads and results, removed afterwards whatever happens."""
-    folder = Path(tempfile.mkdtemp(prefix="ootd-serve-"))
+    """This process's temporary folder for uploads and results, removed afterwards whatever happens; the
+    folders of servers that were killed (kill -9, a crash) are removed first."""
+    remove_dead()
+    folder = Workspace()
     try:
-        yield folder
+        yield folder.path
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        folder.close()
 
 
 def make_server(app: Any) -> Any:
