@@ -20,8 +20,11 @@ from ootd.errors import (
     OutputError,
     UsageError,
 )
+from ootd.hardware.compile_cache import use_user_cache
 
 __version__ = "0.1.0"
+
+use_user_cache()  # torch.compile's cache out of the shared temporary folder, before anything imports torch._inductor
 
 if TYPE_CHECKING:
     from ootd.pipeline import TryOnPipeline, TryOnResult

@@ -179,35 +179,14 @@ def is_rdna(arch: str) -> bool:
     return re.fullmatch(r"gfx1[012][0-9a-f]{2}", arch) is not None
 
 
-INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
-
-
-def inductor_cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
-    """torch.compile's cache in the user's own cache folder ($XDG_CACHE_HOME or ~/.cache, then ootd/inductor)
-    instead of torch's default, the shared temporary folder (/tmp/torchinductor_USER, kept by nobody, seen by
-    every user of the machine); None when there is no home folder to put it in (torch's default then)."""
-    environ = os.environ if environ is None else environ
-    base = environ.get("XDG_CACHE_HOME") or ""
-    if not os.path.isabs(base):
-        home = os.path.expanduser("~")
-        if not os.path.isabs(home) or not os.path.isdir(home):
-            return None
-        base = os.path.join(home, ".cache")
-    return os.path.join(base, "ootd", "inductor")
-
-
 def runtime_environment(info: DeviceInfo, torch_version: str, profile: DeviceProfile | None = None
                         ) -> dict[str, str]:
-    """Environment variables to set before torch initialises the device (they are read once), and where
-    torch.compile keeps its cache.
+    """Environment variables to set before torch initialises the device (they are read once).
 
     Never HSA_OVERRIDE_GFX_VERSION: it only helps unsupported archs and breaks natively supported ones.
     """
     profile = profile or load_profile(info)
     env: dict[str, str] = {}
-    cache = inductor_cache_dir()
-    if cache is not None:
-        env[INDUCTOR_CACHE] = cache
     if info.vendor in ("amd", "nvidia") and profile.environment_expandable_segments_min_torch:
         ok = _version(torch_version) >= _version(profile.environment_expandable_segments_min_torch)
         if info.vendor == "amd":

@@ -10,7 +10,6 @@ import torch
 from ootd.errors import DeviceError, UsageError
 from ootd.hardware.device import DeviceInfo, detect_device, gfx_name, kfd_gpu_archs
 from ootd.hardware.policy import (
-    INDUCTOR_CACHE,
     apply_environment,
     attention_budget_for,
     choose_precision,
@@ -65,7 +64,7 @@ def test_policy_table(key: str) -> None:
     assert choose_precision(info, "fp32").vae is fp32
     assert load_profile(info).attention_order == order
     env = runtime_environment(info, TORCH[info.vendor])
-    assert set(env) - {INDUCTOR_CACHE} == env_keys
+    assert set(env) == env_keys
     assert "HSA_OVERRIDE_GFX_VERSION" not in env
     if "MIOPEN_FIND_MODE" in env:
         assert env["MIOPEN_FIND_MODE"] == "FAST"
@@ -120,7 +119,7 @@ def test_environment_versions() -> None:
     rdna_unknown = DeviceInfo(type="cuda", vendor="amd", arch="gfx1030")
     env = runtime_environment(rdna_unknown, "2.11.0+rocm7.0")
     assert env.get("MIOPEN_FIND_MODE") == "FAST" and "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL" not in env
-    assert set(runtime_environment(DEVICES["sm_90"], "2.0.1+cu118")) <= {INDUCTOR_CACHE}
+    assert runtime_environment(DEVICES["sm_90"], "2.0.1+cu118") == {}
 
 
 def test_apply_environment_keeps_user_values() -> None:
@@ -242,32 +241,3 @@ def test_profile_rejects_a_bad_bf16_auto(tmp_path: Path) -> None:
 def test_the_suite_runs_as_on_a_cpu_without_bf16_units() -> None:
     """conftest pins OOTD_CPU_BF16=0 so that images are the same on every CI machine."""
     assert detect_device("cpu").bf16_matmul is False
-
-
-def test_compile_cache_is_the_users_not_the_shared_temporary_folder(monkeypatch: pytest.MonkeyPatch,
-                                                                    tmp_path: Path) -> None:
-    """torch's default is /tmp/torchinductor_USER: in the temporary folder every user of the machine shares."""
-    import tempfile
-
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    home, shared = tmp_path / "home", tmp_path / "tmp"
-    home.mkdir()
-    shared.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("TMPDIR", str(shared))
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.delenv(INDUCTOR_CACHE, raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-    env = runtime_environment(DEVICES["cpu"], TORCH["cpu"])
-    assert env[INDUCTOR_CACHE] == str(home / ".cache" / "ootd" / "inductor")
-    applied = apply_environment(env)
-    assert applied[INDUCTOR_CACHE] == env[INDUCTOR_CACHE]
-    assert cache_dir() == env[INDUCTOR_CACHE] and not cache_dir().startswith(tempfile.gettempdir())
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert runtime_environment(DEVICES["cpu"], TORCH["cpu"])[INDUCTOR_CACHE] == str(tmp_path / "xdg/ootd/inductor")
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setenv("HOME", str(tmp_path / "nobody"))  # a service account without a home folder
-    assert INDUCTOR_CACHE not in runtime_environment(DEVICES["cpu"], TORCH["cpu"])
-    monkeypatch.setenv(INDUCTOR_CACHE, "/theirs")  # a user's own setting wins
-    assert apply_environment({INDUCTOR_CACHE: str(home)}) == {}
