@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ootd.app.signals import sigterm_as_interrupt
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.loader import check_checkpoints_present
 from ootd.errors import OotdError, UsageError
@@ -137,17 +138,21 @@ def serve(config: RunConfig, host: str, port: int, limits: Limits, auth: Auth | 
         login = "" if auth is None else " (log in with the --auth credentials)"
         server = make_server(app, on_ready=lambda: announce(
             f"ootd serve: open {url_of(sock)}{login}; models load on the first request; Ctrl-C stops"))
+        worker = app.state.worker
         try:
-            server.run(sockets=[sock])
-        except KeyboardInterrupt:  # uvicorn stops gracefully, then passes the signal on: the normal way to stop
+            with sigterm_as_interrupt():  # what uvicorn passes on after stopping, SIGTERM too, ends here
+                server.run(sockets=[sock])
+        except KeyboardInterrupt:  # the normal way to stop
             pass
         finally:
             sock.close()
-            stopped = app.state.worker.stop(STOP_S)
+            stuck = worker.running()
+            stopped = worker.stop(STOP_S)
     if handler is not None:
         access_logger.removeHandler(handler)
     if not stopped:  # a thread still inside torch: exiting normally could abort in its destructors
-        logger.warning("the running request did not stop within %.0f s; exiting without waiting for it", STOP_S)
+        logger.warning("the running request (%s) did not stop within %.0f s of the signal; exiting without it",
+                       stuck.stage if stuck is not None and stuck.stage else "starting", STOP_S)
         announce("ootd serve: stopped")
         sys.stdout.flush()
         sys.stderr.flush()

@@ -116,6 +116,7 @@ class Worker:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._durations: deque[float] = deque(maxlen=8)
         self._stopping = False
+        self._stop_asked: float | None = None  # when shutdown was first asked for
         self._thread = threading.Thread(target=self._loop, name="ootd-device", daemon=True)
         self.completed = 0
 
@@ -130,6 +131,8 @@ class Worker:
         """Stop taking jobs, fail those waiting, cancel the running one at its next step; returns at once
         (safe to call from any thread, more than once)."""
         with self._cond:
+            if self._stop_asked is None:
+                self._stop_asked = time.monotonic()
             self._stopping = True
             dropped = list(self._waiting)
             self._waiting.clear()
@@ -141,12 +144,16 @@ class Worker:
             self._finish(job, error=ShuttingDown())
 
     def stop(self, timeout: float = 10.0) -> bool:
-        """`shutdown`, then wait up to `timeout` for the thread to end; False if it is still running (a stage
-        with no step to stop at, such as loading a model)."""
+        """`shutdown`, then wait for the thread to end until `timeout` seconds after the first shutdown; False
+        if it is still running then (a stage with no step to stop at, such as loading a model)."""
         self.shutdown()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, self._stop_asked + timeout - time.monotonic()))
         return not self._thread.is_alive()
+
+    def running(self) -> Job | None:
+        with self._cond:
+            return self._running
 
     def cancel(self, job: Job, reason: Cancelled) -> None:
         """A waiting job leaves the line now; the running one stops at its next step."""

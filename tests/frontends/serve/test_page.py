@@ -198,6 +198,9 @@ def test_page_masks_before_a_run_history_seed_and_zip(browser, tmp_path: Path, t
         assert not browser.find_element(By.ID, "error").is_displayed()
         check_layout(browser, f"{size}, three runs")
         shoot(browser, tmp_path, f"serve-{size}-runs")
+        if size == "phone":
+            resize(browser, (400, 844))
+            check_layout(browser, "400 px, three runs")
 
         archive = zipfile.ZipFile(io.BytesIO(base64.b64decode(browser.execute_async_script(ZIP))))
         assert archive.testzip() is None

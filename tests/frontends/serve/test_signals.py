@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -156,3 +157,55 @@ def test_the_next_server_removes_a_killed_servers_folder(tmp_path: Path, tiny_tr
     finally:
         restarted.kill()
     assert code == 0 and restarted.folders() == []
+
+
+STUCK = textwrap.dedent("""
+    import sys, time
+    from ootd.app.tryon.config import build_config
+    from ootd.app.tryon.loader import use_models
+    from ootd.serve.limits import Limits
+    from ootd.serve.server import serve
+
+    def slow_model(model_type):  # a model that takes minutes to load: no step to stop at
+        time.sleep(300)
+
+    with use_models(slow_model):
+        serve(build_config(checkpoints=sys.argv[1], device="cpu"), "127.0.0.1", 0, Limits(max_steps=1000),
+              announce=lambda line: print(line, flush=True))
+""")
+
+
+@pytest.mark.slow
+def test_a_stage_with_no_step_to_stop_at_still_ends_in_seconds(tmp_path: Path, tiny_tree: Path,
+                                                               example_images: dict[str, Path]) -> None:
+    """SIGTERM while a model loads: the process exits 0 once the wait for the next step is over (STOP_S),
+    its folder removed, without aborting in torch's destructors."""
+    from ootd.serve.server import STOP_S
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    err = tmp_path / "stderr.txt"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
+    with err.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", STUCK, str(tiny_tree)], stdout=subprocess.PIPE,
+                                stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=env)
+    try:
+        url = proc.stdout.readline().split("open ", 1)[1].split(" ", 1)[0].rstrip(";")
+        job = httpx.post(url + "api/jobs", files=inputs(example_images), data=LONG, timeout=30).json()
+        wait_until(lambda: httpx.get(url + f"api/jobs/{job['id']}", timeout=10).json()["stage"] == "load", 60,
+                   "the model to start loading")
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    text = err.read_text()
+    print(f"SIGTERM during a load: exited {proc.returncode} {seconds:.1f} s after the signal")
+    assert proc.returncode == 0, text[-2000:]
+    assert seconds < STOP_S + 8 and out.strip().endswith("ootd serve: stopped"), (seconds, out)
+    assert "did not stop within" in text and "(load)" in text, text[-2000:]
+    assert "terminate called" not in text and "Traceback" not in text
+    assert list(temp.iterdir()) == []
