@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import shutil
 import uuid
@@ -54,7 +55,7 @@ from ootd.settings import RESOLUTIONS, Category, FitMode, SchedulerName
 logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
-POLL_S = 0.1  # how often a waiting /api/tryon looks at its job and its client
+POLL_S = 0.1  # how often a waiting /api/tryon looks whether its client is still there
 
 
 def _data_url(path: Path) -> str:
@@ -148,14 +149,17 @@ class Api:
 
     async def tryon(self, request: Request) -> Response:
         job = await self.submit(request)
-        while not job.is_finished:
+        loop, finished = asyncio.get_running_loop(), asyncio.Event()
+        job.when_finished(lambda: loop.call_soon_threadsafe(finished.set))
+        while not finished.is_set():
             if self.worker.stopping:  # the job is being cancelled; its client need not wait for that
                 return self.error(ShuttingDown())
             if await request.is_disconnected():
                 self.worker.cancel(job, Cancelled("cancelled: the client went away"))
                 logger.info("the client of request %s went away: cancelled at its next step", job.id)
                 return Response(status_code=CLIENT_GONE)
-            await asyncio.sleep(POLL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(finished.wait(), POLL_S)
         if job.state != DONE:
             return self.error(job.error)
         return JSONResponse(await run_in_threadpool(result_json, job, None))

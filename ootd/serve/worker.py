@@ -64,6 +64,7 @@ class Job:
     error: BaseException | None = None
     _event: threading.Event = field(default_factory=threading.Event, repr=False)
     _cancel: Cancelled | None = field(default=None, repr=False)
+    _listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def progress(self, stage: str, done: int, total: int) -> None:
         """The pipeline's progress callback; plain attribute writes, read by the polling thread. Raises the
@@ -90,6 +91,17 @@ class Job:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._event.wait(timeout)
+
+    def when_finished(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (from the worker's thread, or now) once the job has finished; at least once."""
+        self._listeners.append(listener)
+        if self.is_finished:
+            listener()
+
+    def _finished(self) -> None:
+        self._event.set()
+        for listener in list(self._listeners):
+            listener()
 
     @property
     def is_finished(self) -> bool:
@@ -238,7 +250,7 @@ class Worker:
                 self._durations.append(job.finished - (job.started or job.finished))
                 self.completed += 1
             forgotten = self._forget_old()
-        job._event.set()
+        job._finished()
         for old in forgotten:
             shutil.rmtree(old.folder, ignore_errors=True)
 
