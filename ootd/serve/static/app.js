@@ -69,7 +69,7 @@ async function refreshHealth() {
     const health = await (await fetch("api/health")).json();
     const loaded = health.models_loaded.length ? health.models_loaded.join(", ") : "none yet";
     $("server-status").textContent =
-      `${health.device} · ${health.precision} · ${health.attention} · models loaded: ${loaded}`;
+      `${health.device} · precision ${health.precision} · attention ${health.attention} · models loaded: ${loaded}`;
     const note = health.checkpoints && health.checkpoints.note;
     $("notice").textContent = note ? "This server does not run the released OOTDiffusion checkpoints: its pictures "
       + "only show that the chain runs, not a real try-on." : "";
