@@ -21,6 +21,7 @@ from ootd.errors import (
     OutputError,
     UsageError,
 )
+from ootd.hardware.compile_cache import use_user_cache
 
 __version__ = "0.1.0"
 
@@ -50,6 +51,8 @@ class _ImportNoise(logging.Filter):
 IMPORT_NOISE = _ImportNoise()
 for _name in _ImportNoise.MESSAGES:
     logging.getLogger(_name).addFilter(IMPORT_NOISE)
+
+use_user_cache()  # torch.compile's cache out of the shared temporary folder, before anything imports torch._inductor
 
 if TYPE_CHECKING:
     from ootd.pipeline import TryOnPipeline, TryOnResult
