@@ -1,0 +1,104 @@
+"""`--category auto`: the garment's category from the checkpoints' CLIP model (ootd/method/classify.py), resolved
+to a real Category before a job is planned, so nothing past this point ever sees the word `auto`.
+
+The classifier (text features, CLIP's image tower and processor) loads only when a request asks for `auto`, once
+per process and checkpoints folder (`classifier_for`), on the CPU in fp32: its cost is one ViT-L/14 image
+embedding per garment (docs/benchmarks.md). The text tower itself is dropped once the per-category features are
+computed. A garment whose likeliest category is not ahead of the second by `RunConfig.category_margin` is
+refused with one line naming both and `--category` as the way out.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ootd.errors import UsageError
+from ootd.imaging.files import decode_image, load_image
+from ootd.settings import AUTO_CATEGORY, Category, CategoryWord
+
+CATEGORY_SOURCE_AUTO = "auto"
+
+
+@dataclass
+class GarmentClassifier:
+    """What classifying a garment needs, loaded once per process (`classifier_for`)."""
+
+    texts: Any  # ootd.method.classify.CategoryTexts
+    image_processor: Any
+    image_encoder: Any
+    load_seconds: float = 0.0
+
+    def classify(self, garment: Any) -> Any:
+        """The Classification of a garment image (PIL)."""
+        from ootd.method.classify import classify_garment
+
+        return classify_garment(garment, self.texts, self.image_processor, self.image_encoder)
+
+
+def load_classifier(checkpoints: Path) -> GarmentClassifier:
+    """Load the text tower (features computed, tower dropped), the image tower and the image processor."""
+    import torch
+
+    from ootd.method.classify import category_texts
+    from ootd.weights.layout import Layout
+    from ootd.weights.loading import load_image_encoder, load_image_processor, load_text_tower, load_tokenizer
+
+    started = time.perf_counter()
+    layout = Layout(Path(checkpoints))
+    text_model, logit_scale = load_text_tower(layout, torch.float32)
+    texts = category_texts(load_tokenizer(layout), text_model, logit_scale)
+    del text_model
+    gc.collect()
+    encoder = load_image_encoder(layout, torch.float32).eval()
+    return GarmentClassifier(texts, load_image_processor(layout), encoder, time.perf_counter() - started)
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_classifier(root: str) -> GarmentClassifier:
+    return load_classifier(Path(root))
+
+
+def classifier_for(checkpoints: Path) -> GarmentClassifier:
+    """The process's classifier for a checkpoints folder (loaded on first use; a failed load is not cached)."""
+    return _cached_classifier(str(Path(checkpoints).resolve()))
+
+
+def check_margin(classification: Any, margin: float, label: str) -> None:
+    """Refuse a classification whose likeliest category is not ahead of the second by `margin`."""
+    if classification.margin >= margin:
+        return
+    (first, p1), (second, p2) = classification.ranked[:2]
+    raise UsageError(
+        f"cannot tell the category of {label}: {first.value} {p1:.2f} or {second.value} {p2:.2f} (ahead by "
+        f"{classification.margin:.2f}, under the margin {margin:.2f}); give it with --category {first.value}, "
+        f"{second.value} or the other"
+    )
+
+
+def classify_image(garment: Any, label: str, checkpoints: Path, margin: float) -> Any:
+    """The Classification of one garment (a path, PIL image or encoded bytes), refused under the margin."""
+    if isinstance(garment, bytes | bytearray):
+        garment = decode_image(bytes(garment), "garment", label)
+    image = load_image(garment, "garment") if isinstance(garment, str | Path) else garment
+    classification = classifier_for(checkpoints).classify(image)
+    check_margin(classification, margin, label)
+    return classification
+
+
+def resolve_category(word: CategoryWord, garment: Any, label: str, checkpoints: Path,
+                     margin: float) -> tuple[Category, float | None]:
+    """The category of a garment and its probability: a given category as it is (None), `auto` classified."""
+    if word != AUTO_CATEGORY:
+        return Category.parse(word), None
+    classification = classify_image(garment, label, checkpoints, margin)
+    return classification.category, classification.probability
+
+
+def category_words(category: Category, probability: float | None) -> str:
+    """How summaries show a category: `dress (auto, p 0.87)` or `upper`."""
+    return category.value if probability is None else f"{category.value} (auto, p {probability:.2f})"

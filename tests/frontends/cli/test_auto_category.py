@@ -1,0 +1,82 @@
+"""`ootd run --category auto` on a tree whose CLIP classifies the garment as the test decides: the choice and its
+probability in the summary line, the JSON and the PNG record; the refusal under the margin; a CLIP without its
+text tower; a given category records nothing new."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ootd.settings import Category
+from tests.helpers.cli import assert_one_line_error, invoke
+from tests.helpers.clip import controlled_tree, without_text_tower
+from tests.helpers.images import text
+
+RUN = ["--steps", "1", "--resolution", "384x512", "--seed", "7"]
+
+
+@pytest.fixture
+def use_pipes(models, pipe_hd, pipe_dc):  # noqa: ANN001, ANN201
+    pipes = {"hd": pipe_hd, "dc": pipe_dc}
+    models.use(lambda model_type: pipes[model_type.value])
+
+
+def _args(tree: Path, out: Path, example_images: dict[str, Path], *extra: object) -> list[object]:
+    return ["run", "-m", example_images["person"], "-c", example_images["tshirt"], "--mask", example_images["mask"],
+            "--checkpoints", tree, "-o", out, *RUN, *extra]
+
+
+def test_auto_category_is_printed_recorded_and_in_json(tiny_tree: Path, tmp_path: Path,
+                                                        example_images: dict[str, Path], use_pipes) -> None:  # noqa: ANN001
+    tree, expected = controlled_tree(tiny_tree, tmp_path / "tree", example_images["tshirt"],
+                                     {Category.DRESS: 3.0, Category.UPPER: 1.0})
+    p = expected[Category.DRESS]
+    assert p - max(v for c, v in expected.items() if c is not Category.DRESS) > 0.2
+    result = invoke(*_args(tree, tmp_path / "out", example_images, "--category", "auto", "--json"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["category"], summary["category_source"], summary["model_type"]) == ("dress", "auto", "dc")
+    assert summary["category_p"] == pytest.approx(p, abs=1e-4) and summary["timings"]["classify"] > 0
+    record = text(summary["outputs"][0])
+    assert (record["category"], record["category_source"], record["model_type"]) == ("dress", "auto", "dc")
+    assert float(record["category_p"]) == pytest.approx(p, abs=1e-4)
+
+    result = invoke(*_args(tree, tmp_path / "out2", example_images, "--category", "auto"))
+    assert result.exit_code == 0, result.output
+    assert f"category: dress (auto, p {p:.2f})" in result.stdout.splitlines()
+
+
+def test_auto_refuses_a_garment_under_the_margin(tiny_tree: Path, tmp_path: Path, example_images: dict[str, Path],
+                                                 models) -> None:  # noqa: ANN001
+    tree, expected = controlled_tree(tiny_tree, tmp_path / "tree", example_images["tshirt"],
+                                     {Category.UPPER: 1.0, Category.LOWER: 1.0})  # a tie
+    ranked = sorted(expected, key=lambda c: -expected[c])
+    assert set(ranked[:2]) == {Category.UPPER, Category.LOWER} and expected[ranked[0]] - expected[ranked[1]] < 0.2
+    models.forbid()
+    result = invoke(*_args(tree, tmp_path / "out", example_images, "--category", "auto"))
+    line = assert_one_line_error(result, 2, "cannot tell the category", "tshirt.png", "--category",
+                                 f"upper {expected[Category.UPPER]:.2f}", f"lower {expected[Category.LOWER]:.2f}")
+    assert "dress" not in line.split("--category")[0]
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+    result = invoke(*_args(tree, tmp_path / "out", example_images, "--category", "auto", "--category-margin", "1.5"))
+    assert_one_line_error(result, 2, "--category-margin")
+
+
+def test_a_clip_without_text_tower_is_one_line(tiny_tree: Path, tmp_path: Path, example_images: dict[str, Path],
+                                               models) -> None:  # noqa: ANN001
+    tree = without_text_tower(tiny_tree, tmp_path / "tree")
+    models.forbid()
+    result = invoke(*_args(tree, tmp_path / "out", example_images, "--category", "auto"))
+    assert_one_line_error(result, 1, "text tower", "--category")
+
+
+def test_a_given_category_records_no_classification(tiny_tree: Path, tmp_path: Path,
+                                                    example_images: dict[str, Path], use_pipes) -> None:  # noqa: ANN001
+    result = invoke(*_args(tiny_tree, tmp_path / "out", example_images, "--category", "upper", "--json"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["category_source"] == "given" and summary["category_p"] is None
+    record = text(summary["outputs"][0])
+    assert "category_source" not in record and "category_p" not in record and record["category"] == "upper"
