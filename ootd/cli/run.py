@@ -177,7 +177,7 @@ def _run_outfit(model: Path, cloth: list[Path], chosen: list[tuple[Any, float | 
     shown = [category_words(job.first.category, job.first.category_p),
              category_words(job.upper.category, job.upper.category_p)]
     typer.echo(f"outfit: {job.first.name('garment')} {shown[0]} with {passes[0]['model_type']}, then "
-               f"{job.upper.name} {shown[1]} with {passes[1]['model_type']}")
+               f"{Path(job.upper.name or '').name} {shown[1]} with {passes[1]['model_type']}")
     typer.echo(f"time: {timing_line(timings)}")
 
 

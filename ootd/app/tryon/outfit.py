@@ -191,10 +191,11 @@ class OutfitJob:
 
 
 def outfit_targets(config: RunConfig, first: TryOnRequest, upper: Garment, upper_model: ModelType) -> Targets:
-    """The final pictures, named by the template with garment `<upper>+<lower>`, and the intermediates' names."""
+    """The final pictures, named by the template with garment `<upper>-with-<lower>`, and the intermediates' names."""
     upper_name = upper.name or (str(upper.source) if isinstance(upper.source, str | Path) else "garment")
+    stems = [sanitise_stem(Path(name).stem) for name in (upper_name, first.name("garment"))]
     fields = {**name_fields(replace(first, category=Category.UPPER), replace(config, model_type=upper_model)),
-              "garment": f"{sanitise_stem(Path(upper_name).stem)}+{sanitise_stem(Path(first.name('garment')).stem)}"}
+              "garment": "-with-".join(stems)}
     base = Targets([], folder=config.output, fields=fields, template=config.name_template)
     kinds: list[str] = []
     if config.save_intermediates:
