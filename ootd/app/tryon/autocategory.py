@@ -102,3 +102,35 @@ def resolve_category(word: CategoryWord, garment: Any, label: str, checkpoints: 
 def category_words(category: Category, probability: float | None) -> str:
     """How summaries show a category: `dress (auto, p 0.87)` or `upper`."""
     return category.value if probability is None else f"{category.value} (auto, p {probability:.2f})"
+
+
+@dataclass(frozen=True)
+class Review:
+    """One garment of a reviewed folder: its classification, whether `auto` would refuse it, or why it failed."""
+
+    path: Path
+    classification: Any = None
+    refused: bool = False
+    error: str | None = None
+
+    def json(self) -> dict[str, Any]:
+        found = self.classification
+        return {"garment": str(self.path), "category": found.category.value if found else None,
+                "category_p": found.probability if found else None,
+                "probabilities": {c.value: p for c, p in found.ranked} if found else None,
+                "refused": self.refused, "error": self.error}
+
+
+def review_garments(paths: list[Path], checkpoints: Path, margin: float) -> Any:
+    """Classify each garment as `auto` would (a bad file is reported and the review goes on): what a team reads
+    before spending GPU time on a catalogue (`ootd classify DIR`)."""
+    from ootd.errors import OotdError
+
+    classifier = classifier_for(checkpoints)  # a checkpoint problem stops the review at once
+    for path in paths:
+        try:
+            found = classifier.classify(load_image(path, "garment"))
+        except OotdError as exc:
+            yield Review(path, error=str(exc))
+            continue
+        yield Review(path, found, refused=found.margin < margin)

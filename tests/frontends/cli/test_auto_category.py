@@ -80,3 +80,24 @@ def test_a_given_category_records_no_classification(tiny_tree: Path, tmp_path: P
     assert summary["category_source"] == "given" and summary["category_p"] is None
     record = text(summary["outputs"][0])
     assert "category_source" not in record and "category_p" not in record and record["category"] == "upper"
+
+
+def test_classify_reviews_a_folder(tiny_tree: Path, tmp_path: Path, example_images: dict[str, Path],
+                                   models) -> None:  # noqa: ANN001
+    tree, expected = controlled_tree(tiny_tree, tmp_path / "tree", example_images["tshirt"],
+                                     {Category.DRESS: 3.0, Category.UPPER: 1.0})
+    folder = tmp_path / "garments"
+    folder.mkdir()
+    (folder / "a_tshirt.png").write_bytes(example_images["tshirt"].read_bytes())
+    (folder / "b_broken.png").write_bytes(b"not a picture")
+    models.forbid()  # no diffusion model
+    result = invoke("classify", folder, "--checkpoints", tree, "--json")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert lines[0]["category"] == "dress" and lines[0]["refused"] is False
+    assert lines[0]["category_p"] == pytest.approx(expected[Category.DRESS], abs=1e-4)
+    assert lines[1]["error"] and lines[1]["category"] is None
+    assert lines[2]["summary"] == {"classified": 1, "refused": 0, "failed": 1}
+    result = invoke("classify", folder, "--checkpoints", tree, "--category-margin", "0.99")
+    assert result.exit_code == 0, result.output
+    assert "a_tshirt.png: dress" in result.stdout and "REFUSED" in result.stdout
