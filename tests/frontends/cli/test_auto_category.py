@@ -101,3 +101,36 @@ def test_classify_reviews_a_folder(tiny_tree: Path, tmp_path: Path, example_imag
     result = invoke("classify", folder, "--checkpoints", tree, "--category-margin", "0.99")
     assert result.exit_code == 0, result.output
     assert "a_tshirt.png: dress" in result.stdout and "REFUSED" in result.stdout
+
+
+def test_batch_rows_with_auto_and_a_row_that_fails_alone(tiny_tree: Path, tmp_path: Path,
+                                                          example_images: dict[str, Path], use_pipes) -> None:  # noqa: ANN001
+    from tests.helpers.fakes import read_report
+
+    tree, expected = controlled_tree(tiny_tree, tmp_path / "tree", example_images["tshirt"],
+                                     {Category.DRESS: 3.0, Category.UPPER: 1.0})
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a picture")
+    person, garment, mask = example_images["person"], example_images["tshirt"], example_images["mask"]
+    rows = [f"{person},{garment},auto,{mask}", f"{person},{broken},,{mask}", f"{person},{garment},upper,{mask}"]
+    (tmp_path / "pairs.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    named = ["--name", "{person}__{garment}__{category}__{i}"]  # rows 1 and 3 differ by category only
+    result = invoke("batch", tmp_path / "pairs.csv", "--checkpoints", tree, "-o", out, *RUN, *named)
+    assert result.exit_code == 1, result.output  # one row failed
+    reports = sorted(read_report(out / "batch_report.jsonl"), key=lambda r: r["index"])
+    assert [r["status"] for r in reports] == ["ok", "error", "ok"]
+    assert (reports[0]["category"], reports[0]["model_type"]) == ("dress", "dc")
+    assert "broken.png" in reports[1]["error"]
+    record = text(reports[0]["outputs"][0])
+    assert record["category_source"] == "auto"
+    assert float(record["category_p"]) == pytest.approx(expected[Category.DRESS], abs=1e-4)
+    assert "category_source" not in text(reports[2]["outputs"][0])
+
+    out = tmp_path / "strict"
+    result = invoke("batch", tmp_path / "pairs.csv", "--checkpoints", tree, "-o", out, *RUN, *named,
+                    "--category-margin", "0.99")
+    assert result.exit_code == 1, result.output
+    reports = sorted(read_report(out / "batch_report.jsonl"), key=lambda r: r["index"])
+    assert [r["status"] for r in reports] == ["error", "error", "ok"]
+    assert "cannot tell the category" in reports[0]["error"] and "--category" in reports[0]["error"]
