@@ -43,9 +43,10 @@ function fillSelect(select, words, value) {
 }
 
 function showModelType() {
-  const model = options.model_types[$("category").value];
-  $("model-type").textContent = model ? `model: ${model}`
-    : "this category needs the dc model, which this server does not run";
+  const category = $("category").value;
+  const model = options.model_types[category];
+  $("model-type").textContent = category === "auto" ? "category and model: chosen from the garment photo"
+    : model ? `model: ${model}` : "this category needs the dc model, which this server does not run";
 }
 
 async function loadOptions() {

@@ -158,6 +158,8 @@ def test_page_masks_before_a_run_history_seed_and_zip(browser, tmp_path: Path, t
         assert Select(browser.find_element(By.ID, "category")).first_selected_option.text == "lower"
         browser.find_element(By.ID, "person-file").send_keys(str(example_images["person"]))
         browser.find_element(By.ID, "garment-file").send_keys(str(example_images["tshirt"]))
+        Select(browser.find_element(By.ID, "category")).select_by_value("auto")  # classified by the server
+        assert browser.find_element(By.ID, "model-type").text == "category and model: chosen from the garment photo"
         Select(browser.find_element(By.ID, "category")).select_by_value("upper")
         assert browser.find_element(By.ID, "model-type").text == "model: hd"
         assert browser.find_element(By.ID, "steps").get_attribute("value") == "1"  # the server's defaults
