@@ -67,7 +67,7 @@ def run_command(
     sample (see --name)."""
     from dataclasses import replace
 
-    from ootd.app.tryon.autocategory import resolve_category
+    from ootd.app.tryon.autocategory import release_classifier, resolve_category
     from ootd.settings import AUTO_CATEGORY
 
     started = time.perf_counter()
@@ -78,6 +78,7 @@ def run_command(
     chosen = [resolve_category(word, path, str(path), config.checkpoints, config.category_margin)
               for word, path in zip(words, cloth, strict=True)]
     classified = {"classify": time.perf_counter() - t} if AUTO_CATEGORY in words else {}
+    release_classifier()  # not resident while the try-on runs (the memory plan does not count it)
     if len(cloth) == 2:
         _run_outfit(model, cloth, chosen, masks, config, started, options, json_out, classified)
         return

@@ -236,7 +236,7 @@ def collect_pairs(
 def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> list[Pair]:
     """Each `auto` pair with its garment's category (each garment classified once); a garment that cannot be
     read or is refused under the margin fails its pairs alone. A CLIP without its text tower stops the batch."""
-    from ootd.app.tryon.autocategory import classify_image
+    from ootd.app.tryon.autocategory import classify_image, release_classifier
     from ootd.errors import CheckpointError, OotdError
 
     found: dict[Path, tuple[Category, float] | str] = {}
@@ -258,6 +258,7 @@ def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> l
             out.append(replace(pair, problem=f"{pair.source}: {chosen}"))
         else:
             out.append(replace(pair, category=chosen[0], category_p=chosen[1], auto=False))
+    release_classifier()  # every garment is classified: not resident while the try-ons run
     return out
 
 

@@ -68,6 +68,15 @@ def classifier_for(checkpoints: Path) -> GarmentClassifier:
     return _cached_classifier(str(Path(checkpoints).resolve()))
 
 
+def release_classifier() -> None:
+    """Drop the process's classifiers before the diffusion models load (`ootd run`, `ootd batch`: every garment
+    is classified first), so the memory plan of the try-on has the memory it counts on; a server keeps its
+    classifier for the next request (host memory: docs/benchmarks.md)."""
+    if _cached_classifier.cache_info().currsize:
+        _cached_classifier.cache_clear()
+        gc.collect()
+
+
 def check_margin(classification: Any, margin: float, label: str) -> None:
     """Refuse a classification whose likeliest category is not ahead of the second by `margin`."""
     if classification.margin >= margin:

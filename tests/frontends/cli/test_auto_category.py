@@ -46,6 +46,9 @@ def test_auto_category_is_printed_recorded_and_in_json(tiny_tree: Path, tmp_path
     result = invoke(*_args(tree, tmp_path / "out2", example_images, "--category", "auto"))
     assert result.exit_code == 0, result.output
     assert f"category: dress (auto, p {p:.2f})" in result.stdout.splitlines()
+    from ootd.app.tryon.autocategory import _cached_classifier
+
+    assert _cached_classifier.cache_info().currsize == 0  # dropped before the diffusion models loaded
 
 
 def test_auto_refuses_a_garment_under_the_margin(tiny_tree: Path, tmp_path: Path, example_images: dict[str, Path],
