@@ -132,7 +132,7 @@ def outfit(repeats: int) -> None:
             loader = PipelineLoader(config(f"o{n}"))
             job = prepare_outfit(config(f"o{n}"), person, [Garment(top, Category.UPPER),
                                                           Garment(trousers, Category.LOWER)], loader)
-            job.save(job.run(loader))
+            job.save(job.run(loader.get))
             assert job.parses == 1
             return time.perf_counter() - t, time.process_time() - c
 

@@ -157,7 +157,7 @@ def _run_outfit(model: Path, cloth: list[Path], chosen: list[tuple[Any, float | 
     random_seed = options["seed"] is None
     with Display(show_progress(options["quiet"], json_out)) as display:
         job = prepare_outfit(config, model, garments, loader)
-        outcome = job.run(loader, progress=display)
+        outcome = job.run(loader.get, progress=display)
         images, intermediates = job.save(outcome)
     timings = {**classified, **outcome.timings(), "total": time.perf_counter() - started}
     record = job.record(outcome, 0)

@@ -22,8 +22,9 @@ from ootd.serve.limits import Limits
 from ootd.serve.service import JobSpec
 from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, FitMode, parse_category_word
 
-FILES = ("person", "garment", "mask")
-TEXT_FIELDS = ("category", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit")
+FILES = ("person", "garment", "mask", "garment2", "mask2")
+OPTIONAL_FILES = ("mask", "garment2", "mask2")
+TEXT_FIELDS = ("category", "category2", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit")
 NUMBERS = {"samples": int, "steps": int, "seed": int, "scale": float}
 REQUIRED = ("person", "garment", "category")
 # what each field of the form means (the OpenAPI schema's descriptions)
@@ -31,6 +32,9 @@ FIELD_HELP = {
     "person": "photo of the person (PNG, JPEG, WebP...)",
     "garment": "photo of the garment",
     "mask": "optional mask, white = repaint, the person photo's shape: skips pose and parsing",
+    "garment2": "optional second garment: an outfit (one upper and one lower garment; the lower is tried on first)",
+    "mask2": "optional mask of the second garment (with a mask of the first)",
+    "category2": "the second garment's category (default: the first's word, e.g. auto)",
     "category": "upper, lower or dress (or the aliases of ootd run), or auto: classified from the garment photo",
     "samples": "pictures to make (the server's --max-samples at most)",
     "steps": "denoising steps (the server's --max-steps at most)",
@@ -108,7 +112,7 @@ def save_uploads(form: Any, folder: Path) -> dict[str, tuple[Path, str]]:
     for role in FILES:
         upload = form.get(role)
         if upload is None:
-            if role == "mask":
+            if role in OPTIONAL_FILES:
                 continue
             raise FieldError(f"{role} is required: a {role} image file")
         if not isinstance(upload, UploadFile):
@@ -121,6 +125,42 @@ def save_uploads(form: Any, folder: Path) -> dict[str, tuple[Path, str]]:
             shutil.copyfileobj(upload.file, out, 1 << 20)
         saved[role] = (target, name)
     return saved
+
+
+def _outfit_spec(form: Any, word: CategoryWord, saved: dict[str, tuple[Path, str]], config: RunConfig,
+                 folder: Path) -> JobSpec:
+    """Two garments: checked as `ootd run` with two --cloth checks them (ootd/app/tryon/outfit.py)."""
+    from ootd.app.tryon.autocategory import resolve_category
+    from ootd.app.tryon.outfit import Garment, order_outfit
+
+    if "garment2" not in saved:
+        raise FieldError("mask2 is the second garment's mask: it needs garment2")
+    if ("mask" in saved) != ("mask2" in saved):
+        raise FieldError("give a mask for both garments (mask and mask2), or for neither")
+    try:
+        second_word = parse_category_word(_text(form, "category2") or word)
+    except UsageError as exc:
+        raise FieldError(str(exc)) from None
+    garments = []
+    try:
+        for role, mask_role, each in (("garment", "mask", word), ("garment2", "mask2", second_word)):
+            path, name = saved[role]
+            category, p = resolve_category(each, path, name, config.checkpoints, config.category_margin)
+            mask = saved.get(mask_role)
+            garments.append(Garment(path, category, mask[0] if mask else None, p, name, mask[1] if mask else None))
+        lower, _ = order_outfit(garments)
+        first = TryOnRequest(saved["person"][0], lower.source, lower.category, lower.mask,
+                             person_name=saved["person"][1], garment_name=lower.name, mask_name=lower.mask_name)
+        decoded = check_mask_input(first.decoded(), raw_mask=first.mask, fit=config.fit)
+    except CheckpointError:
+        raise
+    except OotdError as exc:
+        message = str(exc)
+        for path, name in saved.values():
+            message = message.replace(str(path), name)
+        raise BadRequest(message) from None
+    return JobSpec(decoded, replace(config, output=folder / "results", save_intermediates=True),
+                   decoded.person.size, outfit=tuple(garments))
 
 
 def _category(word: CategoryWord, garment: tuple[Path, str], config: RunConfig) -> tuple[Category, float | None]:
@@ -145,6 +185,8 @@ def build_spec(form: Any, base: RunConfig, folder: Path, limits: Limits) -> JobS
     writes what `ootd run --save-intermediates` writes: the mask and masked person framed as the results."""
     word, config = parse_settings(form, base, limits)
     saved = save_uploads(form, folder)
+    if "garment2" in saved or "mask2" in saved:
+        return _outfit_spec(form, word, saved, config, folder)
     mask = saved.get("mask")
     try:  # the file checks of `ootd run`: not an image, truncated, too small or large, a mask of another aspect
         category, probability = _category(word, saved["garment"], config)

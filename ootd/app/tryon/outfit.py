@@ -16,7 +16,7 @@ its own seed derived from the run's seed (`pass_seed`), so every pass can be rer
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -144,16 +144,18 @@ class OutfitJob:
         return replace(self.config, model_type=self.upper_model, sampling=sampling, mask_grow=self.upper_grow,
                        save_intermediates=False, grid=False)
 
-    def run(self, loader: PipelineLoader, progress: Progress | None = None) -> OutfitOutcome:
-        """The lower pass on the photo, then the upper pass on each of its results."""
-        first = run_tryon(loader.get(ModelType.DC), self.first, self.first_config, progress,
+    def run(self, pipe_for: Callable[[ModelType], Any], progress: Progress | None = None,
+            callback: Callable[..., Any] | None = None) -> OutfitOutcome:
+        """The lower pass on the photo, then the upper pass on each of its results; `pipe_for(model_type)` gives
+        each pass its pipeline (a PipelineLoader's `get`: one model held at a time)."""
+        first = run_tryon(pipe_for(ModelType.DC), self.first, self.first_config, progress, callback,
                           person_mask=self.person_mask)
-        pipe = loader.get(self.upper_model)
+        pipe = pipe_for(self.upper_model)
         seconds, configs = [], []
         for sample, image in enumerate(first.result.images):
             config = self.second_config(sample)
             request = check_mask_input(self.second_request(image), fit=config.fit)
-            seconds.append(run_tryon(pipe, request, config, progress))
+            seconds.append(run_tryon(pipe, request, config, progress, callback))
             configs.append(config)
         return OutfitOutcome(first, seconds, configs)
 
