@@ -58,10 +58,12 @@ def write_full_clip(root: Path) -> None:
 
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 from PIL import Image
-def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def peak():  # VmHWM: this process's own peak (ru_maxrss keeps the parent's across exec)
+    line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
 import torch  # noqa
 from ootd.app.tryon.autocategory import load_classifier
 before = peak()

@@ -93,6 +93,8 @@ def _category_words(category: list[str], cloth: list[Path], masks: list[Path]) -
 
     if len(cloth) > 2:
         raise UsageError(f"at most two --cloth (an upper and a lower garment), got {len(cloth)}")
+    if len(cloth) == 1:  # one garment: a repeated option's last value wins, as for every other option
+        category, masks[:] = category[-1:], masks[-1:]
     if len(category) not in (1, len(cloth)):
         raise UsageError(f"give one --category, or one per --cloth ({len(cloth)}), got {len(category)}")
     if masks and len(masks) != len(cloth):
