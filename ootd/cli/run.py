@@ -54,8 +54,9 @@ def run_command(
                                                 help="upper, lower, dress (also upperbody, lowerbody, dresses, "
                                                 "0, 1, 2) or auto (classified from the photo); once, or once per "
                                                 "--cloth.", rich_help_panel=INPUTS, show_default=False)],
-    mask: Annotated[list[Path] | None, typer.Option("--mask", help="Mask image (white = repaint); skips pose and "
-                                                    "parsing. One per --cloth.", rich_help_panel=INPUTS,
+    mask: Annotated[list[Path] | None, typer.Option("--mask", metavar="FILE",
+                                                    help="Mask image (white = repaint); skips pose and parsing. "
+                                                    "One per --cloth.", rich_help_panel=INPUTS,
                                                     show_default=False)] = None,
     json_out: JsonOpt = False,
     grid: GridOpt = False,
