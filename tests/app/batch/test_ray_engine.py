@@ -146,14 +146,13 @@ def test_an_attempt_past_the_bound_reports_the_pair_instead_of_running_it(ray_in
     """The worker, called in this process as Ray Data calls it, with a counter that already saw 2 attempts."""
     from ootd.app.batch.ray_engine import PairWorker, _Attempts
     from ootd.app.tryon.config import build_config
-    from ootd.app.tryon.job import TryOnJob
 
     pair = read_pairs_csv(write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"]))[0]
     config = build_config(checkpoints=tiny_tree, output=tmp_path, steps=1, resolution="384x512", seed=3)
     attempts = ray_instance.remote(num_cpus=0)(_Attempts).remote()
     ray_instance.get([attempts.begin.remote(pair.index) for _ in range(2)])  # two workers died on it
     worker = PairWorker(config, attempts, max_attempts=2)
-    rows = worker({"pair": [pickle.dumps((pair, TryOnJob.planned(config, pair.request())))]})
+    rows = worker({"pair": [pickle.dumps(pair)]})
     report, stats = pickle.loads(rows["result"][0])
     assert (report.status, report.model_type, report.seed, stats) == ("error", "hd", 3, {})
     assert report.error.startswith("the worker running this pair died on each of its 2 attempt(s)")
