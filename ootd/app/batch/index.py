@@ -23,9 +23,8 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ootd.app.batch import pages
 from ootd.app.batch.pages import (
-    ERRORS_PER_PAGE,
-    PAGE_PAIRS,
     Counts,
     Heading,
     Links,
@@ -75,13 +74,14 @@ class ContactIndex:
     """The contact sheet of one batch: `add` each pair's report as it arrives, `refresh` once the precheck's
     reports are in (the first write; timed writes follow), `finish` when the batch ends, however it ends."""
 
-    def __init__(self, path: Path, pairs: Sequence[Pair], heading: Heading, *, interval: float = REFRESH_S,
-                 page_pairs: int = PAGE_PAIRS, errors_per_page: int = ERRORS_PER_PAGE) -> None:
+    def __init__(self, path: Path, pairs: Sequence[Pair], heading: Heading, *, interval: float | None = None,
+                 page_pairs: int | None = None, errors_per_page: int | None = None) -> None:
         self.path = Path(path)
         self.pairs = pairs
         self.heading = heading
-        self.interval = interval
-        self.errors_per_page = errors_per_page
+        self.interval = REFRESH_S if interval is None else interval
+        self.errors_per_page = errors_per_page or pages.ERRORS_PER_PAGE
+        page_pairs = page_pairs or pages.PAGE_PAIRS
         self.pages, self.page_of = layout(pairs, page_pairs)
         self.single = len(pairs) <= page_pairs  # index.html holds the grid and the errors
         self.folder = pages_folder(self.path)
@@ -227,7 +227,7 @@ class ContactIndex:
         if self.errors:
             links.append((_errors_file(1), f"errors ({len(self.errors)})"))
         title = f"{self.heading.title} · page {page.number} of {count}"
-        body = (nav(links) + top(self.heading, state, page.counts, title)
+        body = (nav(links) + top(self.heading, state, self.counts, page.counts, title)
                 + f"<p class=\"meta\">{page_label(page)}</p>" + grid(page, self.pairs, self.cells, self.links))
         return document(title, body, state)
 
@@ -244,7 +244,7 @@ class ContactIndex:
             first = (number - 1) * size + 1
             what = (f"errors {first} to {first + len(chunk) - 1} of {len(errors)}, by row" if errors
                     else "no errors")
-            body = nav(links) + top(self.heading, state, self.counts, title) + f"<p class=\"meta\">{what}</p>"
+            body = nav(links) + top(self.heading, state, self.counts, title=title) + f"<p class=\"meta\">{what}</p>"
             yield self.folder / _errors_file(number), document(title, body + error_items(chunk), state)
 
     def _front_page(self, state: State) -> str:

@@ -35,7 +35,8 @@ STYLE = (
     "h1{font-size:1.35em;margin:.3em 0}h2{font-size:1.1em}p{margin:.4em 0}nav{margin:.3em 0}"
     ".settings,.meta{color:#444}.state{font-weight:600}.running{color:#05a}.interrupted,.stopped{color:#b00}"
     ".grid{overflow-x:auto;max-width:100%;-webkit-overflow-scrolling:touch;border:1px solid #ddd}"
-    "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px;vertical-align:top;text-align:left}"
+    "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px;vertical-align:top;text-align:left;"
+    "min-width:124px}"
     "th{font-weight:normal;font-size:.85em}img{height:160px;max-width:none;display:block}"
     ".mask img{height:80px;opacity:.8}.item{display:inline-block;vertical-align:top;margin:2px}"
     ".item .garment img{height:60px}.cell{display:flex;flex-wrap:wrap;gap:2px}"
@@ -43,6 +44,7 @@ STYLE = (
     ".missing{width:120px;height:160px;background:#eee;color:#777;display:flex;align-items:center;"
     "justify-content:center;font-size:.8em;text-align:center}"
     "ol.errors li,ul.pages li{margin:.25em 0}.where{color:#555}"
+    ".grid tr>th:first-child{position:sticky;left:0;background:#fff;z-index:1}"  # a row's person stays in view
 )
 
 
@@ -82,17 +84,20 @@ class Links:
             found = self._exists[key] = os.path.isfile(key)
         return found
 
-    def thumb(self, path: str | Path, title: str) -> str:
+    def thumb(self, path: str | Path, title: str | None = None) -> str:
         src = self.href(path)
-        label = _text(title)
+        label = _text(title if title is not None else os.path.basename(path))
         return f'<a href="{src}"><img src="{src}" alt="{label}" title="{label}" loading="lazy"></a>'
 
     def input_thumb(self, path: str | Path) -> str:
         """An input's picture, or a placeholder when the file is not there (no broken-image icon)."""
-        name = Path(path).name
         if self.exists(path):
-            return self.thumb(path, name)
+            return self.thumb(path)
         return f'<div class="missing" title="{_text(path)}">not found</div>'
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 @dataclass(frozen=True)
@@ -108,8 +113,8 @@ class Heading:
         sampling, speed = config.sampling, config.speed
         model = (f"model {config.model_type.value}" if config.model_type is not None
                  else "model hd (upper) / dc (lower, dress)")
-        parts = [model, f"{sampling.num_samples} sample{'s' if sampling.num_samples != 1 else ''}",
-                 f"{sampling.steps} steps", f"scale {sampling.guidance_scale:g}", str(sampling.resolution),
+        parts = [model, _count(sampling.num_samples, "sample"), _count(sampling.steps, "step"),
+                 f"scale {sampling.guidance_scale:g}", str(sampling.resolution),
                  sampling.scheduler.value, f"seed {sampling.seed}", f"fit {config.fit.value}"]
         if config.mask_grow:
             parts.append(f"mask grow {config.mask_grow}")
@@ -153,12 +158,13 @@ class Counts:
 @dataclass
 class Page:
     """One page of the grid: its people (rows), the garments they wear here (columns), its pairs (positions in
-    the batch's pair list, grouped by cell)."""
+    the batch's pair list) per person and per cell; keys are normalised paths (`_Names`)."""
 
     number: int
-    people: list[Path] = field(default_factory=list)
-    columns: list[tuple[Path, str]] = field(default_factory=list)
+    people: list[tuple[str, Path]] = field(default_factory=list)
+    columns: list[tuple[tuple[str, str], Path]] = field(default_factory=list)  # ((garment key, category), path)
     cells: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
+    rows: dict[str, list[int]] = field(default_factory=dict)
     positions: list[int] = field(default_factory=list)
     counts: Counts = field(default_factory=Counts)
     _seen: set[tuple[str, str]] = field(default_factory=set, repr=False)
@@ -170,17 +176,31 @@ class Page:
 
 
 def _category(pair: Pair) -> str:
-    return pair.category.value if pair.category is not None else ""
+    return pair.category or ""  # a StrEnum: the member is its word
+
+
+class _Names:
+    """One key per file however its path is spelled (`a/../b.png` is `b.png`), worked out once per spelling."""
+
+    def __init__(self) -> None:
+        self.seen: dict[Path, str] = {}
+
+    def __call__(self, path: Path) -> str:
+        key = self.seen.get(path)
+        if key is None:
+            key = self.seen[path] = os.path.normpath(os.path.abspath(path))
+        return key
 
 
 def layout(pairs: Sequence[Pair], page_pairs: int = PAGE_PAIRS) -> tuple[list[Page], dict[int, int]]:
     """The pages of the grid and each pair's page (by position). Pairs without a category (rows that could not
     be read) are in no column: they are listed with the errors only. People keep their first appearance's order;
     a person stays on one page unless they alone have more than `page_pairs` pairs."""
+    name = _Names()
     by_person: dict[str, list[int]] = {}
     for position, pair in enumerate(pairs):
         if pair.category is not None and pair.problem is None:
-            by_person.setdefault(os.fspath(pair.person), []).append(position)
+            by_person.setdefault(name(pair.person), []).append(position)
     pages: list[Page] = []
     page_of: dict[int, int] = {}
     page = Page(1)
@@ -190,25 +210,26 @@ def layout(pairs: Sequence[Pair], page_pairs: int = PAGE_PAIRS) -> tuple[list[Pa
             if page.positions and len(page.positions) + len(chunk) > page_pairs:
                 pages.append(page)
                 page = Page(len(pages) + 1)
-            _place(page, pairs, chunk)
+            _place(page, pairs, chunk, name)
             page_of.update(dict.fromkeys(chunk, page.number - 1))
     if page.positions or not pages:
         pages.append(page)
     return pages, page_of
 
 
-def _place(page: Page, pairs: Sequence[Pair], positions: list[int]) -> None:
+def _place(page: Page, pairs: Sequence[Pair], positions: list[int], name: _Names) -> None:
     person = pairs[positions[0]].person
-    key = os.fspath(person)
-    if not page.people or os.fspath(page.people[-1]) != key:
-        page.people.append(person)
+    key = name(person)
+    if not page.people or page.people[-1][0] != key:
+        page.people.append((key, person))
     for position in positions:
         pair = pairs[position]
-        column = (os.fspath(pair.garment), _category(pair))
+        column = (name(pair.garment), _category(pair))
         if column not in page._seen:
             page._seen.add(column)
-            page.columns.append((pair.garment, column[1]))
+            page.columns.append((column, pair.garment))
         page.cells.setdefault((key, *column), []).append(position)
+    page.rows.setdefault(key, []).extend(positions)
     page.positions += positions
     page.counts.total += len(positions)
 
@@ -226,7 +247,7 @@ def cell(pair: Pair, report: PairReport | None, links: Links) -> str:
         return '<div class="pending">pending</div>'
     if report.status == "error":
         return f'<div class="error">{_text(error_text(report))}</div>'
-    parts = [links.thumb(p, Path(p).name) for p in report.outputs]
+    parts = [links.thumb(p) for p in report.outputs]
     mask = report.intermediates.get("mask") or (os.fspath(pair.mask) if pair.mask is not None else None)
     if mask:
         parts.append(f'<span class="mask">{links.thumb(mask, "mask")}</span>')
@@ -241,25 +262,20 @@ def grid(page: Page, pairs: Sequence[Pair], cells: dict[int, str], links: Links)
     """The page's people x garments table (in its own scrolling box), or its people's pairs listed per person
     when that table would be mostly empty."""
     pending = '<div class="pending">pending</div>'
+    rows = []
     if page.dense:
-        head = "".join(f"<th>{links.input_thumb(g)}{_text(g.name)} ({_text(c)})</th>" for g, c in page.columns)
-        rows = []
-        for person in page.people:
-            key = os.fspath(person)
-            tds = "".join(
-                "<td>" + "".join(cells.get(p, pending) for p in page.cells.get((key, os.fspath(g), c), ())) + "</td>"
-                for g, c in page.columns)
+        head = "".join(f"<th>{links.input_thumb(g)}{_text(g.name)} ({_text(c)})</th>"
+                       for (_, c), g in page.columns)
+        for key, person in page.people:
+            tds = "".join("<td>" + "".join(cells.get(p, pending) for p in page.cells.get((key, *column), ()))
+                          + "</td>" for column, _ in page.columns)
             rows.append(f"<tr>{_person_header(person, links)}{tds}</tr>")
         return f'<div class="grid"><table><tr><th></th>{head}</tr>{"".join(rows)}</table></div>'
-    by_person: dict[str, list[int]] = {}
-    for position in page.positions:
-        by_person.setdefault(os.fspath(pairs[position].person), []).append(position)
-    rows = []
-    for person in page.people:
+    for key, person in page.people:
         items = "".join(
             f'<div class="item"><div class="garment">{links.input_thumb(pairs[p].garment)}'
             f"{_text(pairs[p].garment.name)} ({_text(_category(pairs[p]))})</div>{cells.get(p, pending)}</div>"
-            for p in by_person.get(os.fspath(person), ()))
+            for p in page.rows[key])
         rows.append(f"<tr>{_person_header(person, links)}<td>{items}</td></tr>")
     return f'<div class="grid"><table>{"".join(rows)}</table></div>'
 
@@ -301,13 +317,15 @@ def document(title: str, body: str, state: State) -> str:
     )
 
 
-def top(heading: Heading, state: State, counts: Counts, title: str | None = None) -> str:
+def top(heading: Heading, state: State, batch: Counts, counts: Counts | None = None, title: str | None = None) -> str:
+    """Title, settings, how the batch stands (`batch`: its counts) and the counts of this page (`counts`)."""
     return (f"<h1>{_text(title or heading.title)}</h1><p class=\"settings\">{_text(heading.settings)}</p>"
-            f"{state_line(state, heading, counts)}<p class=\"counts\">{_text(counts.text())}</p>")
+            f"{state_line(state, heading, batch)}<p class=\"counts\">{_text((counts or batch).text())}</p>")
 
 
 def page_label(page: Page) -> str:
-    first, last = page.people[0].name if page.people else "", page.people[-1].name if page.people else ""
+    first = page.people[0][1].name if page.people else ""
+    last = page.people[-1][1].name if page.people else ""
     people = first if first == last else f"{first} to {last}"
     return f"{people} ({len(page.people)} {'person' if len(page.people) == 1 else 'people'})"
 
@@ -327,7 +345,6 @@ def front_page(heading: Heading, state: State, counts: Counts, entries: Sequence
 
     items = "".join(f'<li><a href="{link(href)}">{_text(label)}</a>: {_text(text)}</li>'
                     for href, label, text in entries)
-    listed = (f'<h2>Errors</h2><p><a href="{link(errors_href)}">{errors} error(s), by row</a></p>'
-              if errors_href else "")
-    body = top(heading, state, counts) + f'<h2>Pages ({len(entries)})</h2><ul class="pages">{items}</ul>{listed}'
+    listed = f'<p><a href="{link(errors_href)}">{errors} error(s), listed by row</a></p>' if errors_href else ""
+    body = top(heading, state, counts) + f'{listed}<h2>Pages ({len(entries)})</h2><ul class="pages">{items}</ul>'
     return document(heading.title, body, state)

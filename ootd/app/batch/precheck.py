@@ -11,6 +11,7 @@ concern the whole batch (checkpoints, the output folder, --max-memory) run once,
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -69,7 +70,7 @@ class _Files:
 
     def missing(self, pair: Pair) -> list[str]:
         roles = (("person", pair.person), ("garment", pair.garment), ("mask", pair.mask))
-        return [f"{role} image {path}: {problem}" for role, path in roles
+        return [f"{role} image {os.path.normpath(path)}: {problem}" for role, path in roles
                 if path is not None and (problem := self.problem(path)) is not None]
 
 

@@ -31,7 +31,8 @@ import logging
 import os
 import pickle
 import socket
-import threading
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -231,8 +232,8 @@ def _local_cpus() -> int:
 
 
 def _connect(ray: Any, cluster: ClusterOptions) -> None:
-    """Join the cluster at `address` (bounded: a TCP probe, then at most CONNECT_TIMEOUT_S), or start a private
-    instance sized by --workers (one CPU each, never more workers than this machine's CPUs)."""
+    """Join the cluster at `address` (bounded: a TCP probe, then a trial join of at most CONNECT_TIMEOUT_S), or
+    start a private instance sized by --workers (one CPU each, never more workers than this machine's CPUs)."""
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": _ray_log_level()}
     if cluster.address is None:
         cpus = _local_cpus()
@@ -241,7 +242,7 @@ def _connect(ray: Any, cluster: ClusterOptions) -> None:
                              f"pass --workers {cpus} or fewer, or --address a Ray cluster with more")
         if cluster.workers:
             options["num_cpus"] = cluster.workers
-        _init(ray, options, "a local Ray instance")  # here, in this thread: its daemons live as long as it does
+        _init(ray, options, "a local Ray instance")
         return
     where = f"the Ray cluster at {cluster.address}"
     endpoint = cluster.endpoint()
@@ -252,17 +253,29 @@ def _connect(ray: Any, cluster: ClusterOptions) -> None:
             reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
             raise UsageError(f"cannot reach {where}: {reason} (is `ray start --head` running there, and is the "
                              "port its GCS port, 6379 by default?)") from None
+    problem = _probe_join(cluster.address)
+    if problem is not None:
+        raise UsageError(f"cannot reach {where}: {problem}")
     options["address"] = cluster.address
-    joined: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: joined.update(error=_attempt(ray, options)), daemon=True,
-                              name="ootd-ray-connect")
-    thread.start()
-    thread.join(CONNECT_TIMEOUT_S)
-    if thread.is_alive():
-        raise UsageError(f"cannot reach {where}: no answer from Ray within {CONNECT_TIMEOUT_S:.0f} s (is it a Ray "
-                         "head's GCS port, and does this machine have the cluster's token, if it uses one?)")
-    if joined.get("error") is not None:
-        raise UsageError(f"cannot reach {where}: {joined['error']}")
+    _init(ray, options, where)
+
+
+def _probe_join(address: str) -> str | None:
+    """Join the cluster from a throwaway process first, killed after CONNECT_TIMEOUT_S: a port that accepts
+    connections but never answers as Ray's head makes ray.init wait for good, and a Ray client left half-made in
+    this process can be neither stopped nor left behind (the process aborts at exit). None: it answered."""
+    code = ("import logging, sys, ray; ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False, "
+            "logging_level=logging.ERROR); ray.shutdown()")
+    try:
+        probe = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True,
+                               timeout=CONNECT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return (f"no answer from Ray within {CONNECT_TIMEOUT_S:.0f} s (is it a Ray head's GCS port, and does this "
+                "machine have the cluster's token, if it uses one?)")
+    if probe.returncode == 0:
+        return None
+    lines = [line for line in probe.stderr.splitlines() if "Error: " in line and not line.startswith(" ")]
+    return " ".join((lines[-1].split("Error: ", 1)[1] if lines else f"exit {probe.returncode}").split())[:300]
 
 
 def _attempt(ray: Any, options: dict[str, Any]) -> str | None:
