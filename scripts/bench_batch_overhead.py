@@ -358,20 +358,35 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--cases takes fail, ok, done (done needs ok); sizes must be positive")
     work = args.work or Path(tempfile.mkdtemp(prefix="ootd-bench-batch-"))
     work.mkdir(parents=True, exist_ok=True)
-    checkpoints = args.checkpoints
-    if checkpoints is None:
-        checkpoints = work / "checkpoints"
-        if not (checkpoints / "ootd").exists():
-            sys.path.insert(0, str(REPO_ROOT / "scripts"))
-            from make_tiny_checkpoints import make_tiny_checkpoints
-
-            make_tiny_checkpoints(checkpoints)
     print(STAND_IN)
     print(f"machine: {os.cpu_count()} CPUs; work folder {work}; display: {args.display}; {load_average()}")
     print(HEADER)
     print("|" + "---|" * (11 + len(COMPONENTS)))
-    results = []
     plan = [("local", n) for n in sizes] + [("ray", n) for n in ray_sizes]
+    results = run_plan(plan, cases, work, args.checkpoints or tiny_checkpoints(work), args)
+    print(f"done; {load_average()}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def tiny_checkpoints(work: Path) -> Path:
+    """A tiny random-weight checkpoints tree (the batch checks the files are there; the stand-in loads none)."""
+    checkpoints = work / "checkpoints"
+    if not (checkpoints / "ootd").exists():
+        sys.path.insert(0, str(REPO_ROOT / "scripts"))
+        from make_tiny_checkpoints import make_tiny_checkpoints
+
+        make_tiny_checkpoints(checkpoints)
+    return checkpoints
+
+
+def run_plan(plan: list[tuple[str, int]], cases: list[str], work: Path, checkpoints: Path,
+             args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each (engine, n) with each case, one fresh process per run; a line of the table as each one ends."""
+    results = []
     for engine, n in plan:
         csvs = make_inputs(work, n)
         out = work / f"out-{engine}-{n}"
@@ -393,12 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  contact sheet in chromium: {json.dumps(result['browser'])}", flush=True)
         if args.work is None:
             shutil.rmtree(out, ignore_errors=True)
-    print(f"done; {load_average()}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    if args.work is None:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return results
 
 
 if __name__ == "__main__":

@@ -35,23 +35,24 @@ def cpu_seconds(*args: object) -> tuple[float, object]:
     return time.process_time() - start, result
 
 
-def test_a_10000_row_failing_batch_costs_what_100_rows_cost_times_100(models, tmp_path: Path, tiny_tree: Path,
-                                                                      example_images: dict[str, Path]) -> None:
+def test_failing_batches_of_1000_and_10000_rows_cost_what_100_rows_cost_times_10_and_100(
+        models, tmp_path: Path, tiny_tree: Path, example_images: dict[str, Path]) -> None:
     models.forbid()
     images_tree(tmp_path, example_images, people=1, garments=1)
-    small, big = failing_rows(tmp_path, 100), failing_rows(tmp_path, 10_000)
 
-    def run(csv_file: Path, name: str) -> float:
+    def run(rows: int, name: str) -> float:
+        csv_file = failing_rows(tmp_path, rows)
         seconds, result = cpu_seconds("batch", csv_file, "--checkpoints", tiny_tree, "-o", tmp_path / name)
-        assert result.exit_code == 1 and result.stderr.count("error: ") == int(csv_file.stem[4:]), result.output
+        assert result.exit_code == 1 and result.stderr.count("error: ") == rows, result.output
         return seconds
 
-    run(small, "warm-up")  # imports and first-use costs out of the way
-    per_100 = min(run(small, f"small{k}") for k in range(3))
-    bound = 100 * per_100  # linear, with the small run's fixed costs (option parsing, folders) 100 times over
-    spent = run(big, "big")
-    assert spent < bound, f"10,000 rows took {spent:.2f} s of CPU; 100 rows {per_100:.3f} s, so at most {bound:.2f} s"
-    assert len(read_report(tmp_path / "big" / "batch_report.jsonl")) == 10_000
+    run(100, "warm-up")  # imports and first-use costs out of the way
+    per_100 = min(run(100, f"small{k}") for k in range(3))
+    for rows in (1000, 10_000):
+        bound = rows / 100 * per_100  # linear, with the small run's fixed costs (options, folders) counted again
+        spent = run(rows, f"big{rows}")
+        assert spent < bound, f"{rows} rows took {spent:.2f} s of CPU; 100 rows {per_100:.3f} s: at most {bound:.2f} s"
+    assert len(read_report(tmp_path / "big10000" / "batch_report.jsonl")) == 10_000
 
 
 def test_a_resume_of_a_large_done_batch_reads_each_outputs_record_once(models, tmp_path: Path, tiny_tree: Path,
@@ -124,3 +125,28 @@ def test_the_fast_record_reader_reads_what_pillow_reads(tmp_path: Path) -> None:
     assert read_record(tmp_path / "ours.png") == record
     assert read_record(tmp_path / "wide.png")["person"] == "日本.png"
     assert read_record(tmp_path / "bad-crc.png") == {} and read_record(tmp_path / "missing.png") == {}
+
+
+@pytest.mark.slow
+def test_the_bookkeeping_benchmark_declares_its_stand_in_and_runs_each_case(tiny_tree: Path, tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    script = REPO / "scripts" / "bench_batch_overhead.py"
+    proc = subprocess.run([sys.executable, str(script), "--sizes", "100", "--ray", "none", "--checkpoints",
+                           str(tiny_tree), "--work", str(tmp_path / "work"), "--json", str(tmp_path / "r.json")],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("STAND-IN MODEL: ")
+    rows = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["case"], r["code"]) for r in rows] == [("fail", 1), ("ok", 0), ("done", 0)]
+    assert rows[1]["calls"]["saving"] == 100  # through the real saving path
+    assert rows[1]["calls"]["model"] == 100 + 1 + 100  # 100 try-ons, 1 person, 100 garments
+    assert len(list((tmp_path / "work" / "out-local-100").glob("*.png"))) == 100
+    assert all(r["peak_rss_mb"] > 0 and 0 < r["components"]["checks"] < r["wall"] for r in rows)
+    bad = subprocess.run([sys.executable, str(script), "--cases", "done"], capture_output=True, text=True,
+                         timeout=60, cwd=REPO)
+    assert bad.returncode == 2 and "done needs ok" in bad.stderr and "Traceback" not in bad.stderr
