@@ -150,8 +150,6 @@ def batch_command(
     from ootd.app.batch.pairs import Shard, classify_pairs, collect_pairs, select_shard
     from ootd.app.batch.precheck import check_batch_outputs
     from ootd.app.batch.report import PairReport, report_name
-    from ootd.app.tryon.outputs import prepare_output_dir
-    from ootd.app.tryon.tempfiles import clean_stale_temps
     from ootd.settings import parse_category_word
 
     config = checked_config({**options, "overwrite": overwrite})
@@ -159,6 +157,7 @@ def batch_command(
     cluster = ClusterOptions(address=address, workers=workers, gpus_per_worker=gpus_per_worker)
     if engine_name is EngineName.LOCAL and cluster != ClusterOptions():
         raise UsageError("--address, --workers and --gpus-per-worker need --engine ray")
+    cluster.validate()
     default_category = parse_category_word(category) if category is not None else None
     sharding = Shard.parse(shard) if shard is not None else None
     pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks, output=config.output)
@@ -166,10 +165,8 @@ def batch_command(
         pairs = select_shard(pairs, sharding, config)
     pairs = classify_pairs(pairs, config.checkpoints, config.category_margin)  # `auto` rows (seconds each)
     report = report if report is not None else config.output / report_name(sharding)
-    check_batch_outputs(pairs, config, report, [csv_file],  # no output replaces an input or a file not ours
+    check_batch_outputs(pairs, config, report, [csv_file],  # no output replaces an input
                         pages=[config.output / index_name(sharding)])
-    prepare_output_dir(config.output)
-    clean_stale_temps(config.output)
 
     plain = not options["quiet"] and not json_out and not sys.stderr.isatty()  # nohup, 2> file: lines to follow
     with Display(show_progress(options["quiet"], json_out)) as display, PairLog(log_file, len(pairs)) as log:

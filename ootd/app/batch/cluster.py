@@ -1,10 +1,15 @@
-"""Where and how wide a distributed batch engine runs (`--address`, `--workers`, `--gpus-per-worker`)."""
+"""Where and how wide a distributed batch engine runs (`--address`, `--workers`, `--gpus-per-worker`), each value
+checked here, once, before anything starts or is written."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ootd.errors import UsageError
+
+AUTO = "auto"  # the cluster this machine belongs to (`ray start` ran here)
+CLIENT_SCHEME = "ray://"  # Ray Client addresses: ray://HOST:PORT
 
 
 @dataclass(frozen=True)
@@ -18,8 +23,30 @@ class ClusterOptions:
 
     def validate(self) -> None:
         if self.workers is not None and self.workers < 1:
-            raise UsageError(f"workers must be at least 1, got {self.workers}")
-        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
-            raise UsageError(f"gpus per worker must be 0 or more, got {self.gpus_per_worker}")
+            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        gpus = self.gpus_per_worker
+        if gpus is not None and (not math.isfinite(gpus) or gpus < 0):
+            raise UsageError(f"--gpus-per-worker must be a number of GPUs, 0 or more (e.g. 1 or 0.5), got {gpus}")
         if self.retries < 0:
             raise UsageError(f"retries must be 0 or more, got {self.retries}")
+        self.endpoint()
+
+    def endpoint(self) -> tuple[str, int] | None:
+        """(host, port) of an address given as HOST:PORT (or ray://HOST:PORT); None for none or `auto`. A
+        malformed address is a usage error."""
+        address = self.address
+        if address is None or address.strip().lower() == AUTO:
+            return None
+        text = address.strip()
+        if text.lower().startswith(CLIENT_SCHEME):
+            text = text[len(CLIENT_SCHEME):]
+        host, _, port = text.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):  # an IPv6 address: [::1]:6379
+            host = host[1:-1]
+        elif ":" in host:
+            host = ""
+        plain = host and not any(c.isspace() or c in "/?#@[]" for c in host)
+        if not plain or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"bad --address {address!r}: use auto or HOST:PORT (e.g. 10.0.0.5:6379, the head's "
+                             "GCS port), or ray://HOST:PORT")
+        return host, int(port)

@@ -1,22 +1,55 @@
-"""index.html of a batch output folder: people x garments, each cell with its results, the mask and any error.
+"""index.html of a batch output folder, kept current while the batch runs, at a cost that does not grow with it.
 
-Links are relative to the folder, so it can be moved or served as it is; the page is written atomically.
+What the pages show is ootd/app/batch/pages.py; this module decides when and where they are written:
+
+- Each finished pair's cell is rendered once, when its report arrives (O(1) per pair). Pages are rewritten on a
+  timer, never per pair: at most every `REFRESH_S` seconds and never more than `COST_SHARE` of the time (a
+  write that took 0.1 s waits 2 s), only the pages whose pairs changed, then the front page (its counts); and
+  once more, every page, when the batch ends, saying how it ended (finished, interrupted, stopped).
+- A batch of at most `PAGE_PAIRS` pairs is index.html alone. A bigger one writes index.html (counts, links)
+  and its pages in a folder beside it, `index_files/` (`index.shardKofN_files/` for a shard, so shards never
+  share a file); pages of an earlier, bigger batch in that folder are removed.
+- Every file is written atomically (complete or absent); a page that cannot be written is a warning, never the
+  batch's failure (the results and the report matter more).
 """
 
 from __future__ import annotations
 
-import html
 import logging
 import os
-from collections.abc import Sequence
+import re
+import threading
+import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
+from ootd.app.batch import pages
+from ootd.app.batch.pages import (
+    Counts,
+    Heading,
+    Links,
+    Page,
+    State,
+    cell,
+    document,
+    error_items,
+    front_page,
+    grid,
+    layout,
+    nav,
+    page_label,
+    top,
+)
 from ootd.app.batch.pairs import Pair, Shard
 from ootd.app.batch.report import PairReport
+from ootd.errors import OotdError
 from ootd.imaging.files import write_text_atomic
 
 logger = logging.getLogger(__name__)
+
+REFRESH_S = 3.0  # at most this often while pairs finish
+COST_SHARE = 0.05  # writing pages may take at most this share of the batch's time
+PAGE_FILE = re.compile(r"^(page|errors)-\d{4,}\.html$")
 
 
 def index_name(shard: Shard | None = None) -> str:
@@ -24,81 +57,208 @@ def index_name(shard: Shard | None = None) -> str:
     return "index.html" if shard is None else f"index.{shard.name()}.html"
 
 
-def _link(path: str | Path, folder: Path) -> str:
-    return html.escape(Path(os.path.relpath(Path(path).resolve(), folder.resolve())).as_posix(), quote=True)
+def pages_folder(index: Path) -> Path:
+    """Where the pages of a big batch go: `index_files/` beside `index.html`."""
+    return index.with_name(f"{index.stem}_files")
 
 
-def _thumb(path: str | Path, folder: Path, title: str) -> str:
-    src = _link(path, folder)
-    return f'<a href="{src}"><img src="{src}" title="{html.escape(title, quote=True)}" loading="lazy"></a>'
+def _page_file(number: int) -> str:
+    return f"page-{number:04d}.html"
 
 
-def _cell(pair: Pair, report: PairReport | None, folder: Path) -> str:
-    if report is None:
-        return '<div class="pending">pending</div>'
-    parts = [_thumb(p, folder, Path(p).name) for p in report.outputs] if report.status != "error" else []
-    mask = report.intermediates.get("mask") or (str(pair.mask) if pair.mask is not None else None)
-    if mask and report.status != "error":
-        parts.append(f'<span class="mask">{_thumb(mask, folder, "mask")}</span>')
-    if report.error:
-        parts.append(f'<div class="error">{html.escape(report.error)}</div>')
-    return f'<div class="{report.status}">{"".join(parts)}</div>'
-
-
-def render_index(pairs: Sequence[Pair], reports: dict[int, PairReport], folder: Path) -> str:
-    """The page: a row per person, a column per (garment, category), a cell per pair (pending until done)."""
-    people = list(dict.fromkeys(p.person for p in pairs))
-    columns = list(dict.fromkeys((p.garment, p.category.value if p.category else "?") for p in pairs))
-    cells: dict[tuple[Any, ...], list[str]] = {}
-    for pair in pairs:
-        key = (pair.person, pair.garment, pair.category.value if pair.category else "?")
-        cells.setdefault(key, []).append(_cell(pair, reports.get(pair.index), folder))
-    done = sum(r.status != "error" for r in reports.values())
-    head = "".join(f"<th>{_thumb(g, folder, g.name)}<br>{html.escape(g.name)} ({c})</th>" for g, c in columns)
-    rows = "".join(
-        f"<tr><th>{_thumb(person, folder, person.name)}<br>{html.escape(person.name)}</th>"
-        + "".join(f"<td>{''.join(cells.get((person, g, c), []))}</td>" for g, c in columns) + "</tr>"
-        for person in people
-    )
-    errors = sum(r.status == "error" for r in reports.values())
-    return (
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>ootd results</title><style>"
-        "body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px;"
-        "vertical-align:top}img{height:160px}.mask img{height:80px;opacity:.8}.error{color:#b00;max-width:20em}"
-        ".pending{color:#888}</style></head><body>"
-        f"<p>{len(pairs)} pairs: {done} done, {errors} error, {len(pairs) - len(reports)} pending</p>"
-        f"<table><tr><th></th>{head}</tr>{rows}</table></body></html>\n"
-    )
+def _errors_file(number: int) -> str:
+    return f"errors-{number:04d}.html"
 
 
 class ContactIndex:
-    """index.html of a batch, rewritten as each pair finishes (beyond SMALL_BATCH pairs at most once a second,
-    and when the last one is in: rewriting a large page per pair would cost more than the pairs)."""
+    """The contact sheet of one batch: `add` each pair's report as it arrives, `refresh` once the precheck's
+    reports are in (the first write; timed writes follow), `finish` when the batch ends, however it ends."""
 
-    SMALL_BATCH = 1000
+    def __init__(self, path: Path, pairs: Sequence[Pair], heading: Heading, *, interval: float | None = None,
+                 page_pairs: int | None = None, errors_per_page: int | None = None) -> None:
+        self.path = Path(path)
+        self.pairs = pairs
+        self.heading = heading
+        self.interval = REFRESH_S if interval is None else interval
+        self.errors_per_page = errors_per_page or pages.ERRORS_PER_PAGE
+        page_pairs = page_pairs or pages.PAGE_PAIRS
+        self.pages, self.page_of = layout(pairs, page_pairs)
+        self.single = len(pairs) <= page_pairs  # index.html holds the grid and the errors
+        self.folder = pages_folder(self.path)
+        self.links = Links(self.path.parent, "" if self.single else "../")
+        self.position = {pair.index: i for i, pair in enumerate(pairs)}
+        self.cells: dict[int, str] = {}  # position -> the pair's rendered cell
+        self.errors: list[PairReport] = []
+        self.counts = Counts(len(pairs))
+        self.writes = 0  # how many times the pages were written (tests, benchmarks)
+        self._dirty: set[int] = set(range(len(self.pages)))
+        self._errors_dirty = True
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._next = 0.0  # time.monotonic() before which no timed write starts
+        self._started = False
+        self._ended: State | None = None
+        self._swept = False
+        self._warned = False
 
-    def __init__(self, path: Path, pairs: Sequence[Pair], min_interval: float | None = None) -> None:
-        self.path = path
-        self.pairs = list(pairs)
-        self.reports: dict[int, PairReport] = {}
-        self.min_interval = min_interval if min_interval is not None else (
-            0.0 if len(self.pairs) <= self.SMALL_BATCH else 1.0)
-        self._written = float("-inf")
-        self.write()
+    # ------------------------------------------------------------------------------------------ updates
 
     def add(self, report: PairReport) -> None:
-        import time
+        """A pair's report: its cell is rendered now, its page written at the next timed write."""
+        with self._lock:
+            position = self.position.get(report.pair.index)
+            if position is None or self._ended is not None:
+                return
+            self.counts.add(report.status)
+            page = self.page_of.get(position)
+            if page is not None:
+                self.cells[position] = cell(self.pairs[position], report, self.links)
+                self.pages[page].counts.add(report.status)
+                self._dirty.add(page)
+            if report.status == "error":
+                self.errors.append(report)
+                self._errors_dirty = True
+            if self._started and self._timer is None:
+                self._timer = threading.Timer(max(0.0, self._next - time.monotonic()), self._timed)
+                self._timer.daemon = True
+                self._timer.start()
 
-        self.reports[report.pair.index] = report
-        if len(self.reports) >= len(self.pairs) or time.monotonic() - self._written >= self.min_interval:
-            self.write()
+    def refresh(self) -> None:
+        """Write what changed now (the first write of a running batch); timed writes follow from here on."""
+        with self._lock:
+            if self._ended is None:
+                self._started = True
+                self._write(State("running", time.time()))
 
-    def write(self) -> None:
-        """Rewrite the page; a failure is a warning (the results and the report matter more than the page)."""
-        import time
+    def finish(self, phase: str = "finished", reason: str | None = None) -> None:
+        """The last write: every page, saying how the batch ended (finished, interrupted, stopped)."""
+        with self._lock:
+            if self._ended is not None:
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._ended = State(phase, time.time(), reason)
+            self._dirty = set(range(len(self.pages)))
+            self._errors_dirty = True
+            self._write(self._ended)
 
-        self._written = time.monotonic()
+    def _timed(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._ended is None:
+                self._write(State("running", time.time()))
+
+    # ------------------------------------------------------------------------------------------ files
+
+    def _write(self, state: State) -> None:
+        """Render and write the dirty pages, then the front page. A failure is one warning per batch, none when
+        the batch is stopping anyway (its own error says why: a full disk is one line, not two)."""
+        start = time.monotonic()
         try:
-            write_text_atomic(self.path, render_index(self.pairs, self.reports, self.path.parent))
-        except OSError as exc:
-            logger.warning("cannot write %s: %s", self.path, exc.strerror or exc)
+            for path, text in self._files(state):
+                write_text_atomic(path, text)
+        except (OSError, OotdError) as exc:
+            quiet = self._warned or state.phase in ("interrupted", "stopped")
+            self._warned = True
+            logger.log(logging.DEBUG if quiet else logging.WARNING, "cannot write the contact sheet %s: %s",
+                       self.path, getattr(exc, "strerror", None) or exc)
+        self.writes += 1
+        took = time.monotonic() - start
+        self._next = time.monotonic() + max(self.interval, took / COST_SHARE)
+
+    def _files(self, state: State) -> Iterable[tuple[Path, str]]:
+        if not self._swept:
+            self._sweep()
+        if self.single:
+            self._dirty.clear()
+            self._errors_dirty = False
+            yield self.path, self._single_page(state)
+            return
+        self.folder.mkdir(exist_ok=True)
+        dirty, self._dirty = sorted(self._dirty), set()
+        for number in dirty:
+            yield self.folder / _page_file(number + 1), self._grid_page(self.pages[number], state)
+        if self._errors_dirty:
+            self._errors_dirty = False
+            yield from self._error_pages(state)
+        yield self.path, self._front_page(state)
+
+    def _sweep(self) -> None:
+        """Remove the pages an earlier, bigger batch left in the pages folder (names of ours only); the error
+        pages are all rewritten."""
+        self._swept = True
+        keep = set() if self.single else {_page_file(n) for n in range(1, len(self.pages) + 1)}
+        try:
+            names = [entry.name for entry in os.scandir(self.folder) if entry.is_file(follow_symlinks=False)]
+        except OSError:
+            return
+        for name in names:
+            if PAGE_FILE.match(name) and name not in keep:
+                (self.folder / name).unlink(missing_ok=True)
+        if self.single:
+            try:
+                self.folder.rmdir()  # only when empty: nothing else of anyone's is touched
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------------------------------ pages
+
+    def _sorted_errors(self) -> list[PairReport]:
+        self.errors.sort(key=lambda r: r.pair.index)  # nearly sorted already: linear
+        return self.errors
+
+    def _single_page(self, state: State) -> str:
+        body = [top(self.heading, state, self.counts)]
+        if self.pages[0].positions:
+            body.append(grid(self.pages[0], self.pairs, self.cells, self.links))
+        if self.errors:
+            body.append(f"<h2 id=\"errors\">Errors ({len(self.errors)})</h2>{error_items(self._sorted_errors())}")
+        return document(self.heading.title, "".join(body), state)
+
+    def _index_href(self) -> str:
+        return "../" + self.path.name
+
+    def _grid_page(self, page: Page, state: State) -> str:
+        count = len(self.pages)
+        links = [(self._index_href(), "index"),
+                 (_page_file(page.number - 1) if page.number > 1 else "", "previous"),
+                 (_page_file(page.number + 1) if page.number < count else "", "next")]
+        if self.errors:
+            links.append((_errors_file(1), f"errors ({len(self.errors)})"))
+        title = f"{self.heading.title} · page {page.number} of {count}"
+        body = (nav(links) + top(self.heading, state, self.counts, page.counts, title)
+                + f"<p class=\"meta\">{page_label(page)}</p>" + grid(page, self.pairs, self.cells, self.links))
+        return document(title, body, state)
+
+    def _error_pages(self, state: State) -> Iterable[tuple[Path, str]]:
+        errors = self._sorted_errors()
+        size = self.errors_per_page
+        count = max(1, -(-len(errors) // size))
+        for number in range(1, count + 1):
+            chunk = errors[(number - 1) * size:number * size]
+            links = [(self._index_href(), "index"),
+                     (_errors_file(number - 1) if number > 1 else "", "previous"),
+                     (_errors_file(number + 1) if number < count else "", "next")]
+            title = f"{self.heading.title} · errors {number} of {count}"
+            first = (number - 1) * size + 1
+            what = (f"errors {first} to {first + len(chunk) - 1} of {len(errors)}, by row" if errors
+                    else "no errors")
+            body = nav(links) + top(self.heading, state, self.counts, title=title) + f"<p class=\"meta\">{what}</p>"
+            yield self.folder / _errors_file(number), document(title, body + error_items(chunk), state)
+
+    def _front_page(self, state: State) -> str:
+        entries = [(f"{self.folder.name}/{_page_file(page.number)}", page_label(page), page.counts.text())
+                   for page in self.pages]
+        errors = f"{self.folder.name}/{_errors_file(1)}" if self.errors else None
+        return front_page(self.heading, state, self.counts, entries, errors, len(self.errors))
+
+
+def write_index(path: Path, pairs: Sequence[Pair], reports: Iterable[PairReport], heading: Heading,
+                phase: str = "finished", **options: object) -> ContactIndex:
+    """The contact sheet built at once from a batch's reports (e.g. read back from its report file)."""
+    index = ContactIndex(path, pairs, heading, **options)  # type: ignore[arg-type]
+    for report in reports:
+        index.add(report)
+    index.finish(phase)
+    return index

@@ -1,14 +1,17 @@
 """Every pair of a batch checked before any model loads: the single try-on's per-request checks for each pair,
 output names that collide, outputs that would replace an input or a file that is not ours, and resume.
 
+`check_batch_outputs` refuses outputs that are inputs (all pairs at once, each distinct input looked at once).
 `precheck` sorts the pairs into reports that are final already (unreadable rows, missing files, model/category
-mismatches, colliding names: errors; pairs done earlier with these settings: skipped) and jobs to run; outputs
-made with other settings stop the batch with one line (ootd/app/batch/resume.py). The checks that concern the
-whole batch (checkpoints, the output folder, --max-memory) run once, in the runner.
+mismatches, colliding names: errors; pairs done earlier with these settings: skipped) and jobs to run; an
+existing output that is not ours, or that was made with other settings, stops the batch with one line
+(ootd/app/batch/resume.py). Each existing output's record is read once, for both questions. The checks that
+concern the whole batch (checkpoints, the output folder, --max-memory) run once, in the runner.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,27 +22,28 @@ from ootd.app.batch.resume import resume_state, stale_error
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
 from ootd.app.tryon.outputs import targets_for
-from ootd.app.tryon.provenance import expected_record
+from ootd.app.tryon.provenance import expected_record, is_ours, read_record
 from ootd.app.tryon.safety import Other, check_outputs
 from ootd.errors import OutputError, UsageError
 
 
 def check_batch_outputs(pairs: Iterable[Pair], config: RunConfig, report: Path | None,
                         extra_inputs: Iterable[Path | None] = (), pages: Iterable[Path] = ()) -> None:
-    """`check_outputs` for a batch: every readable pair's targets against every pair's inputs; the report must be
-    a batch report, and pages (index.html) may be rewritten but never replace an input."""
-    inputs: list[Path | None] = list(extra_inputs)
-    images: list[Path] = []
+    """`check_outputs` for a batch: every readable pair's targets against every pair's inputs (each distinct
+    input once); the report must be a batch report, and pages (index.html) may be rewritten but never replace an
+    input. Whether an existing output is ours is asked by `precheck`, with the record it reads for resume."""
+    inputs: dict[Path, None] = dict.fromkeys(p for p in extra_inputs if p is not None)
+    outputs: list[Other] = []
     for pair in pairs:
-        inputs += [pair.person, pair.garment, pair.mask]
+        inputs.update(dict.fromkeys(p for p in (pair.person, pair.garment, pair.mask) if p is not None))
         if pair.problem is None and pair.category is not None:
             try:
-                images += targets_for(pair.request(), config).all()
+                outputs += [Other(p, "output") for p in targets_for(pair.request(), config).all()]
             except UsageError:  # a pair the batch reports as its own error (e.g. hd with a lower garment)
                 continue
     others = [Other(Path(report), "report", is_our_report, "a batch report")] if report is not None else []
     others += [Other(Path(page), "page") for page in pages]
-    check_outputs(images, inputs, overwrite=config.overwrite, others=others)
+    check_outputs([], inputs, overwrite=config.overwrite, others=outputs + others)
 
 
 @dataclass
@@ -52,10 +56,38 @@ class Precheck:
     config: RunConfig
 
 
-def _missing_files(pair: Pair) -> list[str]:
-    return [f"{role} image {path}: {'is a folder, not an image file' if path.is_dir() else 'file not found'}"
-            for role, path in (("person", pair.person), ("garment", pair.garment), ("mask", pair.mask))
-            if path is not None and not path.is_file()]
+class _Files:
+    """What is wrong with each distinct input file (None: a file), looked at once per batch."""
+
+    def __init__(self) -> None:
+        self.seen: dict[Path, str | None] = {}
+
+    def problem(self, path: Path) -> str | None:
+        if path not in self.seen:
+            self.seen[path] = None if path.is_file() else (
+                "is a folder, not an image file" if path.is_dir() else "file not found")
+        return self.seen[path]
+
+    def missing(self, pair: Pair) -> list[str]:
+        roles = (("person", pair.person), ("garment", pair.garment), ("mask", pair.mask))
+        return [f"{role} image {os.path.normpath(path)}: {problem}" for role, path in roles
+                if path is not None and (problem := self.problem(path)) is not None]
+
+
+class _Records:
+    """The records of one pair's existing outputs, each read once (whose file is it; is it done)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[Path, dict[str, str]] = {}
+
+    def __call__(self, path: Path) -> dict[str, str]:
+        record = self.seen.get(path)
+        if record is None:
+            record = self.seen[path] = read_record(path)
+        return record
+
+    def ours(self, path: Path) -> bool:
+        return is_ours(self(path))
 
 
 def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
@@ -66,6 +98,7 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
     stale: list[str] = []
     seeds: set[int] = set()  # the seeds existing outputs were made with
     seed = config.sampling.seed
+    files = _Files()
     for pair in pairs:
         if pair.problem is not None:
             done.append(PairReport(pair, "error", error=pair.problem, seed=seed))
@@ -76,11 +109,14 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
             done.append(PairReport(pair, "error", error=f"{pair.source}: {exc}", seed=seed))
             continue
         model = job.model_type.value
-        missing = _missing_files(pair)
+        outputs = job.targets.all()
+        records = _Records()
+        if not config.overwrite:  # an existing file at an output name must be ours (exit 2 otherwise)
+            check_outputs([], [], others=[Other(p, "output", records.ours, "an ootd picture") for p in outputs])
+        missing = files.missing(pair)
         if missing:
             done.append(PairReport(pair, "error", model, error="; ".join(missing), seed=seed))
             continue
-        outputs = job.targets.all()
         clash = next((claimed[p] for p in outputs if p in claimed), None)
         if clash is not None:
             done.append(PairReport(
@@ -90,8 +126,8 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
             ))
             continue
         claimed.update(dict.fromkeys(outputs, pair))
-        state = None if config.overwrite else resume_state(job.targets,
-                                                           expected_record(job.request, job.model_type, config))
+        state = None if config.overwrite else resume_state(
+            job.targets, expected_record(job.request, job.model_type, config), read=records)
         if state is not None and state.status == "stale":
             stale.append(f"{pair.source}: {state.reason}")
             continue

@@ -1,12 +1,15 @@
 """`ootd batch --engine ray`: the local batch engine's pairs, spread over the actors of a Ray cluster.
 
 The driver (this process) does everything the local engine does before a model is loaded - precheck, resume (a
-pair whose outputs exist is `skipped` and never dispatched), the checkpoint check - and writes the report, one
-line per pair as results arrive, through the local engine itself (`BatchRunner.run`). Only the pairs left to do
-go to Ray: one Ray Data row each, in the local engine's run order (model type, garment, person), mapped by a pool
-of actors (`PairWorker`). Each actor holds one pipeline on one device, loaded once per model type, and runs each
-pair with the local engine's per-pair runner and caches, so a garment is prepared once per actor that sees its
-pairs, and a pair's outputs, metadata and report line are the ones the local engine would give.
+pair whose outputs exist is `skipped` and never dispatched), the checkpoint check - then joins or starts the
+cluster and checks its size (`_start`: a bad --address, --workers or --gpus-per-worker fails in one line, in
+bounded time, before anything is written), and writes the report, one line per pair as results arrive, through
+the local engine itself (`BatchRunner.run`). Only the pairs left to do go to Ray: one Ray Data row each (the pair
+alone, ~300 bytes; the config goes to each actor once), in the local engine's run order (model type, garment,
+person), mapped by a pool of actors (`PairWorker`). Each actor holds one pipeline on one device, loaded once per
+model type, and runs each pair with the local engine's per-pair runner and caches, so a garment is prepared once
+per actor that sees its pairs, and a pair's outputs, metadata and report line are the ones the local engine
+would give.
 
 Why Ray Data rather than actors driven by a queue of our own: replacing an actor that died (killed, out of
 memory) and resubmitting the pair it was running are what Ray Data's actor pool does by default, along with
@@ -27,6 +30,9 @@ import dataclasses
 import logging
 import os
 import pickle
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -47,6 +53,8 @@ logger = logging.getLogger(__name__)
 # Test hook: the index of a pair whose first attempt kills its worker process mid-pair (during denoising).
 EXIT_ON_FIRST_ATTEMPT = "OOTD_RAY_TEST_EXIT_PAIR"
 STATUS_EVERY = 10.0  # seconds between progress lines on the driver
+PROBE_TIMEOUT_S = 5.0  # a HOST:PORT that does not accept a TCP connection by then is unreachable
+CONNECT_TIMEOUT_S = 60.0  # joining a cluster that accepts connections but does not answer as Ray's head does
 
 
 class _Attempts:
@@ -73,12 +81,13 @@ class PairWorker:
         self.exit_on_first = exit_on_first
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
-        return {"result": [pickle.dumps(self._run(*pickle.loads(item))) for item in batch["pair"]]}
+        return {"result": [pickle.dumps(self._run(pickle.loads(item))) for item in batch["pair"]]}
 
-    def _run(self, pair: Pair, job: TryOnJob) -> tuple[PairReport, dict[str, Any]]:
+    def _run(self, pair: Pair) -> tuple[PairReport, dict[str, Any]]:
         import ray
 
         runner = self.runner
+        job = TryOnJob.planned(runner.config, pair.request())  # what the driver's precheck planned, made here
         attempt = ray.get(self.attempts.begin.remote(pair.index))
         if attempt > self.max_attempts:
             return PairReport(
@@ -119,6 +128,8 @@ class RayBatchRunner(BatchRunner):
         self.dispatched = 0  # pairs sent to workers (tests: a resumed batch sends none)
         self.attempts: dict[int, int] = {}  # pair index -> attempts started (more than one: its worker died)
         self.workers = 0
+        self._gpus = 0.0
+        self._own_ray = False  # this run started or joined Ray (and shuts it down at the end)
         self._loads: dict[str, dict[str, int]] = {}
         self._totals = {"load_seconds": 0.0, "person": 0, "garment": 0}
         self._peak: dict[str, int | None] = {}
@@ -136,24 +147,35 @@ class RayBatchRunner(BatchRunner):
         summary.peak_memory = self._peak or summary.peak_memory
         return summary
 
+    def _start(self, todo: list[tuple[Pair, TryOnJob]]) -> None:
+        """Join (or start) the cluster and size the pool before anything is written; nothing to do: no Ray."""
+        if not todo:
+            return
+        import ray
+
+        if not ray.is_initialized():
+            _connect(ray, self.cluster)
+            self._own_ray = True
+        try:
+            self.workers, self._gpus = _width(ray, self.cluster)
+        except BaseException:
+            self._stop()
+            raise
+
+    def _stop(self) -> None:
+        if self._own_ray:
+            import ray
+
+            self._own_ray = False
+            ray.shutdown()
+
     def _execute(self, order: list[tuple[Pair, TryOnJob]]) -> Iterator[PairReport]:
         """The reports of the pairs to do (given in run order), in the order they finish on the cluster."""
         if not order:
             return
         import ray
 
-        started = not ray.is_initialized()
-        if started:
-            _connect(ray, self.cluster)
-        try:
-            yield from self._stream(ray, order)
-        finally:
-            if started:
-                ray.shutdown()
-
-    def _stream(self, ray: Any, order: list[tuple[Pair, TryOnJob]]) -> Iterator[PairReport]:
-        workers, gpus = _width(ray, self.cluster)
-        self.workers = workers
+        workers, gpus = self.workers, self._gpus
         config = self.config if gpus or self.config.device else dataclasses.replace(self.config, device="cpu")
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False  # the driver shows its own progress
@@ -161,15 +183,16 @@ class RayBatchRunner(BatchRunner):
         _quiet_ray_data()
         attempts = ray.remote(num_cpus=0)(_Attempts).remote()
         hook = os.environ.get(EXIT_ON_FIRST_ATTEMPT)
-        items = [{"pair": pickle.dumps(item)} for item in order]  # one block each, kept in run order
+        items = [{"pair": pickle.dumps(pair)} for pair, _ in order]  # one block each, kept in run order
         dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
             PairWorker, batch_size=1, num_cpus=1, num_gpus=gpus,
             compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
             fn_constructor_kwargs={"config": config, "attempts": attempts, "max_attempts": self.cluster.retries + 1,
                                    "exit_on_first": int(hook) if hook else None},
         )
-        self.dispatched = len(items)
-        meter = _Meter(len(items), self.status)
+        del items
+        self.dispatched = len(order)
+        meter = _Meter(len(order), self.status)
         rows = dataset.iter_rows()
         try:
             for row in rows:
@@ -200,18 +223,74 @@ class RayBatchRunner(BatchRunner):
                 self._peak[key] = max(value, self._peak.get(key) or 0)
 
 
+def _local_cpus() -> int:
+    """The CPUs this process may run on (a container's or taskset's limit, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def _connect(ray: Any, cluster: ClusterOptions) -> None:
-    """Join the cluster at `address`, or start a private instance sized by --workers (one CPU each)."""
+    """Join the cluster at `address` (bounded: a TCP probe, then a trial join of at most CONNECT_TIMEOUT_S), or
+    start a private instance sized by --workers (one CPU each, never more workers than this machine's CPUs)."""
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": _ray_log_level()}
-    if cluster.address:
-        options["address"] = cluster.address
-    elif cluster.workers:
-        options["num_cpus"] = cluster.workers
+    if cluster.address is None:
+        cpus = _local_cpus()
+        if cluster.workers is not None and cluster.workers > cpus:
+            raise UsageError(f"--workers {cluster.workers}: this machine has {cpus} CPU(s) and each worker needs one; "
+                             f"pass --workers {cpus} or fewer, or --address a Ray cluster with more")
+        if cluster.workers:
+            options["num_cpus"] = cluster.workers
+        _init(ray, options, "a local Ray instance")
+        return
+    where = f"the Ray cluster at {cluster.address}"
+    endpoint = cluster.endpoint()
+    if endpoint is not None:
+        try:
+            socket.create_connection(endpoint, timeout=PROBE_TIMEOUT_S).close()
+        except OSError as exc:
+            reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
+            raise UsageError(f"cannot reach {where}: {reason} (is `ray start --head` running there, and is the "
+                             "port its GCS port, 6379 by default?)") from None
+    problem = _probe_join(cluster.address)
+    if problem is not None:
+        raise UsageError(f"cannot reach {where}: {problem}")
+    options["address"] = cluster.address
+    _init(ray, options, where)
+
+
+def _probe_join(address: str) -> str | None:
+    """Join the cluster from a throwaway process first, killed after CONNECT_TIMEOUT_S: a port that accepts
+    connections but never answers as Ray's head makes ray.init wait for good, and a Ray client left half-made in
+    this process can be neither stopped nor left behind (the process aborts at exit). None: it answered."""
+    code = ("import logging, sys, ray; ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False, "
+            "logging_level=logging.ERROR); ray.shutdown()")
+    try:
+        probe = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True,
+                               timeout=CONNECT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return (f"no answer from Ray within {CONNECT_TIMEOUT_S:.0f} s (is it a Ray head's GCS port, and does this "
+                "machine have the cluster's token, if it uses one?)")
+    if probe.returncode == 0:
+        return None
+    lines = [line for line in probe.stderr.splitlines() if "Error: " in line and not line.startswith(" ")]
+    return " ".join((lines[-1].split("Error: ", 1)[1] if lines else f"exit {probe.returncode}").split())[:300]
+
+
+def _attempt(ray: Any, options: dict[str, Any]) -> str | None:
+    """ray.init, its failure as one line (None when it worked)."""
     try:
         ray.init(**options)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = f"the Ray cluster at {cluster.address}" if cluster.address else "a local Ray instance"
-        raise UsageError(f"cannot reach {where}: {' '.join(str(exc).split())}") from None
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+        return " ".join(str(exc).split())
+    return None
+
+
+def _init(ray: Any, options: dict[str, Any], where: str) -> None:
+    error = _attempt(ray, options)
+    if error is not None:
+        raise UsageError(f"cannot reach {where}: {error}")
 
 
 def _ray_log_level() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,23 @@ class BatchSummary:
                 for r in self.reports if r.status == "error"
             ],
         }
+
+
+def read_reports(path: Path, pairs: Sequence[Pair]) -> list[PairReport]:
+    """A report's lines as the PairReports of `pairs` (matched by index), e.g. to rebuild a batch's contact sheet;
+    lines of pairs not in `pairs` are left out. File names that were not UTF-8 come back as their escapes."""
+    by_index = {pair.index: pair for pair in pairs}
+    reports = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            entry = json.loads(line)
+            pair = by_index.get(entry.get("index"))
+            if pair is not None:
+                reports.append(PairReport(
+                    pair, entry["status"], entry.get("model_type"), list(entry.get("outputs") or ()),
+                    dict(entry.get("intermediates") or {}), entry.get("error"), entry.get("seed"),
+                    dict(entry.get("timings") or {}), dict(entry.get("reused") or {})))
+    return reports
 
 
 def is_our_report(path: Path) -> bool:

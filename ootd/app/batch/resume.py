@@ -11,7 +11,9 @@ is kept for the rest of the batch (see BatchRunner).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from ootd.app.tryon.outputs import Targets
 from ootd.app.tryon.provenance import differences, read_record
@@ -26,14 +28,16 @@ class ResumeState:
     reason: str | None = None  # why they are stale, one line
 
 
-def resume_state(targets: Targets, expected: dict[str, str]) -> ResumeState:
+def resume_state(targets: Targets, expected: dict[str, str],
+                 read: Callable[[Path], dict[str, str]] = read_record) -> ResumeState:
     """The rule: `done` when every output (samples, intermediates, grid) exists and records `expected`; `stale`
-    when an existing one records something else; `todo` otherwise (only the missing files will be written)."""
+    when an existing one records something else; `todo` otherwise (only the missing files will be written).
+    `read`: how a file's record is read (a batch passes the records it already read)."""
     wanted = targets.all()
     existing = [p for p in wanted if p.exists()]
     seeds: set[str] = set()
     for path in existing:
-        recorded = read_record(path)
+        recorded = read(path)
         problem = differences(recorded, expected)
         if problem is not None:
             return ResumeState("stale", reason=f"{path} was made with {problem}")

@@ -21,15 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from ootd.app.batch.index import ContactIndex
+from ootd.app.batch.pages import Heading
 from ootd.app.batch.pairs import Pair, order_key
-from ootd.app.batch.precheck import precheck
+from ootd.app.batch.precheck import Precheck, precheck
 from ootd.app.batch.report import BatchSummary, PairReport, ReportWriter
 from ootd.app.console import one_line
 from ootd.app.tryon.budget import check_memory_budget
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
 from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
-from ootd.app.tryon.outputs import peak_memory
+from ootd.app.tryon.outputs import peak_memory, prepare_output_dir
+from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
 from ootd.pipeline_types import Progress
 from ootd.settings import ModelType
@@ -112,32 +114,23 @@ class BatchRunner:
             self.progress(stage, done, total)
 
     def run(self, pairs: Sequence[Pair]) -> BatchSummary:
+        """Every pair: the precheck, then the batch-wide checks (checkpoints, --max-memory, the engine's own),
+        and only then anything written: the output folder, the report, the contact sheet, the pairs' files."""
         start = time.perf_counter()
-        reports: list[PairReport] = []
+        output = self.config.output
+        if output.exists() and not output.is_dir():
+            prepare_output_dir(output)  # its one-line usage error, before any work
         checked = precheck(pairs, self.config)
         self.config, todo = checked.config, checked.todo
-        if self.index_path is not None:
-            self._index = ContactIndex(self.index_path, pairs)
         if todo:  # a fully resumed batch needs no checkpoints at all
             models = {job.model_type for _, job in todo}
             check_checkpoints_present(self.config.checkpoints, models, any(p.mask is None for p, _ in todo))
             check_memory_budget(self.config, models)  # --max-memory: fits before loading?
-        if self.report_path is not None:  # locked: a second batch on the same report stops here
-            self._report_file = ReportWriter(self.report_path).open()
+        self._start(todo)
         try:
-            total = len(pairs)
-            for report in checked.done:
-                reports.append(report)
-                self._emit(report)
-                self._tick("pairs", len(reports), total)
-            for report in self._execute(sorted(todo, key=lambda item: order_key(item[0], self.config))):
-                reports.append(report)
-                self._emit(report)
-                self._tick("pairs", len(reports), total)
+            reports = self._run(pairs, checked)
         finally:
-            if self._report_file is not None:
-                self._report_file.close()
-                self._report_file = None
+            self._stop()
         reports.sort(key=lambda r: r.pair.index)
         return BatchSummary(
             reports=reports, seconds=time.perf_counter() - start, load_seconds=self.loader.seconds,
@@ -146,6 +139,50 @@ class BatchRunner:
             report_path=self.report_path, info=self.info, peak_memory=peak_memory(self.loader.current),
             seed=self.config.sampling.seed,
         )
+
+    def _start(self, todo: list[tuple[Pair, TryOnJob]]) -> None:
+        """An engine's own checks and start-up before anything is written (the local engine has none)."""
+
+    def _stop(self) -> None:
+        """Undo `_start` (always called after it)."""
+
+    def _run(self, pairs: Sequence[Pair], checked: Precheck) -> list[PairReport]:
+        prepare_output_dir(self.config.output)
+        clean_stale_temps(self.config.output)
+        if self.index_path is not None:
+            self._index = ContactIndex(self.index_path, pairs, Heading.of(self.config))
+        if self.report_path is not None:  # locked: a second batch on the same report stops here
+            self._report_file = ReportWriter(self.report_path).open()
+        reports: list[PairReport] = []
+        total = len(pairs)
+        try:
+            for report in checked.done:
+                reports.append(report)
+                self._emit(report)
+                self._tick("pairs", len(reports), total)
+            if checked.todo and self._index is not None:
+                self._index.refresh()  # the page says "running" from here on, rewritten on a timer
+            for report in self._execute(sorted(checked.todo, key=lambda item: order_key(item[0], self.config))):
+                reports.append(report)
+                self._emit(report)
+                self._tick("pairs", len(reports), total)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM
+            self._end("interrupted")
+            raise
+        except BaseException as exc:
+            self._end("stopped", one_line(exc) if isinstance(exc, OotdError) else type(exc).__name__)
+            raise
+        else:
+            self._end("finished")
+        finally:
+            if self._report_file is not None:
+                self._report_file.close()
+                self._report_file = None
+        return reports
+
+    def _end(self, phase: str, reason: str | None = None) -> None:
+        if self._index is not None:
+            self._index.finish(phase, reason)
 
     def _execute(self, order: list[tuple[Pair, TryOnJob]]) -> Iterator[PairReport]:
         """The reports of the pairs to do (given in run order), as they finish: here one after the other in this

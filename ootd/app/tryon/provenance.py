@@ -9,6 +9,8 @@ with the same two methods, so a resumed batch compares like with like without re
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,9 +79,58 @@ def expected_record(request: TryOnRequest, model_type: ModelType, config: RunCon
     return expected
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+HEAD_BYTES = 1 << 16  # ootd's record is 1-2 KB of text chunks between the header and the pixels
+
+
 def read_record(path: Path) -> dict[str, str]:
     """The record of a PNG ({} for anything else, or a file that cannot be read): the text chunks before the
-    pixels, as ootd writes them, without decoding the image."""
+    pixels, as ootd writes them, without decoding the image.
+
+    A resume reads one record per output, so the common case - plain tEXt chunks before the pixels, as Pillow
+    writes ootd's records - is one read of the file's head and a walk over its chunks (checksums checked); any
+    other file (iTXt or zTXt chunks, the text after the pixels, a head that does not parse) is read by Pillow,
+    with the same result."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(HEAD_BYTES)
+    except OSError:
+        return {}
+    if not head.startswith(PNG_SIGNATURE):
+        return {}
+    found = _head_text(head)
+    if found is not None and SOFTWARE_KEY in found:
+        return found
+    return _read_record_pillow(path)
+
+
+def _head_text(head: bytes) -> dict[str, str] | None:
+    """The tEXt chunks before the first IDAT, as Pillow reads them; None when Pillow must look (another text
+    chunk kind, a bad checksum, a chunk longer than `head`, no IHDR first)."""
+    found: dict[str, str] = {}
+    pos, end = len(PNG_SIGNATURE), len(head)
+    first = True
+    while pos + 8 <= end:
+        length, kind = struct.unpack_from(">I4s", head, pos)
+        if first and kind != b"IHDR":
+            return None
+        first = False
+        if kind in (b"IDAT", b"IEND"):
+            return found
+        if kind in (b"iTXt", b"zTXt") or pos + 12 + length > end:
+            return None
+        data = head[pos + 8:pos + 8 + length]
+        if zlib.crc32(kind + data) != struct.unpack_from(">I", head, pos + 8 + length)[0]:
+            return None
+        if kind == b"tEXt":
+            key, _, value = data.partition(b"\0")
+            if key:
+                found[key.decode("latin-1")] = value.decode("latin-1")
+        pos += 12 + length
+    return None
+
+
+def _read_record_pillow(path: Path) -> dict[str, str]:
     from PIL import Image
 
     try:

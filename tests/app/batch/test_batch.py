@@ -228,7 +228,10 @@ def test_batch_interrupt_exits_130_and_keeps_report(models, tmp_path: Path, exam
     assert result.stderr.strip().splitlines()[-1] == "interrupted"  # after the finished pair's line
     assert [r["status"] for r in read_report(out / "batch_report.jsonl")] == ["ok"]
     assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "index.html", "p0__g0__0.png"]
-    assert 'src="p0__g0__0.png"' in (out / "index.html").read_text()  # refreshed as the pair finished
+    page = (out / "index.html").read_text()
+    assert 'src="p0__g0__0.png"' in page  # written once more as the batch stopped
+    assert "Interrupted" in page and "1 pending pair(s) were not run: rerun the same command to resume" in page
+    assert 'http-equiv="refresh"' not in page  # a stopped batch's page does not reload itself
 
 
 def test_batch_usage_errors(models, tmp_path: Path, tiny_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:

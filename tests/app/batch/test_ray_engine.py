@@ -8,8 +8,11 @@ each single-CPU Ray worker does: float sums split over a different number of thr
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from ootd.app.batch.engines import make_engine
 from ootd.app.batch.pairs import read_pairs_csv
 from ootd.app.batch.ray_engine import EXIT_ON_FIRST_ATTEMPT
 from ootd.cli import app as cli_app
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow  # a Ray instance and its actors: about a minute
 
@@ -146,14 +150,13 @@ def test_an_attempt_past_the_bound_reports_the_pair_instead_of_running_it(ray_in
     """The worker, called in this process as Ray Data calls it, with a counter that already saw 2 attempts."""
     from ootd.app.batch.ray_engine import PairWorker, _Attempts
     from ootd.app.tryon.config import build_config
-    from ootd.app.tryon.job import TryOnJob
 
     pair = read_pairs_csv(write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"]))[0]
     config = build_config(checkpoints=tiny_tree, output=tmp_path, steps=1, resolution="384x512", seed=3)
     attempts = ray_instance.remote(num_cpus=0)(_Attempts).remote()
     ray_instance.get([attempts.begin.remote(pair.index) for _ in range(2)])  # two workers died on it
     worker = PairWorker(config, attempts, max_attempts=2)
-    rows = worker({"pair": [pickle.dumps((pair, TryOnJob.planned(config, pair.request())))]})
+    rows = worker({"pair": [pickle.dumps(pair)]})
     report, stats = pickle.loads(rows["result"][0])
     assert (report.status, report.model_type, report.seed, stats) == ("error", "hd", 3, {})
     assert report.error.startswith("the worker running this pair died on each of its 2 attempt(s)")
@@ -178,3 +181,92 @@ def test_cluster_options_need_the_ray_engine(extra: list[str], tiny_tree: Path, 
     code, output = batch([str(pairs), "--checkpoints", str(tiny_tree), "-o", str(tmp_path), *extra])
     assert code == 2 and "need --engine ray" in output, output
     assert not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------------------------------- cluster options
+
+
+def ootd_batch(args: list[str], *, patch: str = "", limit: float = 120) -> subprocess.CompletedProcess:
+    """The real command in its own process (its own Ray, or none), with `patch` run first; a hang fails after
+    `limit` seconds."""
+    code = "; ".join(part for part in ("import sys", patch, "from ootd.cli import main", "main(sys.argv[1:])") if part)
+    return subprocess.run([sys.executable, "-c", code, "batch", *args], capture_output=True, text=True,
+                          timeout=limit, cwd=REPO)
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--gpus-per-worker", "nan"], "--gpus-per-worker must be a number"),
+    (["--gpus-per-worker", "inf"], "--gpus-per-worker must be a number"),
+    (["--gpus-per-worker", "-1"], "--gpus-per-worker must be a number"),
+    (["--address", "bogus::"], "bad --address 'bogus::'"),
+    (["--address", "10.0.0.1"], "use auto or HOST:PORT"),
+    (["--workers", "0"], "--workers must be at least 1"),
+])
+def test_bad_cluster_options_are_one_line_before_anything_is_written(extra: list[str], message: str, tiny_tree: Path,
+                                                                     inputs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray.data")
+    pairs = write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"])
+    result = CliRunner().invoke(cli_app, ["batch", str(pairs), "--checkpoints", str(tiny_tree), "-o",
+                                          str(tmp_path / "out"), "--engine", "ray", *extra])
+    assert result.exit_code == 2, result.output
+    assert message in one_line(result.stderr)
+    assert not (tmp_path / "out").exists()  # no folder, no index.html, no report
+
+
+def test_an_unreachable_address_fails_at_once_in_one_line(tiny_tree: Path, inputs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray.data")
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    pairs = write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"])
+    result = ootd_batch([str(pairs), "--checkpoints", str(tiny_tree), "-o", str(tmp_path / "out"), "--engine", "ray",
+                         "--address", f"127.0.0.1:{port}"], limit=60)
+    assert result.returncode == 2
+    assert f"cannot reach the Ray cluster at 127.0.0.1:{port}: connection refused" in one_line(result.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_address_that_never_answers_gives_up_in_bounded_time(tiny_tree: Path, inputs: Path,
+                                                                tmp_path: Path) -> None:
+    pytest.importorskip("ray.data")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # accepts connections (the kernel does), never says a word
+    port = silent.getsockname()[1]
+    pairs = write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"])
+    try:
+        result = ootd_batch([str(pairs), "--checkpoints", str(tiny_tree), "-o", str(tmp_path / "out"), "--engine",
+                             "ray", "--address", f"127.0.0.1:{port}"],
+                            patch="import ootd.app.batch.ray_engine as r; r.CONNECT_TIMEOUT_S = 3", limit=90)
+    finally:
+        silent.close()
+    assert result.returncode == 2, result.stderr
+    assert "no answer from Ray within 3 s" in one_line(result.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_more_workers_than_cpus_are_refused_before_ray_starts(tiny_tree: Path, inputs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ray.data")
+    pairs = write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"])
+    result = ootd_batch([str(pairs), "--checkpoints", str(tiny_tree), "-o", str(tmp_path / "out"), "--engine", "ray",
+                         "--workers", "1000", "--gpus-per-worker", "0"],
+                        patch="import ray; ray.init = lambda *a, **k: sys.exit('ray.init was called')", limit=60)
+    assert result.returncode == 2, result.stderr
+    cpus = len(os.sched_getaffinity(0))
+    assert f"--workers 1000: this machine has {cpus} CPU(s) and each worker needs one" in one_line(result.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_gpus_the_cluster_lacks_are_refused_before_anything_is_written(ray_instance, tiny_tree: Path,  # noqa: ANN001
+                                                                      inputs: Path, tmp_path: Path) -> None:
+    pairs = write_csv(inputs, "one.csv", ["p0.png,g0.png,upper,m0.png"])
+    code, output = batch([str(pairs), "--checkpoints", str(tiny_tree), "-o", str(tmp_path / "out"), "--engine", "ray",
+                          "--gpus-per-worker", "1"])
+    assert code == 2 and "1 GPU(s) per worker asked, but the Ray cluster has 0" in output, output
+    assert not (tmp_path / "out").exists()

@@ -120,9 +120,10 @@ def test_a_batch_resumed_with_other_speed_modes_is_stale() -> None:
 def test_the_server_keeps_its_speed_modes_for_every_request(tmp_path) -> None:  # noqa: ANN001
     from ootd.app.tryon.config import build_config
     from ootd.serve.forms import parse_settings
+    from ootd.serve.limits import Limits
 
     base = build_config(checkpoints=tmp_path, speed="fast")
-    _, config = parse_settings({"category": "upper", "steps": "3"}, base)
+    _, config = parse_settings({"category": "upper", "steps": "3"}, base, Limits())
     assert config.speed == base.speed == PRESETS[SpeedPreset.FAST]
     assert config.sampling.steps == 3
 

@@ -1,0 +1,350 @@
+"""What a batch's contact sheet shows, as HTML: the front page, the pages of people x garments, the errors.
+
+Pure rendering of the pairs, their reports and the heading; ootd/app/batch/index.py decides when pages are
+written. Every size stays bounded whatever the batch's size: a batch of at most `PAGE_PAIRS` pairs is one page
+(index.html, its grid and its errors); a bigger one gets a front page of counts and links, and pages of at most
+`PAGE_PAIRS` pairs (whole people where they fit) and of at most `ERRORS_PER_PAGE` errors in a folder beside it.
+
+Work grows with the pairs, never with people x garments: a page lists the garments its own people wear, and a
+page where most of that grid would be empty (zip pairing, a sparse CSV) lists each person's pairs instead. Links
+are relative, URL-encoded per path segment and HTML-escaped; each folder is resolved once, not each file.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from ootd.app.batch.pairs import Pair
+from ootd.app.batch.report import PairReport
+from ootd.app.tryon.config import RunConfig
+from ootd.errors import printable
+
+PAGE_PAIRS = 200  # pairs per page of the grid (a page opens at once in a phone's browser)
+ERRORS_PER_PAGE = 500
+BROWSER_REFRESH_S = 10  # how often a page of a running batch reloads itself
+SPARSE = 4  # a page whose grid would have more than SPARSE cells per pair lists each person's pairs instead
+
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:0 auto;padding:8px 12px;max-width:1600px;overflow-wrap:anywhere}"
+    "h1{font-size:1.35em;margin:.3em 0}h2{font-size:1.1em}p{margin:.4em 0}nav{margin:.3em 0}"
+    ".settings,.meta{color:#444}.state{font-weight:600}.running{color:#05a}.interrupted,.stopped{color:#b00}"
+    ".grid{overflow-x:auto;max-width:100%;-webkit-overflow-scrolling:touch;border:1px solid #ddd}"
+    "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px;vertical-align:top;text-align:left;"
+    "min-width:124px}"
+    "th{font-weight:normal;font-size:.85em}img{height:160px;max-width:none;display:block}"
+    ".mask img{height:80px;opacity:.8}.item{display:inline-block;vertical-align:top;margin:2px}"
+    ".item .garment img{height:60px}.cell{display:flex;flex-wrap:wrap;gap:2px}"
+    ".error{color:#b00;max-width:20em;font-size:.85em}.pending{color:#888}"
+    ".missing{width:120px;height:160px;background:#eee;color:#777;display:flex;align-items:center;"
+    "justify-content:center;font-size:.8em;text-align:center}"
+    "ol.errors li,ul.pages li{margin:.25em 0}.where{color:#555}"
+    ".grid tr>th:first-child{position:sticky;left:0;background:#fff;z-index:1}"  # a row's person stays in view
+)
+
+
+def _quote(segment: str) -> str:
+    """A path segment as it goes into a URL: every byte that is not plain percent-encoded (file names that are
+    not UTF-8 keep their bytes)."""
+    return quote(os.fsencode(segment), safe="")
+
+
+def _text(value: object) -> str:
+    return html.escape(printable(str(value)), quote=True)
+
+
+class Links:
+    """hrefs relative to the page's folder, and whether an input file is there, found once per distinct folder
+    (hrefs) and file (existence): a catalogue's person appears in thousands of cells."""
+
+    def __init__(self, root: Path, prefix: str = "") -> None:
+        self.root = os.path.realpath(root)
+        self.prefix = prefix  # "../" for pages one folder below the root
+        self._folders: dict[str, str] = {}
+        self._exists: dict[str, bool] = {}
+
+    def href(self, path: str | Path) -> str:
+        head, name = os.path.split(os.fspath(path))
+        folder = self._folders.get(head)
+        if folder is None:
+            rel = os.path.relpath(os.path.realpath(head or os.curdir), self.root)
+            folder = "" if rel == os.curdir else "/".join(_quote(part) for part in rel.split(os.sep)) + "/"
+            self._folders[head] = folder
+        return html.escape(self.prefix + folder + _quote(name), quote=True)
+
+    def exists(self, path: str | Path) -> bool:
+        key = os.fspath(path)
+        found = self._exists.get(key)
+        if found is None:
+            found = self._exists[key] = os.path.isfile(key)
+        return found
+
+    def thumb(self, path: str | Path, title: str | None = None) -> str:
+        src = self.href(path)
+        label = _text(title if title is not None else os.path.basename(path))
+        return f'<a href="{src}"><img src="{src}" alt="{label}" title="{label}" loading="lazy"></a>'
+
+    def input_thumb(self, path: str | Path) -> str:
+        """An input's picture, or a placeholder when the file is not there (no broken-image icon)."""
+        if self.exists(path):
+            return self.thumb(path)
+        return f'<div class="missing" title="{_text(path)}">not found</div>'
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class Heading:
+    """What every page says on top: the batch, its settings (seed included) and when it started."""
+
+    title: str
+    settings: str
+    started: float
+
+    @classmethod
+    def of(cls, config: RunConfig, started: float | None = None) -> Heading:
+        sampling, speed = config.sampling, config.speed
+        model = (f"model {config.model_type.value}" if config.model_type is not None
+                 else "model hd (upper) / dc (lower, dress)")
+        parts = [model, _count(sampling.num_samples, "sample"), _count(sampling.steps, "step"),
+                 f"scale {sampling.guidance_scale:g}", str(sampling.resolution),
+                 sampling.scheduler.value, f"seed {sampling.seed}", f"fit {config.fit.value}"]
+        if config.mask_grow:
+            parts.append(f"mask grow {config.mask_grow}")
+        if speed.label() != "exact":
+            parts.append(f"speed {speed.label()}")
+        name = config.output.name or str(config.output)
+        return cls(f"ootd batch: {name}", " · ".join(parts), time.time() if started is None else started)
+
+
+@dataclass(frozen=True)
+class State:
+    """Where the batch is: running, finished, interrupted (Ctrl-C, SIGTERM) or stopped (an error), and when."""
+
+    phase: str
+    at: float
+    reason: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "running"
+
+
+@dataclass
+class Counts:
+    total: int = 0
+    done: int = 0  # ok or skipped
+    skipped: int = 0
+    errors: int = 0
+
+    def add(self, status: str) -> None:
+        self.done += status != "error"
+        self.skipped += status == "skipped"
+        self.errors += status == "error"
+
+    def text(self) -> str:
+        pending = self.total - self.done - self.errors
+        earlier = f" ({self.skipped} made earlier)" if self.skipped else ""
+        return f"{self.total} pairs: {self.done} done{earlier}, {self.errors} error, {pending} pending"
+
+
+@dataclass
+class Page:
+    """One page of the grid: its people (rows), the garments they wear here (columns), its pairs (positions in
+    the batch's pair list) per person and per cell; keys are normalised paths (`_Names`)."""
+
+    number: int
+    people: list[tuple[str, Path]] = field(default_factory=list)
+    columns: list[tuple[tuple[str, str], Path]] = field(default_factory=list)  # ((garment key, category), path)
+    cells: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
+    rows: dict[str, list[int]] = field(default_factory=dict)
+    positions: list[int] = field(default_factory=list)
+    counts: Counts = field(default_factory=Counts)
+    _seen: set[tuple[str, str]] = field(default_factory=set, repr=False)
+
+    @property
+    def dense(self) -> bool:
+        return len(self.people) * len(self.columns) <= SPARSE * max(1, len(self.positions)) or \
+            min(len(self.people), len(self.columns)) <= 1
+
+
+def _category(pair: Pair) -> str:
+    return pair.category or ""  # a StrEnum: the member is its word
+
+
+class _Names:
+    """One key per file however its path is spelled (`a/../b.png` is `b.png`), worked out once per spelling."""
+
+    def __init__(self) -> None:
+        self.seen: dict[Path, str] = {}
+
+    def __call__(self, path: Path) -> str:
+        key = self.seen.get(path)
+        if key is None:
+            key = self.seen[path] = os.path.normpath(os.path.abspath(path))
+        return key
+
+
+def layout(pairs: Sequence[Pair], page_pairs: int = PAGE_PAIRS) -> tuple[list[Page], dict[int, int]]:
+    """The pages of the grid and each pair's page (by position). Pairs without a category (rows that could not
+    be read) are in no column: they are listed with the errors only. People keep their first appearance's order;
+    a person stays on one page unless they alone have more than `page_pairs` pairs."""
+    name = _Names()
+    by_person: dict[str, list[int]] = {}
+    for position, pair in enumerate(pairs):
+        if pair.category is not None and pair.problem is None:
+            by_person.setdefault(name(pair.person), []).append(position)
+    pages: list[Page] = []
+    page_of: dict[int, int] = {}
+    page = Page(1)
+    for positions in by_person.values():
+        for start in range(0, len(positions), page_pairs):
+            chunk = positions[start:start + page_pairs]
+            if page.positions and len(page.positions) + len(chunk) > page_pairs:
+                pages.append(page)
+                page = Page(len(pages) + 1)
+            _place(page, pairs, chunk, name)
+            page_of.update(dict.fromkeys(chunk, page.number - 1))
+    if page.positions or not pages:
+        pages.append(page)
+    return pages, page_of
+
+
+def _place(page: Page, pairs: Sequence[Pair], positions: list[int], name: _Names) -> None:
+    person = pairs[positions[0]].person
+    key = name(person)
+    if not page.people or page.people[-1][0] != key:
+        page.people.append((key, person))
+    for position in positions:
+        pair = pairs[position]
+        column = (name(pair.garment), _category(pair))
+        if column not in page._seen:
+            page._seen.add(column)
+            page.columns.append((column, pair.garment))
+        page.cells.setdefault((key, *column), []).append(position)
+    page.rows.setdefault(key, []).extend(positions)
+    page.positions += positions
+    page.counts.total += len(positions)
+
+
+def error_text(report: PairReport) -> str:
+    """The report's error without its leading `<source>: ` (the row is said once, beside it)."""
+    problem = str(report.error or "")
+    source = report.pair.source
+    return problem[len(source) + 2:] if source and problem.startswith(f"{source}: ") else problem
+
+
+def cell(pair: Pair, report: PairReport | None, links: Links) -> str:
+    """One pair's cell: its results and mask, its error, or `pending`."""
+    if report is None:
+        return '<div class="pending">pending</div>'
+    if report.status == "error":
+        return f'<div class="error">{_text(error_text(report))}</div>'
+    parts = [links.thumb(p) for p in report.outputs]
+    mask = report.intermediates.get("mask") or (os.fspath(pair.mask) if pair.mask is not None else None)
+    if mask:
+        parts.append(f'<span class="mask">{links.thumb(mask, "mask")}</span>')
+    return f'<div class="cell {report.status}">{"".join(parts)}</div>'
+
+
+def _person_header(person: Path, links: Links) -> str:
+    return f"<th>{links.input_thumb(person)}{_text(person.name)}</th>"
+
+
+def grid(page: Page, pairs: Sequence[Pair], cells: dict[int, str], links: Links) -> str:
+    """The page's people x garments table (in its own scrolling box), or its people's pairs listed per person
+    when that table would be mostly empty."""
+    pending = '<div class="pending">pending</div>'
+    rows = []
+    if page.dense:
+        head = "".join(f"<th>{links.input_thumb(g)}{_text(g.name)} ({_text(c)})</th>"
+                       for (_, c), g in page.columns)
+        for key, person in page.people:
+            tds = "".join("<td>" + "".join(cells.get(p, pending) for p in page.cells.get((key, *column), ()))
+                          + "</td>" for column, _ in page.columns)
+            rows.append(f"<tr>{_person_header(person, links)}{tds}</tr>")
+        return f'<div class="grid"><table><tr><th></th>{head}</tr>{"".join(rows)}</table></div>'
+    for key, person in page.people:
+        items = "".join(
+            f'<div class="item"><div class="garment">{links.input_thumb(pairs[p].garment)}'
+            f"{_text(pairs[p].garment.name)} ({_text(_category(pairs[p]))})</div>{cells.get(p, pending)}</div>"
+            for p in page.rows[key])
+        rows.append(f"<tr>{_person_header(person, links)}<td>{items}</td></tr>")
+    return f'<div class="grid"><table>{"".join(rows)}</table></div>'
+
+
+def error_items(reports: Sequence[PairReport]) -> str:
+    """Errors as a list, each with its row (`pairs.csv line 7`) and its pair."""
+    items = "".join(
+        f'<li><span class="where">{_text(r.pair.source or f"pair {r.pair.index + 1}")} · '
+        f"{_text(r.pair.describe())}</span>: {_text(error_text(r))}</li>"
+        for r in reports)
+    return f'<ol class="errors">{items}</ol>'
+
+
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def state_line(state: State, heading: Heading, counts: Counts) -> str:
+    started = f"started {_stamp(heading.started)}"
+    if state.running:
+        text = (f"Running: {started}, updated {_stamp(state.at)}; this page reloads every {BROWSER_REFRESH_S} s "
+                "while the batch runs.")
+    elif state.phase == "finished":
+        text = f"Finished {_stamp(state.at)} ({started})."
+    else:
+        pending = counts.total - counts.done - counts.errors
+        why = f": {state.reason}" if state.reason else ""
+        text = (f"{'Interrupted' if state.phase == 'interrupted' else 'Stopped'} {_stamp(state.at)}{why} "
+                f"({started}). {pending} pending pair(s) were not run: rerun the same command to resume.")
+    return f'<p class="state {state.phase}">{_text(text)}</p>'
+
+
+def document(title: str, body: str, state: State) -> str:
+    refresh = f'<meta http-equiv="refresh" content="{BROWSER_REFRESH_S}">' if state.running else ""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"{refresh}<title>{_text(title)}</title><style>{STYLE}</style></head><body>{body}</body></html>\n"
+    )
+
+
+def top(heading: Heading, state: State, batch: Counts, counts: Counts | None = None, title: str | None = None) -> str:
+    """Title, settings, how the batch stands (`batch`: its counts) and the counts of this page (`counts`)."""
+    return (f"<h1>{_text(title or heading.title)}</h1><p class=\"settings\">{_text(heading.settings)}</p>"
+            f"{state_line(state, heading, batch)}<p class=\"counts\">{_text((counts or batch).text())}</p>")
+
+
+def page_label(page: Page) -> str:
+    first = page.people[0][1].name if page.people else ""
+    last = page.people[-1][1].name if page.people else ""
+    people = first if first == last else f"{first} to {last}"
+    return f"{people} ({len(page.people)} {'person' if len(page.people) == 1 else 'people'})"
+
+
+def nav(links: list[tuple[str, str]]) -> str:
+    return "<nav>" + " · ".join(f'<a href="{html.escape(href, quote=True)}">{_text(text)}</a>' if href else
+                                _text(text) for href, text in links) + "</nav>"
+
+
+def front_page(heading: Heading, state: State, counts: Counts, entries: Sequence[tuple[str, str, str]],
+               errors_href: str | None, errors: int) -> str:
+    """The front page of a big batch: its counts, a link per page (href, label, counts), the errors' link.
+    `href`s are relative paths of ours (plain ASCII names); each segment is URL-encoded all the same."""
+
+    def link(href: str) -> str:
+        return html.escape("/".join(_quote(part) for part in href.split("/")), quote=True)
+
+    items = "".join(f'<li><a href="{link(href)}">{_text(label)}</a>: {_text(text)}</li>'
+                    for href, label, text in entries)
+    listed = f'<p><a href="{link(errors_href)}">{errors} error(s), listed by row</a></p>' if errors_href else ""
+    body = top(heading, state, counts) + f'{listed}<h2>Pages ({len(entries)})</h2><ul class="pages">{items}</ul>'
+    return document(heading.title, body, state)
