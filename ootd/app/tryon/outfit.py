@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +128,7 @@ class OutfitJob:
     upper_grow: int  # mask growth of the second pass (0 when its mask came from the parse, already grown)
     targets: Targets
     person_mask: PersonMask | None = None  # the first pass's mask from the parse
-    parses: int = 0
-    protect: list[Path] = field(default_factory=list)
+    parses: int = 0  # pose + parsing runs for the automatic masks (one, or none with the user's masks)
 
     def second_request(self, person: Any) -> TryOnRequest:
         """The second pass's request on a first-pass result (named after the original photo)."""
