@@ -79,14 +79,26 @@ class Preprocessor:
 
     def __call__(self, person: Image.Image, category: Category, model_type: ModelType, grow: int = 0) -> MaskResult:
         """`person` is the 3:4 person image (any size); pose and parsing see it at 384x512."""
-        from preprocess.masking import inpaint_mask
-        from preprocess.parsing import colorize
-        from preprocess.pose import draw_pose
+        small, keypoints, labels = self.parse(person)
+        return self.mask_from(small, keypoints, labels, category, model_type, grow)
 
+    def parse(self, person: Image.Image) -> tuple[Image.Image, np.ndarray, np.ndarray]:
+        """Pose and parsing of the 3:4 person image, at 384x512: (that view, keypoints, labels). An outfit makes
+        both garments' masks from one parse (`mask_from`)."""
         small = person.convert("RGB").resize(PREPROCESS_RESOLUTION.size)
         with ootd_errors():
             keypoints = self.pose(small)
             labels = self.parser(small)
+        return small, keypoints, labels
+
+    def mask_from(self, small: Image.Image, keypoints: np.ndarray, labels: np.ndarray, category: Category,
+                  model_type: ModelType, grow: int = 0) -> MaskResult:
+        """The inpainting mask of one category and model from a parse (`parse`)."""
+        from preprocess.masking import inpaint_mask
+        from preprocess.parsing import colorize
+        from preprocess.pose import draw_pose
+
+        with ootd_errors():
             mask, _mask_gray = inpaint_mask(labels, keypoints, category.mask_name, model_type.value, grow=grow)
         intermediates = {"pose": draw_pose(small, keypoints), "parsing": colorize(labels)}
         return MaskResult(mask=mask, keypoints=keypoints, labels=labels, intermediates=intermediates)

@@ -65,6 +65,32 @@ class Category(StrEnum):
         return aliases[key]
 
 
+DEFAULT_CATEGORY_MARGIN = 0.2  # `auto` refuses when the likeliest category leads the second by less
+AUTO_CATEGORY = "auto"  # the category word that asks for classification (ootd/app/tryon/autocategory.py)
+CategoryWord = Category | str  # a Category, or AUTO_CATEGORY; never handed to a pipeline
+
+
+def parse_category_word(value: str | Category | None) -> CategoryWord:
+    """A user's category word: a Category, or AUTO_CATEGORY for `auto`; resolved to a Category before a job is
+    planned (a batch row's empty category means `auto`: ootd/app/batch/pairs.py)."""
+    if isinstance(value, Category):
+        return value
+    key = str(value if value is not None else "").strip().lower()
+    if key == AUTO_CATEGORY:
+        return AUTO_CATEGORY
+    try:
+        return Category.parse(key)
+    except UsageError:
+        raise UsageError(f"unknown category {value!r}: use upper, lower, dress or auto") from None
+
+
+def check_category_margin(value: float) -> float:
+    """The probability lead `auto` needs over the second likeliest category: 0 (never refuse) up to 1."""
+    if not 0.0 <= float(value) < 1.0:
+        raise UsageError(f"--category-margin must be from 0 up to (not including) 1, got {value}")
+    return float(value)
+
+
 def default_model_type(category: Category) -> ModelType:
     """hd for upper-body garments (its training set), dc for everything else."""
     return ModelType.HD if category is Category.UPPER else ModelType.DC

@@ -3,7 +3,7 @@
     errors.py       one-line errors and exit codes, logging per -v/-q, the click group
     options.py      every shared option declared once (defaults from RunConfig/SamplingSettings)
     display.py      progress bars, JSON, tables
-    run.py, batch.py, mask.py, download.py, checkpoints.py, doctor.py, bench.py, serve.py, compare.py: one
+    run.py, batch.py, mask.py, classify.py, download.py, checkpoints.py, doctor.py, bench.py, serve.py, compare.py: one
     module per command
 
 Heavy modules (torch, diffusers) are imported only inside the commands that need them, so --help is instant.
@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from ootd import __version__
-from ootd.cli import batch, bench, checkpoints, compare, doctor, download, mask, run, serve
+from ootd.cli import batch, bench, checkpoints, classify, compare, doctor, download, mask, run, serve
 from ootd.cli.errors import OotdGroup
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -41,6 +41,7 @@ app.add_typer(checkpoints_app, name="checkpoints")
 app.command("run", epilog=run.EPILOG)(run.run_command)
 app.command("batch", epilog=batch.EPILOG)(batch.batch_command)
 app.command("mask", epilog=mask.EPILOG)(mask.mask_command)
+app.command("classify", epilog=classify.EPILOG)(classify.classify_command)
 app.command("download", epilog=download.EPILOG)(download.download_command)
 checkpoints_app.command("verify", epilog=checkpoints.VERIFY_EPILOG)(checkpoints.verify_command)
 app.command("doctor", epilog=doctor.EPILOG)(doctor.doctor_command)

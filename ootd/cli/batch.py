@@ -104,7 +104,9 @@ def batch_command(
                                                show_default=False)] = None,
     category: Annotated[str | None, typer.Option("--category", "-k", metavar=CATEGORY_METAVAR,
                                                  help="Category for folder mode (and for CSV "
-                                                 "rows without one).", rich_help_panel=INPUTS,
+                                                 "rows without one); auto: classified from each garment (CSV rows "
+                                                 "without a category are auto unless this is given).",
+                                                 rich_help_panel=INPUTS,
                                                  show_default=False)] = None,
     pairing: Annotated[str, typer.Option("--pairing", metavar=choices(Pairing), help="Folder mode: product "
                                          "(everyone x everything) or zip (i-th with i-th).",
@@ -145,10 +147,10 @@ def batch_command(
     from ootd.app.batch.cluster import ClusterOptions
     from ootd.app.batch.engines import make_engine, require_engine
     from ootd.app.batch.index import index_name
-    from ootd.app.batch.pairs import Shard, collect_pairs, select_shard
+    from ootd.app.batch.pairs import Shard, classify_pairs, collect_pairs, select_shard
     from ootd.app.batch.precheck import check_batch_outputs
     from ootd.app.batch.report import PairReport, report_name
-    from ootd.settings import Category
+    from ootd.settings import parse_category_word
 
     config = checked_config({**options, "overwrite": overwrite})
     engine_name = require_engine(engine)
@@ -156,11 +158,12 @@ def batch_command(
     if engine_name is EngineName.LOCAL and cluster != ClusterOptions():
         raise UsageError("--address, --workers and --gpus-per-worker need --engine ray")
     cluster.validate()
-    default_category = Category.parse(category) if category is not None else None
+    default_category = parse_category_word(category) if category is not None else None
     sharding = Shard.parse(shard) if shard is not None else None
     pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks, output=config.output)
     if sharding is not None:
         pairs = select_shard(pairs, sharding, config)
+    pairs = classify_pairs(pairs, config.checkpoints, config.category_margin)  # `auto` rows (seconds each)
     report = report if report is not None else config.output / report_name(sharding)
     check_batch_outputs(pairs, config, report, [csv_file],  # no output replaces an input
                         pages=[config.output / index_name(sharding)])

@@ -52,7 +52,7 @@ def _opt(*names: str, panel: str, default_shown: bool = True, **kwargs: Any) -> 
 
 
 MODEL_TYPES = tuple(m.value for m in ModelType)
-CATEGORY_METAVAR = choices(tuple(c.value for c in Category))
+CATEGORY_METAVAR = choices(tuple(c.value for c in Category))  # `auto` is in the help (80 columns)
 
 ModelTypeOpt = Annotated[str | None, _opt(
     "--model-type", metavar=choices(MODEL_TYPES), panel=INPUTS, default_shown=False,
@@ -127,6 +127,10 @@ GridOpt = Annotated[bool, _opt("--grid", panel=OUTPUTS, help="Also write a conta
                                "samples in one PNG ({i} = grid in --name).")]
 OverwriteOpt = Annotated[bool, _opt("--overwrite", panel=OUTPUTS, help="Replace existing output files.")]
 JsonOpt = Annotated[bool, _opt("--json", panel=OUTPUTS, help="Print a machine-readable JSON summary on stdout.")]
+CategoryMarginOpt = Annotated[float, _opt(
+    "--category-margin", panel=INPUTS, metavar="P",
+    help="--category auto refuses a garment whose likeliest category leads the second by less than this "
+         "probability (0 to 1; docs/categories.md).")]
 VerboseOpt = Annotated[bool, _opt("--verbose", "-v", panel=LOGGING, help="Debug logging (also library warnings).")]
 QuietOpt = Annotated[bool, _opt("--quiet", "-q", panel=LOGGING, help="No progress display, errors only.")]
 DebugOpt = Annotated[bool, _opt("--debug", panel=LOGGING, help="Print tracebacks for errors.")]
@@ -158,6 +162,7 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "save_intermediates": (IntermediatesOpt, RunConfig.save_intermediates),
     "overwrite": (OverwriteOpt, RunConfig.overwrite),
     "name": (NameOpt, RunConfig.name_template),
+    "category_margin": (CategoryMarginOpt, RunConfig.category_margin),
 }
 LOGGING_OPTIONS: dict[str, tuple[Any, Any]] = {
     "verbose": (VerboseOpt, False), "quiet": (QuietOpt, False), "debug": (DebugOpt, False),

@@ -35,7 +35,9 @@ EPILOG = (
     "  ootd run --model person.jpg --cloth shirt.jpg --category upper\n\n"
     "  ootd run -m person.jpg -c skirt.png --category lower --samples 4 --steps 30 --seed 42 -o results\n\n"
     "  ootd run -m person.jpg -c shirt.jpg --category upper --mask mask.png --resolution 384x512 --json\n\n"
-    "  ootd run -m person.jpg -c shirt.jpg -k upper --seed 7 --grid --name \"{person}__{garment}__{seed}__{i}\""
+    "  ootd run -m person.jpg -c shirt.jpg -k upper --seed 7 --grid --name \"{person}__{garment}__{seed}__{i}\"\n\n"
+    "  ootd run -m person.jpg -c garment.jpg --category auto\n\n"
+    "  ootd run -m person.jpg -c top.jpg -c trousers.jpg --category auto --seed 7"
 )
 
 
@@ -44,35 +46,76 @@ EPILOG = (
 def run_command(
     model: Annotated[Path, typer.Option("--model", "--person", "-m", help="Person photo.", metavar="PERSON",
                                         rich_help_panel=INPUTS, show_default=False)],
-    cloth: Annotated[Path, typer.Option("--cloth", "--garment", "-c", help="Garment photo.", metavar="GARMENT",
-                                        rich_help_panel=INPUTS, show_default=False)],
-    category: Annotated[str, typer.Option("--category", "-k", metavar=CATEGORY_METAVAR,
-                                          help="upper, lower or dress (also upperbody, "
-                                          "lowerbody, dresses, 0, 1, 2).", rich_help_panel=INPUTS,
-                                          show_default=False)],
-    mask: Annotated[Path | None, typer.Option("--mask", help="Mask image (white = repaint); skips pose and "
-                                              "parsing.", rich_help_panel=INPUTS, show_default=False)] = None,
+    cloth: Annotated[list[Path], typer.Option("--cloth", "--garment", "-c", metavar="GARMENT",
+                                              help="Garment photo; twice for an outfit (an upper and a lower "
+                                              "garment, in either order).", rich_help_panel=INPUTS,
+                                              show_default=False)],
+    category: Annotated[list[str], typer.Option("--category", "-k", metavar=CATEGORY_METAVAR,
+                                                help="upper, lower, dress (also upperbody, lowerbody, dresses, "
+                                                "0, 1, 2) or auto (classified from the photo); once, or once per "
+                                                "--cloth.", rich_help_panel=INPUTS, show_default=False)],
+    mask: Annotated[list[Path] | None, typer.Option("--mask", metavar="FILE",
+                                                    help="Mask image (white = repaint); skips pose and parsing. "
+                                                    "One per --cloth.", rich_help_panel=INPUTS,
+                                                    show_default=False)] = None,
     json_out: JsonOpt = False,
     grid: GridOpt = False,
     explain: Annotated[bool, typer.Option("--explain", help="Print the device, precision, attention and memory "
                                           "plan before running.", rich_help_panel=OUTPUTS)] = False,
     **options: Any,
 ) -> None:
-    """Dress one person in one garment: writes [bold]<person>__<garment>__<i>.png[/bold] per sample (see --name)."""
+    """Dress one person in one garment (or an outfit of two): writes [bold]<person>__<garment>__<i>.png[/bold] per
+    sample (see --name)."""
     from dataclasses import replace
 
+    from ootd.app.tryon.autocategory import release_classifier, resolve_category
+    from ootd.settings import AUTO_CATEGORY
+
+    started = time.perf_counter()
+    config = replace(checked_config(options), grid=grid)
+    masks = list(mask or [])
+    words = _category_words(category, cloth, masks)
+    t = time.perf_counter()
+    chosen = [resolve_category(word, path, str(path), config.checkpoints, config.category_margin)
+              for word, path in zip(words, cloth, strict=True)]
+    classified = {"classify": time.perf_counter() - t} if AUTO_CATEGORY in words else {}
+    release_classifier()  # not resident while the try-on runs (the memory plan does not count it)
+    if len(cloth) == 2:
+        _run_outfit(model, cloth, chosen, masks, config, started, options, json_out, classified)
+        return
+    _run_one(model, cloth[0], chosen[0], masks[0] if masks else None, config, started, options, json_out, explain,
+             classified)
+
+
+def _category_words(category: list[str], cloth: list[Path], masks: list[Path]) -> list[Any]:
+    """One category word per garment (a single --category applies to every garment), checked."""
+    from ootd.errors import UsageError
+    from ootd.settings import parse_category_word
+
+    if len(cloth) > 2:
+        raise UsageError(f"at most two --cloth (an upper and a lower garment), got {len(cloth)}")
+    if len(cloth) == 1:  # one garment: a repeated option's last value wins, as for every other option
+        category, masks[:] = category[-1:], masks[-1:]
+    if len(category) not in (1, len(cloth)):
+        raise UsageError(f"give one --category, or one per --cloth ({len(cloth)}), got {len(category)}")
+    if masks and len(masks) != len(cloth):
+        raise UsageError(f"give one --mask per --cloth ({len(cloth)}), or none, got {len(masks)}")
+    words = [parse_category_word(word) for word in category]
+    return words * len(cloth) if len(words) == 1 else words
+
+
+def _run_one(model: Path, cloth: Path, chosen: tuple[Any, float | None], mask: Path | None, config: Any,
+             started: float, options: dict[str, Any], json_out: bool, explain: bool,
+             classified: dict[str, float]) -> None:
     from ootd.app.tryon.job import prepare_job
     from ootd.app.tryon.loader import PipelineLoader
     from ootd.app.tryon.outputs import describe_pipeline, peak_memory
     from ootd.app.tryon.request import TryOnRequest
-    from ootd.settings import Category
 
-    started = time.perf_counter()
-    config = replace(checked_config(options), grid=grid)
-    request = TryOnRequest(model, cloth, Category.parse(category), mask)
+    request = TryOnRequest(model, cloth, chosen[0], mask, category_p=chosen[1])
     loader = PipelineLoader(config)
     random_seed = options["seed"] is None
-    timings: dict[str, Any] = {}
+    timings: dict[str, Any] = dict(classified)
     with Display(show_progress(options["quiet"], json_out)) as display:
         # 1. every check (cheap first; pose + parsing, seconds, before the diffusion models, minutes)
         t = time.perf_counter()
@@ -102,9 +145,50 @@ def run_command(
     _report(outcome, config, images, intermediates, timings, peak_memory(pipe), random_seed, json_out, explain)
 
 
+def _run_outfit(model: Path, cloth: list[Path], chosen: list[tuple[Any, float | None]], masks: list[Path],
+                config: Any, started: float, options: dict[str, Any], json_out: bool,
+                classified: dict[str, float]) -> None:
+    """Two garments: the lower (dc) then the upper on its result (ootd/app/tryon/outfit.py)."""
+    from ootd.app.tryon.autocategory import category_words
+    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.app.tryon.outfit import Garment, prepare_outfit
+    from ootd.app.tryon.outputs import peak_memory
+
+    garments = [Garment(path, category, masks[i] if masks else None, p)
+                for i, (path, (category, p)) in enumerate(zip(cloth, chosen, strict=True))]
+    loader = PipelineLoader(config)
+    random_seed = options["seed"] is None
+    with Display(show_progress(options["quiet"], json_out)) as display:
+        job = prepare_outfit(config, model, garments, loader)
+        outcome = job.run(loader.get, progress=display)
+        images, intermediates = job.save(outcome)
+    timings = {**classified, **outcome.timings(), "total": time.perf_counter() - started}
+    record = job.record(outcome, 0)
+    passes = [{key: record[f"{name}_{key}"] for key in ("garment", "category", "category_p", "model_type", "seed",
+                                                        "mask")} for name in ("lower", "upper")]
+    if json_out:
+        print_json({"outputs": [str(p) for p in images],
+                    "intermediates": {k: str(p) for k, p in intermediates.items()},
+                    "seed": config.sampling.seed, "seed_random": random_seed, "person": str(model),
+                    "passes": passes, "pose_parsing_runs": job.parses, "loads": dict(loader.loads),
+                    "timings": timings, "peak_memory": peak_memory(loader.current)})
+        return
+    for path in [*images, *intermediates.values()]:
+        typer.echo(str(path))
+    note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
+    typer.echo(f"seed: {config.sampling.seed}{note}; passes: lower seed {passes[0]['seed']}, upper seed "
+               f"{passes[1]['seed']}")
+    shown = [category_words(job.first.category, job.first.category_p),
+             category_words(job.upper.category, job.upper.category_p)]
+    typer.echo(f"outfit: {job.first.name('garment')} {shown[0]} with {passes[0]['model_type']}, then "
+               f"{Path(job.upper.name or '').name} {shown[1]} with {passes[1]['model_type']}")
+    typer.echo(f"time: {timing_line(timings)}")
+
+
 def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[str, Path], timings: dict[str, Any],
             memory: dict[str, Any], random_seed: bool, json_out: bool, explain: bool) -> None:
     """The summary: paths, seed and time as lines, or everything as JSON."""
+    from ootd.app.tryon.autocategory import category_words
     from ootd.app.tryon.outputs import settings_json
 
     result, info, request = outcome.result, outcome.info, outcome.request
@@ -116,6 +200,8 @@ def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[s
             "person": request.label("person"), "garment": request.label("garment"),
             "mask": request.label("mask") if request.mask is not None else None,
             "category": request.category.value, "model_type": outcome.model_type.value,
+            "category_source": "auto" if request.category_p is not None else "given",
+            "category_p": request.category_p,
             "device": info.get("device"), "precision": info.get("precision"), "attention": info.get("attention"),
             "timings": timings, "peak_memory": memory, "settings": settings_json(result.settings),
             "plan": info.get("plan"),
@@ -128,6 +214,8 @@ def _report(outcome: Any, config: Any, images: list[Path], intermediates: dict[s
         typer.echo(str(path))
     note = f" (random; pass --seed {result.seed} to reproduce)" if random_seed else ""
     typer.echo(f"seed: {result.seed}{note}")
+    if request.category_p is not None:  # a given category is not repeated back
+        typer.echo(f"category: {category_words(request.category, request.category_p)}")
     from ootd.speedups.modes import speed_summary
 
     speed = speed_summary(result.settings or {})

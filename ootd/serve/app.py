@@ -50,7 +50,7 @@ from ootd.serve.messages import classify, error_response
 from ootd.serve.origins import ANY, Access, BrowserGuard
 from ootd.serve.service import Finished, TryOnService, checkpoints_note
 from ootd.serve.worker import CANCELLED, DONE, FAILED, Cancelled, Job, QueueFull, ShuttingDown, Worker
-from ootd.settings import RESOLUTIONS, Category, FitMode, SchedulerName
+from ootd.settings import AUTO_CATEGORY, RESOLUTIONS, Category, FitMode, SchedulerName
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ def page_options(config: RunConfig, limits: Limits) -> dict[str, Any]:
             model_types[category.value] = None
     sampling = config.sampling
     return {
-        "categories": [c.value for c in Category], "model_types": model_types,
+        "categories": [*(c.value for c in Category), AUTO_CATEGORY], "model_types": model_types,
         "resolutions": list(RESOLUTIONS), "schedulers": list(SchedulerName.words()), "fits": list(FitMode.words()),
         "defaults": {"samples": sampling.num_samples, "steps": sampling.steps, "scale": sampling.guidance_scale,
                      "resolution": str(sampling.resolution), "scheduler": str(sampling.scheduler),

@@ -17,13 +17,14 @@ from starlette.datastructures import UploadFile
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.masking import check_mask_input
 from ootd.app.tryon.request import TryOnRequest
-from ootd.errors import OotdError, UsageError
+from ootd.errors import CheckpointError, OotdError, UsageError
 from ootd.serve.limits import Limits
 from ootd.serve.service import JobSpec
-from ootd.settings import Category, FitMode
+from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, FitMode, parse_category_word
 
-FILES = ("person", "garment", "mask")
-TEXT_FIELDS = ("category", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit")
+FILES = ("person", "garment", "mask", "garment2", "mask2")
+OPTIONAL_FILES = ("mask", "garment2", "mask2")
+TEXT_FIELDS = ("category", "category2", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit")
 NUMBERS = {"samples": int, "steps": int, "seed": int, "scale": float}
 REQUIRED = ("person", "garment", "category")
 # what each field of the form means (the OpenAPI schema's descriptions)
@@ -31,7 +32,10 @@ FIELD_HELP = {
     "person": "photo of the person (PNG, JPEG, WebP...)",
     "garment": "photo of the garment",
     "mask": "optional mask, white = repaint, the person photo's shape: skips pose and parsing",
-    "category": "upper, lower or dress (or the aliases of ootd run)",
+    "garment2": "optional second garment: an outfit (one upper and one lower garment; the lower is tried on first)",
+    "mask2": "optional mask of the second garment (with a mask of the first)",
+    "category2": "the second garment's category (default: the first's word, e.g. auto)",
+    "category": "upper, lower or dress (or the aliases of ootd run), or auto: classified from the garment photo",
     "samples": "pictures to make (the server's --max-samples at most)",
     "steps": "denoising steps (the server's --max-steps at most)",
     "scale": "guidance scale, 0 to 50",
@@ -69,7 +73,7 @@ def _number(form: Any, name: str) -> int | float | None:
         raise FieldError(f"{name} must be {what}, got {value!r}") from None
 
 
-def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category, RunConfig]:
+def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[CategoryWord, RunConfig]:
     """The category and this request's config: the server's config with the request's sampling and framing,
     within the server's limits. An absent seed means a fresh random one."""
     unknown = sorted(set(form.keys()) - set(TEXT_FIELDS) - set(FILES))
@@ -77,9 +81,9 @@ def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category
         raise FieldError(f"unknown field {unknown[0]!r}: use {', '.join(FILES + TEXT_FIELDS)}")
     words = _text(form, "category")
     if words is None:
-        raise FieldError(f"category is required: {', '.join(c.value for c in Category)}")
+        raise FieldError(f"category is required: {', '.join(c.value for c in Category)} or {AUTO_CATEGORY}")
     try:
-        category = Category.parse(words)
+        category = parse_category_word(words)
         numbers = {name: _number(form, name) for name in NUMBERS}
         sampling = base.sampling.updated(
             seed=numbers["seed"], resolution=_text(form, "resolution"), scheduler=_text(form, "scheduler"),
@@ -95,7 +99,8 @@ def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category
         raise FieldError(beyond)
     config = replace(base, sampling=sampling, fit=fit)
     try:
-        config.model_type_for(category)
+        if category != AUTO_CATEGORY:  # `auto`: checked once the garment is classified (build_spec)
+            config.model_type_for(category)
     except UsageError as exc:
         raise BadRequest(str(exc)) from None
     return category, config
@@ -107,7 +112,7 @@ def save_uploads(form: Any, folder: Path) -> dict[str, tuple[Path, str]]:
     for role in FILES:
         upload = form.get(role)
         if upload is None:
-            if role == "mask":
+            if role in OPTIONAL_FILES:
                 continue
             raise FieldError(f"{role} is required: a {role} image file")
         if not isinstance(upload, UploadFile):
@@ -122,6 +127,52 @@ def save_uploads(form: Any, folder: Path) -> dict[str, tuple[Path, str]]:
     return saved
 
 
+def _outfit_spec(form: Any, word: CategoryWord, saved: dict[str, tuple[Path, str]], config: RunConfig,
+                 folder: Path) -> JobSpec:
+    """Two garments: checked as `ootd run` with two --cloth checks them (ootd/app/tryon/outfit.py)."""
+    from ootd.app.tryon.autocategory import resolve_category
+    from ootd.app.tryon.outfit import Garment, order_outfit
+
+    if "garment2" not in saved:
+        raise FieldError("mask2 is the second garment's mask: it needs garment2")
+    if ("mask" in saved) != ("mask2" in saved):
+        raise FieldError("give a mask for both garments (mask and mask2), or for neither")
+    try:
+        second_word = parse_category_word(_text(form, "category2") or word)
+    except UsageError as exc:
+        raise FieldError(str(exc)) from None
+    garments = []
+    try:
+        for role, mask_role, each in (("garment", "mask", word), ("garment2", "mask2", second_word)):
+            path, name = saved[role]
+            category, p = resolve_category(each, path, name, config.checkpoints, config.category_margin)
+            mask = saved.get(mask_role)
+            garments.append(Garment(path, category, mask[0] if mask else None, p, name, mask[1] if mask else None))
+        lower, _ = order_outfit(garments)
+        first = TryOnRequest(saved["person"][0], lower.source, lower.category, lower.mask,
+                             person_name=saved["person"][1], garment_name=lower.name, mask_name=lower.mask_name)
+        decoded = check_mask_input(first.decoded(), raw_mask=first.mask, fit=config.fit)
+    except CheckpointError:
+        raise
+    except OotdError as exc:
+        message = str(exc)
+        for path, name in saved.values():
+            message = message.replace(str(path), name)
+        raise BadRequest(message) from None
+    return JobSpec(decoded, replace(config, output=folder / "results", save_intermediates=True),
+                   decoded.person.size, outfit=tuple(garments))
+
+
+def _category(word: CategoryWord, garment: tuple[Path, str], config: RunConfig) -> tuple[Category, float | None]:
+    """The request's category: the given one, or `auto` classified from the uploaded garment (refused under the
+    margin: 400); the model for it checked as for a given one."""
+    from ootd.app.tryon.autocategory import resolve_category
+
+    category, probability = resolve_category(word, garment[0], garment[1], config.checkpoints, config.category_margin)
+    config.model_type_for(category)
+    return category, probability
+
+
 def _safe_name(filename: str | None, role: str) -> str:
     """The client's base name, with only harmless characters (it names outputs and appears in metadata)."""
     base = Path((filename or "").replace("\\", "/")).name
@@ -132,16 +183,21 @@ def _safe_name(filename: str | None, role: str) -> str:
 def build_spec(form: Any, base: RunConfig, folder: Path, limits: Limits) -> JobSpec:
     """Everything checked that can be checked before queueing: fields, then the images themselves. The job
     writes what `ootd run --save-intermediates` writes: the mask and masked person framed as the results."""
-    category, config = parse_settings(form, base, limits)
+    word, config = parse_settings(form, base, limits)
     saved = save_uploads(form, folder)
+    if "garment2" in saved or "mask2" in saved:
+        return _outfit_spec(form, word, saved, config, folder)
     mask = saved.get("mask")
-    request = TryOnRequest(
-        person=saved["person"][0], garment=saved["garment"][0], category=category,
-        mask=mask[0] if mask else None, person_name=saved["person"][1], garment_name=saved["garment"][1],
-        mask_name=mask[1] if mask else None,
-    )
     try:  # the file checks of `ootd run`: not an image, truncated, too small or large, a mask of another aspect
+        category, probability = _category(word, saved["garment"], config)
+        request = TryOnRequest(
+            person=saved["person"][0], garment=saved["garment"][0], category=category,
+            mask=mask[0] if mask else None, person_name=saved["person"][1], garment_name=saved["garment"][1],
+            mask_name=mask[1] if mask else None, category_p=probability,
+        )
         decoded = check_mask_input(request.decoded(), raw_mask=request.mask, fit=config.fit)
+    except CheckpointError:
+        raise
     except OotdError as exc:
         message = str(exc)
         for path, name in saved.values():  # the client's file name, never this server's folders

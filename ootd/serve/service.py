@@ -30,6 +30,7 @@ class JobSpec:
     request: TryOnRequest
     config: RunConfig
     person_size: tuple[int, int]  # the photo's size (EXIF orientation applied), for the editor's mask
+    outfit: tuple[Any, ...] | None = None  # two garments (ootd.app.tryon.outfit.Garment): `request` is the first
 
 
 @dataclass
@@ -69,6 +70,9 @@ class TryOnService:
         return {"device": config.device or "auto", "precision": config.precision.value,
                 "attention": config.attention.value}
 
+    def _run_outfit(self, job: Job) -> Finished:
+        return _outfit_finished(self, job)
+
     def loaded(self) -> list[str]:
         return [m.value for m, loader in self.loaders.items() if loader.holds(m)]
 
@@ -81,6 +85,8 @@ class TryOnService:
 
     def _run(self, job: Job) -> Finished:
         spec: JobSpec = job.spec
+        if spec.outfit is not None:
+            return self._run_outfit(job)
         model_type = spec.config.model_type_for(spec.request.category)
         loader = self.loaders[model_type]
         # the checks of every try-on, in their order (the uploads were decoded when the request came in)
@@ -103,6 +109,31 @@ class TryOnService:
         timings["encode"] = time.perf_counter() - start
         finished.timings = timings
         return finished
+
+
+def _outfit_finished(service: TryOnService, job: Job) -> Finished:
+    """An outfit through the same job as `ootd run` with two --cloth (ootd/app/tryon/outfit.py)."""
+    from ootd.app.tryon.outfit import prepare_outfit
+
+    spec: JobSpec = job.spec
+    request = spec.request
+    prepared = prepare_outfit(spec.config, request.person, list(spec.outfit), service.loaders[ModelType.DC],
+                              person_name=request.person_name)
+    start = time.perf_counter()
+    outcome = prepared.run(lambda model_type: service.loaders[model_type].get(model_type), progress=job.progress,
+                           callback=job.step)
+    timings: dict[str, Any] = {"run": time.perf_counter() - start}
+    service.info = dict(outcome.second[0].info)
+    job.check()
+    images, intermediates = prepared.save(outcome)
+    editable = mask_in_person_frame(outcome.second[0].result.mask, spec.person_size, spec.config.fit)
+    person_mask = save_png_atomic(editable, prepared.targets.path("mask_editable"), {}, overwrite=True)
+    files = {path.name: path for path in (*images, *intermediates.values(), person_mask)}
+    second = outcome.second[0].result
+    timings.update(outcome.timings())
+    return Finished([p.name for p in images], intermediates["upper_mask"].name,
+                    intermediates["upper_masked_person"].name, person_mask.name, int(spec.config.sampling.seed),
+                    prepared.upper_model.value, dict(second.settings or {}), timings, files)
 
 
 def attention_used(described: Any) -> str:

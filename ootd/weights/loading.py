@@ -27,8 +27,11 @@ from ootd.weights.layout import Layout, find_weights, read_json, require_file
 logger = logging.getLogger(__name__)
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt")
-# The CLIP checkpoint is the whole CLIP model; the image encoder leaves its text tower unused.
+# The CLIP checkpoint is the whole CLIP model; the image encoder leaves its text tower unused ...
 CLIP_TEXT_TOWER = r"text_model\.|text_projection\.|logit_scale$"
+# ... and the text tower (loaded for `--category auto` only) its image tower; logit_scale is read on its own
+CLIP_IMAGE_TOWER = r"vision_model\.|visual_projection\.|logit_scale$"
+TEXT_TOWER_KEYS = ("text_model.", "text_projection.weight", "logit_scale")
 
 
 @contextlib.contextmanager
@@ -119,6 +122,57 @@ def load_image_encoder(layout: Layout, dtype: torch.dtype):  # noqa: ANN201
                                                               **_format_kwargs(weights)),
         allowed_unexpected=CLIP_TEXT_TOWER,
     )
+
+
+def check_text_tower(layout: Layout) -> Path:
+    """The CLIP weights file, if it holds the text tower and logit scale `--category auto` needs (read from the
+    file's index, nothing loaded); else one CheckpointError saying so and what to do."""
+    from safetensors import safe_open
+
+    weights = find_weights(layout.clip, "transformers", layout)
+    config = read_json(layout.clip / "config.json", layout)
+    fix = (f"--category auto needs the whole CLIP model (text tower included, as openai/clip-vit-large-patch14 "
+           f"ships it): re-download it ({layout.how_to_get()}), or give the category with --category")
+    if not isinstance(config, dict) or not isinstance(config.get("text_config"), dict):
+        raise CheckpointError(f"{printable(layout.clip / 'config.json')} describes no CLIP text tower; {fix}")
+    if weights.suffix != ".safetensors":
+        return weights  # a pickled file has no index: the strict load below names what is missing
+    try:
+        with safe_open(str(weights), framework="pt") as handle:
+            keys = list(handle.keys())
+    except Exception as exc:  # noqa: BLE001 - an unreadable index is a damaged file
+        raise CheckpointError(f"cannot read {printable(weights)}: {exc}; {layout.how_to_get()}") from exc
+    absent = [key for key in TEXT_TOWER_KEYS if not any(k.startswith(key) for k in keys)]
+    if absent:
+        raise CheckpointError(f"{printable(weights)} has no CLIP text tower ({', '.join(absent)} missing); {fix}")
+    return weights
+
+
+def load_text_tower(layout: Layout, dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, float]:
+    """CLIP's text tower with its projection (stock CLIPTextModelWithProjection, strict) and the stored logit
+    scale, from the CLIP folder the image encoder comes from."""
+    from transformers import CLIPTextModelWithProjection
+
+    weights = check_text_tower(layout)
+    model = _load_strict(
+        "CLIP text tower", weights, layout,
+        lambda: CLIPTextModelWithProjection.from_pretrained(layout.clip, dtype=dtype, output_loading_info=True,
+                                                            **_format_kwargs(weights)),
+        allowed_unexpected=CLIP_IMAGE_TOWER,
+    )
+    if weights.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(weights), framework="pt") as handle:
+            scale = float(handle.get_tensor("logit_scale").float().reshape(-1)[0])
+    else:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+        if "logit_scale" not in state:
+            raise CheckpointError(f"{printable(weights)} has no logit_scale; {layout.how_to_get()}")
+        scale = float(state["logit_scale"].float().reshape(-1)[0])
+    if scale != scale or abs(scale) == float("inf"):
+        raise CheckpointError(f"the CLIP logit scale in {printable(weights)} is not finite; {layout.how_to_get()}")
+    return model, scale
 
 
 def load_image_processor(layout: Layout):  # noqa: ANN201

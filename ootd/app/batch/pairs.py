@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import UsageError, printable
-from ootd.settings import Category, Pairing
+from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, Pairing, parse_category_word
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".avif", ".bmp", ".tif", ".tiff", ".gif", ".ppm")
 CSV_HEADER_WORDS = {
@@ -31,11 +31,13 @@ class Pair:
 
     person: Path
     garment: Path
-    category: Category | None  # None only when `problem` says why
+    category: Category | None  # None when `problem` says why, or until an `auto` pair is classified
     mask: Path | None = None  # None: computed from pose + parsing
     index: int = 0  # position in the input (report order)
     source: str = ""  # where it came from, for messages ("pairs.csv line 4")
     problem: str | None = None  # a request that could not even be read (bad CSV row)
+    auto: bool = False  # the category is to be classified from the garment (`classify_pairs`)
+    category_p: float | None = None  # ... and was, with this probability
 
     def describe(self) -> str:
         return f"{self.person.name} + {self.garment.name}"
@@ -44,7 +46,7 @@ class Pair:
         """The try-on this pair asks for (pairs with a `problem` have none)."""
         if self.category is None:
             raise UsageError(self.problem or f"{self.source}: no category")
-        return TryOnRequest(self.person, self.garment, self.category, self.mask)
+        return TryOnRequest(self.person, self.garment, self.category, self.mask, category_p=self.category_p)
 
 
 def _cells(row: list[str]) -> list[str]:
@@ -105,8 +107,9 @@ def _rows(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
         yield reader.line_num, row
 
 
-def read_pairs_csv(path: str | Path, default_category: Category | None = None) -> list[Pair]:
-    """Pairs from `person,garment,category[,mask]` rows; header optional; paths relative to the CSV's folder.
+def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = None) -> list[Pair]:
+    """Pairs from `person,garment,category[,mask]` rows; header optional; paths relative to the CSV's folder. A
+    row whose category is `auto`, or empty (without a `default_category`), is classified (`classify_pairs`).
 
     Blank lines and lines starting with '#' are ignored. A row that cannot be understood becomes a Pair with a
     `problem` (reported as an error for that row) instead of stopping the whole batch.
@@ -139,22 +142,24 @@ def read_pairs_csv(path: str | Path, default_category: Category | None = None) -
         person, garment, category_word, mask = (_cell(cells, columns, name)
                                                 for name in ("person", "garment", "category", "mask"))
         problem = None
-        category = None
+        category: CategoryWord | None = None
         if len(cells) > max(columns.values()) + 1:
             problem = f"{source}: {len(cells)} columns, expected person,garment,category[,mask]"
         elif not person or not garment:
             problem = f"{source}: needs a person and a garment path (person,garment,category[,mask])"
         else:
             try:
-                category = Category.parse(category_word) if category_word else default_category
+                category = parse_category_word(category_word) if category_word else default_category
             except UsageError as exc:
                 problem = f"{source}: {exc}"
             if category is None and problem is None:
-                problem = f"{source}: no category (add a category column or pass --category)"
+                category = AUTO_CATEGORY
+        auto = category == AUTO_CATEGORY
         pairs.append(
             Pair(
-                person=resolve(person or "?"), garment=resolve(garment or "?"), category=category,
-                mask=resolve(mask) if mask else None, index=len(pairs), source=source, problem=problem,
+                person=resolve(person or "?"), garment=resolve(garment or "?"),
+                category=None if auto else category, mask=resolve(mask) if mask else None, index=len(pairs),
+                source=source, problem=problem, auto=auto,
             )
         )
     if not pairs:
@@ -221,7 +226,7 @@ def collect_pairs(
 ) -> list[Pair]:
     """The pairs of a batch: from a CSV (`category` for rows without one), or from folders of people and
     garments (`category` required); exactly one of the two."""
-    default_category = Category.parse(category) if category is not None else None
+    default_category = parse_category_word(category) if category is not None else None
     folder_mode = people is not None or garments is not None
     if csv_file is not None and folder_mode:
         raise UsageError("give either a pairs CSV or --models/--cloths folders, not both")
@@ -232,8 +237,40 @@ def collect_pairs(
     if people is None or garments is None:
         raise UsageError("folder mode needs both --models DIR and --cloths DIR")
     if default_category is None:
-        raise UsageError("folder mode needs --category upper|lower|dress")
+        raise UsageError("folder mode needs --category upper|lower|dress|auto")
+    if default_category == AUTO_CATEGORY:
+        return [replace(pair, category=None, auto=True)
+                for pair in pairs_from_folders(people, garments, Category.UPPER, pairing, masks, output=output)]
     return pairs_from_folders(people, garments, default_category, pairing, masks, output=output)
+
+
+def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> list[Pair]:
+    """Each `auto` pair with its garment's category (each garment classified once); a garment that cannot be
+    read or is refused under the margin fails its pairs alone. A CLIP without its text tower stops the batch."""
+    from ootd.app.tryon.autocategory import classify_image, release_classifier
+    from ootd.errors import CheckpointError, OotdError
+
+    found: dict[Path, tuple[Category, float] | str] = {}
+    out = []
+    for pair in pairs:
+        if not pair.auto or pair.problem is not None:
+            out.append(pair)
+            continue
+        if pair.garment not in found:
+            try:
+                result = classify_image(pair.garment, pair.garment.name, checkpoints, margin)
+                found[pair.garment] = (result.category, result.probability)
+            except CheckpointError:
+                raise
+            except OotdError as exc:
+                found[pair.garment] = str(exc)
+        chosen = found[pair.garment]
+        if isinstance(chosen, str):
+            out.append(replace(pair, problem=f"{pair.source}: {chosen}"))
+        else:
+            out.append(replace(pair, category=chosen[0], category_p=chosen[1], auto=False))
+    release_classifier()  # every garment is classified: not resident while the try-ons run
+    return out
 
 
 def order_key(pair: Pair, config: RunConfig) -> tuple:

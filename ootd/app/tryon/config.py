@@ -16,6 +16,7 @@ from pathlib import Path
 from ootd.app.tryon.naming import DEFAULT_NAME, check_template
 from ootd.errors import UsageError
 from ootd.settings import (
+    DEFAULT_CATEGORY_MARGIN,
     AttentionName,
     Category,
     FitMode,
@@ -23,6 +24,7 @@ from ootd.settings import (
     ParsingProvider,
     PrecisionName,
     SamplingSettings,
+    check_category_margin,
     check_mask_grow,
     check_model_category,
     default_model_type,
@@ -50,6 +52,7 @@ class RunConfig:
     overwrite: bool = False  # replace existing outputs (else: run refuses, batch skips/keeps them)
     name_template: str = DEFAULT_NAME  # output names (fields: ootd.app.tryon.naming.NAME_FIELDS)
     grid: bool = False  # also write a contact sheet (person | garment | mask | samples) per try-on
+    category_margin: float = DEFAULT_CATEGORY_MARGIN  # `auto`: the lead over the 2nd category it needs, 0..1
     seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
 
     def model_type_for(self, category: Category) -> ModelType:
@@ -122,6 +125,7 @@ def build_config(
     mask_grow: int = RunConfig.mask_grow, save_intermediates: bool = RunConfig.save_intermediates,
     overwrite: bool = RunConfig.overwrite, channels_last: bool | None = None, compile: bool | None = None,
     name: str = RunConfig.name_template, grid: bool = RunConfig.grid,
+    category_margin: float = DEFAULT_CATEGORY_MARGIN,
 ) -> RunConfig:
     """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here.
 
@@ -149,4 +153,5 @@ def build_config(
         max_memory=parse_size(max_memory), fit=FitMode.parse(fit, "fit mode"), mask_grow=check_mask_grow(mask_grow),
         save_intermediates=save_intermediates, overwrite=overwrite,
         name_template=check_template(name), grid=grid, seed_random=seed is None,
+        category_margin=check_category_margin(category_margin),
     )

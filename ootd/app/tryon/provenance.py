@@ -35,10 +35,14 @@ def software() -> dict[str, str]:
 
 
 def input_record(request: TryOnRequest, config: RunConfig) -> dict[str, str]:
-    """Which inputs, and how they were framed and masked."""
-    return {"person": request.name("person"), "garment": request.name("garment"),
-            "mask": request.name("mask") if request.mask is not None else "auto",
-            "fit": config.fit.value, "mask_grow": str(config.mask_grow)}
+    """Which inputs, and how they were framed and masked (and, for `--category auto`, that the category was
+    classified and with which probability)."""
+    record = {"person": request.name("person"), "garment": request.name("garment"),
+              "mask": request.name("mask") if request.mask is not None else "auto",
+              "fit": config.fit.value, "mask_grow": str(config.mask_grow)}
+    if request.category_p is not None:
+        record.update(category_source="auto", category_p=f"{request.category_p:.4f}")
+    return record
 
 
 def run_record(model_type: ModelType, category: Category, config: RunConfig) -> dict[str, str]:

@@ -27,6 +27,7 @@ class TryOnRequest:
     garment_name: str | None = None
     mask_name: str | None = None
     mask_checked: bool = False  # check_mask_input ran on the mask as given (the try-on then skips it)
+    category_p: float | None = None  # the category came from `--category auto` with this probability
 
     def source(self, role: str) -> Any:
         return {"person": self.person, "garment": self.garment, "mask": self.mask}[role]

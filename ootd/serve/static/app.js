@@ -4,7 +4,8 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const chosen = { person: null, garment: null };  // File per role
+const chosen = { person: null, garment: null, garment2: null };  // File per role (garment2: an outfit)
+const WHAT = { person: "the person photo", garment: "the garment photo", garment2: "the second garment photo" };
 let options = null;  // GET api/options: choices, defaults, limits
 const runs = [];     // this visit's finished runs, oldest first: {number, job, files: [{name, url, blob}]}
 let current = null;  // the job being followed: {id}
@@ -43,9 +44,10 @@ function fillSelect(select, words, value) {
 }
 
 function showModelType() {
-  const model = options.model_types[$("category").value];
-  $("model-type").textContent = model ? `model: ${model}`
-    : "this category needs the dc model, which this server does not run";
+  const category = $("category").value;
+  const model = options.model_types[category];
+  $("model-type").textContent = category === "auto" ? "category and model: chosen from the garment photo"
+    : model ? `model: ${model}` : "this category needs the dc model, which this server does not run";
 }
 
 async function loadOptions() {
@@ -53,6 +55,7 @@ async function loadOptions() {
   if (!response.ok) throw new Error(await readError(response));
   options = await response.json();
   fillSelect($("category"), options.categories, options.categories[0]);
+  fillSelect($("category2"), options.categories, "lower");
   fillSelect($("resolution"), options.resolutions, options.defaults.resolution);
   fillSelect($("scheduler"), options.schedulers, options.defaults.scheduler);
   fillSelect($("fit"), options.fits, options.defaults.fit);
@@ -122,7 +125,7 @@ async function choose(role, file) {
   showError("");
   let checked;
   try {
-    checked = await checkUpload(role === "person" ? "the person photo" : "the garment photo", file);
+    checked = await checkUpload(WHAT[role], file);
   } catch (error) {
     showError(error.message);
     return;
@@ -132,13 +135,21 @@ async function choose(role, file) {
   preview.src = checked.url;
   preview.hidden = false;
   if (role === "person") startEditor(checked.img);
+  if (role === "garment2") showOutfit();
+}
+
+function showOutfit() {  // a second garment makes an outfit: its category, and a way back to one garment
+  $("category2-label").hidden = !chosen.garment2;
+  $("garment2-clear").hidden = !chosen.garment2;
+  if (!chosen.garment2) $("garment2-preview").hidden = true;
 }
 
 async function useExample(button) {
   const response = await fetch(`static/examples/${button.dataset.example}.png`);
   const blob = await response.blob();
   await choose(button.dataset.for, new File([blob], `${button.dataset.example}.png`, { type: "image/png" }));
-  if (button.dataset.category) { $("category").value = button.dataset.category; showModelType(); }
+  const select = button.dataset.for === "garment2" ? "category2" : "category";
+  if (button.dataset.category) { $(select).value = button.dataset.category; showModelType(); }
 }
 
 // ---- mask editor: a red layer (opaque = repaint) at the person photo's own size, drawn over the photo
@@ -288,6 +299,10 @@ function formData(mask) {
   form.append("garment", chosen.garment, chosen.garment.name || "garment.png");
   if (mask) form.append("mask", mask, "mask.png");
   form.append("category", $("category").value);
+  if (chosen.garment2) {
+    form.append("garment2", chosen.garment2, chosen.garment2.name || "garment2.png");
+    form.append("category2", $("category2").value);
+  }
   for (const field of ["samples", "steps", "scale", "seed", "resolution", "scheduler", "fit"]) {
     const value = $(field).value.trim();
     if (value !== "") form.append(field, value);
@@ -329,6 +344,10 @@ async function run() {
   const inputs = { person: chosen.person, garment: chosen.garment, personImage: editor.person,
                    personURL: $("person-preview").src, garmentURL: $("garment-preview").src };
   const mask = maskIsEmpty() ? null : await maskBlob();
+  if (chosen.garment2 && mask) {
+    showError("a painted or uploaded mask is for one garment: press Reset to try on the outfit with automatic masks");
+    return;
+  }
   setBusy(true);
   $("progress-bar").value = 0;
   $("progress-text").textContent = "uploading...";
@@ -501,7 +520,7 @@ async function downloadAll() {
 // ---- wiring
 
 function wire() {
-  for (const role of ["person", "garment"]) {
+  for (const role of ["person", "garment", "garment2"]) {
     $(`${role}-file`).addEventListener("change", (event) => {
       const file = event.target.files[0];
       if (file) choose(role, file);
@@ -515,6 +534,7 @@ function wire() {
   });
   document.querySelectorAll("[data-example]").forEach((b) => b.addEventListener("click", () => useExample(b)));
   $("category").addEventListener("change", showModelType);
+  $("garment2-clear").addEventListener("click", () => { chosen.garment2 = null; showOutfit(); });
   $("run").addEventListener("click", run);
   $("mask-rerun").addEventListener("click", run);
   $("cancel").addEventListener("click", cancelRun);

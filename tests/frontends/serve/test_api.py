@@ -62,7 +62,7 @@ def test_health_page_and_options(server) -> None:  # noqa: ANN001
     assert page.status_code == 200 and "<canvas id=\"mask-canvas\"" in page.text
     assert httpx.get(server.url + "static/app.js", timeout=10).status_code == 200
     options = httpx.get(server.url + "api/options", timeout=10).json()
-    assert options["categories"] == ["upper", "lower", "dress"]
+    assert options["categories"] == ["upper", "lower", "dress", "auto"]
     assert options["model_types"] == {"upper": "hd", "lower": None, "dress": None}  # this server forces hd
     assert options["defaults"]["steps"] == 20 and options["defaults"]["resolution"] == "768x1024"
     missing = httpx.get(server.url + "static/../../pyproject.toml", timeout=10)

@@ -158,6 +158,8 @@ def test_page_masks_before_a_run_history_seed_and_zip(browser, tmp_path: Path, t
         assert Select(browser.find_element(By.ID, "category")).first_selected_option.text == "lower"
         browser.find_element(By.ID, "person-file").send_keys(str(example_images["person"]))
         browser.find_element(By.ID, "garment-file").send_keys(str(example_images["tshirt"]))
+        Select(browser.find_element(By.ID, "category")).select_by_value("auto")  # classified by the server
+        assert browser.find_element(By.ID, "model-type").text == "category and model: chosen from the garment photo"
         Select(browser.find_element(By.ID, "category")).select_by_value("upper")
         assert browser.find_element(By.ID, "model-type").text == "model: hd"
         assert browser.find_element(By.ID, "steps").get_attribute("value") == "1"  # the server's defaults
@@ -253,3 +255,33 @@ def test_page_paints_a_mask_on_the_empty_canvas_and_reports_bad_uploads_at_once(
         mask_file = browser.execute_script("return runs[0].files.find((f) => f.kind === 'mask').url")
         assert mask_file.startswith("blob:")
         check_layout(browser, "phone, after a painted run")
+
+
+def test_page_tries_on_an_outfit_of_two_garments(browser, tiny_tree: Path, pipe_hd, pipe_dc,  # noqa: ANN001
+                                                 example_images: dict[str, Path]) -> None:
+    config = tiny_config(tiny_tree, steps=1, resolution="384x512")
+    pipes = {"hd": pipe_hd, "dc": pipe_dc}
+    with live_server(config, models=ModelSource(lambda model_type: pipes[model_type.value],
+                                                synthetic_preprocessor)) as live:
+        browser.get(live.url)
+        wait = WebDriverWait(browser, 120, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#category option"))
+        assert not browser.find_element(By.ID, "category2").is_displayed()
+        browser.find_element(By.ID, "person-file").send_keys(str(example_images["person"]))
+        browser.find_element(By.ID, "garment-file").send_keys(str(example_images["tshirt"]))
+        browser.find_element(By.CSS_SELECTOR, "[data-example=trousers][data-for=garment2]").click()
+        wait.until(lambda d: d.find_element(By.ID, "garment2-preview").is_displayed())
+        assert Select(browser.find_element(By.ID, "category2")).first_selected_option.text == "lower"
+        Select(browser.find_element(By.ID, "category")).select_by_value("upper")
+        browser.find_element(By.ID, "seed").send_keys("4")
+        browser.find_element(By.ID, "run").click()
+        wait_runs(wait, 1)
+        settings = job_settings(browser, 1)
+        assert settings["category"] == "upper", settings  # the final picture's: the upper pass's
+        assert browser.execute_script("return runs[0].job.seed") == 4  # the run's seed (each pass derives its own)
+        assert browser.execute_script("return runs[0].job.model_type") == "hd"
+        assert not browser.find_element(By.ID, "error").is_displayed()
+        names = browser.execute_script("return runs[0].files.map((f) => f.name)")
+        assert any("tshirt-with-trousers" in name for name in names), names
+        browser.find_element(By.ID, "garment2-clear").click()  # back to one garment
+        assert not browser.find_element(By.ID, "category2").is_displayed()

@@ -1,0 +1,145 @@
+"""`--category auto`: the garment's category from the checkpoints' CLIP model (ootd/method/classify.py), resolved
+to a real Category before a job is planned, so nothing past this point ever sees the word `auto`.
+
+The classifier (text features, CLIP's image tower and processor) loads only when a request asks for `auto`, once
+per process and checkpoints folder (`classifier_for`), on the CPU in fp32: its cost is one ViT-L/14 image
+embedding per garment (docs/benchmarks.md). The text tower itself is dropped once the per-category features are
+computed. A garment whose likeliest category is not ahead of the second by `RunConfig.category_margin` is
+refused with one line naming both and `--category` as the way out.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ootd.errors import UsageError
+from ootd.imaging.files import decode_image, load_image
+from ootd.settings import AUTO_CATEGORY, Category, CategoryWord
+
+CATEGORY_SOURCE_AUTO = "auto"
+
+
+@dataclass
+class GarmentClassifier:
+    """What classifying a garment needs, loaded once per process (`classifier_for`)."""
+
+    texts: Any  # ootd.method.classify.CategoryTexts
+    image_processor: Any
+    image_encoder: Any
+    load_seconds: float = 0.0
+
+    def classify(self, garment: Any) -> Any:
+        """The Classification of a garment image (PIL)."""
+        from ootd.method.classify import classify_garment
+
+        return classify_garment(garment, self.texts, self.image_processor, self.image_encoder)
+
+
+def load_classifier(checkpoints: Path) -> GarmentClassifier:
+    """Load the text tower (features computed, tower dropped), the image tower and the image processor."""
+    import torch
+
+    from ootd.method.classify import category_texts
+    from ootd.weights.layout import Layout
+    from ootd.weights.loading import load_image_encoder, load_image_processor, load_text_tower, load_tokenizer
+
+    started = time.perf_counter()
+    layout = Layout(Path(checkpoints))
+    text_model, logit_scale = load_text_tower(layout, torch.float32)
+    texts = category_texts(load_tokenizer(layout), text_model, logit_scale)
+    del text_model
+    gc.collect()
+    encoder = load_image_encoder(layout, torch.float32).eval()
+    return GarmentClassifier(texts, load_image_processor(layout), encoder, time.perf_counter() - started)
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_classifier(root: str) -> GarmentClassifier:
+    return load_classifier(Path(root))
+
+
+def classifier_for(checkpoints: Path) -> GarmentClassifier:
+    """The process's classifier for a checkpoints folder (loaded on first use; a failed load is not cached)."""
+    return _cached_classifier(str(Path(checkpoints).resolve()))
+
+
+def release_classifier() -> None:
+    """Drop the process's classifiers before the diffusion models load (`ootd run`, `ootd batch`: every garment
+    is classified first), so the memory plan of the try-on has the memory it counts on; a server keeps its
+    classifier for the next request (host memory: docs/benchmarks.md)."""
+    if _cached_classifier.cache_info().currsize:
+        _cached_classifier.cache_clear()
+        gc.collect()
+
+
+def check_margin(classification: Any, margin: float, label: str) -> None:
+    """Refuse a classification whose likeliest category is not ahead of the second by `margin`."""
+    if classification.margin >= margin:
+        return
+    (first, p1), (second, p2) = classification.ranked[:2]
+    raise UsageError(
+        f"cannot tell the category of {label}: {first.value} {p1:.2f} or {second.value} {p2:.2f} (ahead by "
+        f"{classification.margin:.2f}, under the margin {margin:.2f}); give it with --category {first.value}, "
+        f"{second.value} or the other"
+    )
+
+
+def classify_image(garment: Any, label: str, checkpoints: Path, margin: float) -> Any:
+    """The Classification of one garment (a path, PIL image or encoded bytes), refused under the margin."""
+    if isinstance(garment, bytes | bytearray):
+        garment = decode_image(bytes(garment), "garment", label)
+    image = load_image(garment, "garment") if isinstance(garment, str | Path) else garment
+    classification = classifier_for(checkpoints).classify(image)
+    check_margin(classification, margin, label)
+    return classification
+
+
+def resolve_category(word: CategoryWord, garment: Any, label: str, checkpoints: Path,
+                     margin: float) -> tuple[Category, float | None]:
+    """The category of a garment and its probability: a given category as it is (None), `auto` classified."""
+    if word != AUTO_CATEGORY:
+        return Category.parse(word), None
+    classification = classify_image(garment, label, checkpoints, margin)
+    return classification.category, classification.probability
+
+
+def category_words(category: Category, probability: float | None) -> str:
+    """How summaries show a category: `dress (auto, p 0.87)` or `upper`."""
+    return category.value if probability is None else f"{category.value} (auto, p {probability:.2f})"
+
+
+@dataclass(frozen=True)
+class Review:
+    """One garment of a reviewed folder: its classification, whether `auto` would refuse it, or why it failed."""
+
+    path: Path
+    classification: Any = None
+    refused: bool = False
+    error: str | None = None
+
+    def json(self) -> dict[str, Any]:
+        found = self.classification
+        return {"garment": str(self.path), "category": found.category.value if found else None,
+                "category_p": found.probability if found else None,
+                "probabilities": {c.value: p for c, p in found.ranked} if found else None,
+                "refused": self.refused, "error": self.error}
+
+
+def review_garments(paths: list[Path], checkpoints: Path, margin: float) -> Any:
+    """Classify each garment as `auto` would (a bad file is reported and the review goes on): what a team reads
+    before spending GPU time on a catalogue (`ootd classify DIR`)."""
+    from ootd.errors import OotdError
+
+    classifier = classifier_for(checkpoints)  # a checkpoint problem stops the review at once
+    for path in paths:
+        try:
+            found = classifier.classify(load_image(path, "garment"))
+        except OotdError as exc:
+            yield Review(path, error=str(exc))
+            continue
+        yield Review(path, found, refused=found.margin < margin)

@@ -1,0 +1,58 @@
+"""`ootd classify DIR`: the category `--category auto` would choose for every garment photo of a folder, with its
+probability, and the ones it would refuse, so a catalogue can be reviewed before any try-on runs. Loads the
+checkpoints' CLIP model only (ootd/app/tryon/autocategory.py); no diffusion model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ootd.cli.errors import guarded_command
+from ootd.cli.options import LOGGING_OPTIONS, RUN_OPTIONS, JsonOpt, config_from, with_options
+
+EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ootd classify garments/\n\n"
+    "  ootd classify garments/ --json > categories.jsonl   (one JSON object a line, then the counts)\n\n"
+    "Each line: the file, the chosen category and its probability, every category's probability, and REFUSED "
+    "where `--category auto` would refuse it (the lead over the second category under --category-margin): give "
+    "those a category in the batch CSV."
+)
+CLASSIFY_OPTIONS = {name: RUN_OPTIONS[name] for name in ("checkpoints", "category_margin")}
+
+
+@with_options(CLASSIFY_OPTIONS, LOGGING_OPTIONS)
+@guarded_command
+def classify_command(
+    folder: Annotated[Path, typer.Argument(help="Folder of garment photos.", metavar="DIR", show_default=False)],
+    json_out: JsonOpt = False,
+    **options: Any,
+) -> None:
+    """The category [bold]--category auto[/bold] would choose for each garment photo in DIR, and its probability."""
+    from ootd.app.batch.pairs import list_images
+    from ootd.app.tryon.autocategory import review_garments
+
+    config = config_from(options)
+    paths = list_images(folder, "garment")
+    counts = {"classified": 0, "refused": 0, "failed": 0}
+    for review in review_garments(paths, config.checkpoints, config.category_margin):
+        counts["failed" if review.error else "refused" if review.refused else "classified"] += 1
+        if json_out:
+            typer.echo(json.dumps(review.json()))
+            continue
+        if review.error:
+            typer.echo(f"{review.path}: error: {review.error}")
+            continue
+        found = review.classification
+        mark = "  REFUSED (give --category)" if review.refused else ""
+        typer.echo(f"{review.path}: {found.category.value} {found.probability:.2f} ({found.words()}){mark}")
+    summary = ", ".join(f"{n} {what}" for what, n in counts.items())
+    if json_out:
+        typer.echo(json.dumps({"summary": counts, "margin": config.category_margin}))
+    else:
+        typer.echo(f"{len(paths)} garments: {summary} (margin {config.category_margin:.2f})")
+
+

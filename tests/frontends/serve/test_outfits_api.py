@@ -1,0 +1,63 @@
+"""The HTTP API with a second garment: the outfit `ootd run` makes with two --cloth, pixel for pixel and record
+for record; a dress with a second garment, or a mask for one garment only, refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from tests.helpers.cli import invoke  # noqa: E402
+from tests.helpers.images import pixels, text  # noqa: E402
+from tests.helpers.serving import (  # noqa: E402
+    assert_one_line_error,
+    decode_data_url,
+    files_for,
+    live_server,
+    pipes_factory,
+    tiny_config,
+)
+
+FAST = {"steps": "1", "resolution": "384x512", "seed": "5"}
+
+
+def test_api_outfit_equals_ootd_run(tiny_tree: Path, tmp_path: Path, example_images: dict[str, Path], pipe_hd,  # noqa: ANN001
+                                    pipe_dc, models) -> None:  # noqa: ANN001
+    size = Image.open(example_images["person"]).size
+    legs = np.zeros((size[1], size[0]), np.uint8)
+    legs[size[1] // 2:, :] = 255
+    Image.fromarray(legs, "L").save(tmp_path / "legs.png")
+    person, top, trousers, top_mask = (example_images[k] for k in ("person", "tshirt", "trousers", "mask"))
+    pipes = {"hd": pipe_hd, "dc": pipe_dc}
+    models.use(lambda model_type: pipes[model_type.value])
+    cli = invoke("run", "-m", person, "-c", top, "-c", trousers, "-k", "upper", "-k", "lower", "--mask", top_mask,
+                 "--mask", tmp_path / "legs.png", "--checkpoints", tiny_tree, "-o", tmp_path / "cli",
+                 "--steps", "1", "--resolution", "384x512", "--seed", "5")
+    assert cli.exit_code == 0, cli.output
+    written = tmp_path / "cli" / "person__tshirt-with-trousers__0.png"
+
+    files = files_for({"person": person, "garment": top, "mask": top_mask, "garment2": trousers,
+                       "mask2": tmp_path / "legs.png"})
+    with live_server(tiny_config(tiny_tree), models=pipes_factory(pipes)) as live:
+        response = httpx.post(live.url + "api/tryon", files=files,
+                              data={"category": "upper", "category2": "lower", **FAST}, timeout=300)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        dress = files_for({"person": person, "garment": top, "garment2": trousers})
+        refused = httpx.post(live.url + "api/tryon", files=dress,
+                             data={"category": "dress", "category2": "upper", **FAST}, timeout=60)
+        one_mask = files_for({"person": person, "garment": top, "garment2": trousers, "mask": top_mask})
+        half = httpx.post(live.url + "api/tryon", files=one_mask,
+                          data={"category": "upper", "category2": "lower", **FAST}, timeout=60)
+    served = decode_data_url(body["images"][0])
+    assert np.array_equal(pixels(served), pixels(written))
+    record, expected = served.text, text(written)
+    for key in ("outfit", "lower_seed", "upper_seed", "lower_model_type", "upper_model_type", "seed", "steps"):
+        assert record[key] == expected[key], key
+    assert_one_line_error(refused, 400, "is a dress")
+    assert_one_line_error(half, 422, "mask2")
