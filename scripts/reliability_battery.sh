@@ -359,7 +359,7 @@ case_kill9_mid_batch_then_resume() {  # kill -9 once the first pair is done: not
   check_report "$WORK/out3/batch_report.jsonl" || { WHY="report damaged"; return 1; }
   # what a kill during a write leaves: a stale temporary file of ours (old), which the rerun removes
   : >"$WORK/out3/.pB__g__0.png.0123456789ab.tmp"; touch -d '1 hour ago' "$WORK/out3/.pB__g__0.png.0123456789ab.tmp"
-  folder_batch "$WORK/out3"
+  folder_batch "$WORK/out3" --steps 40  # the same settings: other ones would make the done pair stale, not resumed
   [ "$RC" -eq 0 ] || { WHY="rerun exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
   check_report "$WORK/out3/batch_report.jsonl" skipped ok || { WHY="rerun did not resume"; return 1; }
   no_temp_files "$WORK/out3" || { WHY="the stale temporary file is still there"; return 1; }
