@@ -59,6 +59,14 @@ class DeviceError(OotdError):
     """The requested device or precision cannot be used here."""
 
 
+class UnsupportedError(DeviceError):
+    """A setting this machine cannot run, though another could (exit code 3): a device it does not have, a
+    precision or quantization its hardware lacks, an attention backend or extra that is not installed. The
+    same words work elsewhere, so it is neither a usage error (2) nor a failure of the run (1)."""
+
+    exit_code = 3
+
+
 class NumericalError(OotdError):
     """The computation produced NaN or infinite values (half-precision overflow, damaged weights)."""
 

@@ -23,5 +23,9 @@ class DeviceError(PreprocessError):
     """No usable ONNX Runtime execution provider, or the chosen one failed."""
 
 
+class UnsupportedError(DeviceError):
+    """The chosen execution provider is not in this ONNX Runtime install (another machine's may have it)."""
+
+
 class NoPersonError(PreprocessError):
     """Pose estimation found nobody in the person image."""

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from preprocess.errors import CheckpointError, DeviceError
+from preprocess.errors import CheckpointError, DeviceError, UnsupportedError
 
 logger = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ def resolve_providers(provider: str, available: Sequence[str] | None = None) -> 
     """ONNX Runtime provider list for a user choice (auto|cpu|migraphx|rocm|cuda).
 
     `auto` picks the first of MIGraphX, ROCm, CUDA available and falls back to CPU; an explicit
-    choice that this onnxruntime build lacks is a DeviceError saying which package provides it.
+    choice that this onnxruntime build lacks is an UnsupportedError saying which package provides it.
     A GPU provider is always followed by CPU for the operators it does not cover.
     """
     key = provider.lower()
@@ -271,7 +271,7 @@ def resolve_providers(provider: str, available: Sequence[str] | None = None) -> 
         )
     wanted = PROVIDER_NAMES[key]
     if wanted not in available:
-        raise DeviceError(
+        raise UnsupportedError(
             f"ONNX Runtime provider {wanted} was requested for human parsing but this onnxruntime "
             f"install only has {', '.join(available) or 'none'}. It comes with the package "
             f"{_PROVIDER_PACKAGES[key]}; install exactly one onnxruntime package (they all provide the "

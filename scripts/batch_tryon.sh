@@ -17,15 +17,23 @@
 #   PRECISION, ATTENTION   passed as --precision / --attention (default auto)
 #   PYTORCH_HIP_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF   passed through to PyTorch untouched; when unset, ootd's
 #                     device policy picks the allocator settings for your GPU.
-#   OOTD              the ootd command (default: `ootd`, else `python -m ootd`)
+#   OOTD              the ootd command (default: the active virtual environment's, else this checkout's
+#                     .venv/bin/ootd, else `ootd` on PATH; scripts/ootd_command.sh)
 #   DRY_RUN=1         print the command instead of running it
 #
-# Exit code: ootd batch's (0 only if every pair succeeded). Rerun the same command to resume.
+# Exit code: ootd batch's (0 only if every pair succeeded; docs/commands.md lists them); 2 for missing arguments.
+# Rerun the same command to resume.
 set -euo pipefail
 
-if [[ $# -lt 2 || "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-    [[ $# -lt 2 ]] && exit 2 || exit 0
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    usage
+    exit 0
+fi
+if [[ $# -lt 2 ]]; then
+    usage
+    echo "error: give PEOPLE_DIR and GARMENTS_DIR" >&2
+    exit 2
 fi
 
 people=$1

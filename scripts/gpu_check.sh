@@ -13,6 +13,10 @@
 # It installs nothing: it uses the Python environment it is started in (the repo is put on PYTHONPATH).
 # Works on NVIDIA (CUDA) and AMD (ROCm) builds of PyTorch.
 set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+fi
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(dirname "$HERE")"

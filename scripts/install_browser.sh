@@ -3,6 +3,10 @@
 # Idempotent and quiet: nothing to do when both are there; installs them with apt-get when running as root;
 # otherwise says once that the browser test will be skipped.
 set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+fi
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
     exit 0
 fi

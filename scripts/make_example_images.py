@@ -9,6 +9,7 @@ photo of a person works much better with the real checkpoints.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -68,7 +69,10 @@ def draw_mask() -> Image.Image:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "examples"
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).resolve().parents[1] / "examples",
+                        help="folder to write them to (default: examples/)")
+    out = parser.parse_args(argv).out
     out.mkdir(parents=True, exist_ok=True)
     draw_person().save(out / "person.png")
     draw_tshirt().save(out / "tshirt.png")

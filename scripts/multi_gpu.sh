@@ -20,15 +20,21 @@
 #   PAIRING, MASKS    folder mode: product or zip; a folder of masks named like the person photos
 #   OOTD_CHECKPOINTS, STEPS, SAMPLES, RESOLUTION, SEED, PRECISION, ATTENTION   as in batch_tryon.sh
 #   PYTORCH_HIP_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF   passed through untouched
-#   OOTD              the ootd command (default: `ootd`, else `python -m ootd`)
+#   OOTD              the ootd command (default: as in batch_tryon.sh, this checkout's .venv/bin/ootd first)
 #   DRY_RUN=1         print the commands instead of running them
 #
 # Exit code: 0 only if every shard succeeded. Set SEED so all shards use the same seed (else each draws one).
 set -euo pipefail
 
-if [[ $# -lt 1 || "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-    [[ $# -lt 1 ]] && exit 2 || exit 0
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    usage
+    exit 0
+fi
+if [[ $# -lt 1 ]]; then
+    usage
+    echo "error: give PAIRS.csv, or PEOPLE_DIR GARMENTS_DIR" >&2
+    exit 2
 fi
 
 if [[ -d "$1" ]]; then  # folder mode: PEOPLE_DIR GARMENTS_DIR
@@ -58,7 +64,7 @@ fi
 if [[ -n "${GPUS:-}" ]]; then
     IFS=',' read -r -a gpus <<< "$GPUS"
 else
-    count=$(python -c 'import torch; print(torch.cuda.device_count())' 2> /dev/null || echo 0)
+    count=$("$ootd_python" -c 'import torch; print(torch.cuda.device_count())' 2> /dev/null || echo 0)
     if [[ "$count" -lt 1 ]]; then
         echo "error: no GPU visible to PyTorch; set GPUS=0,1,... or use scripts/batch_tryon.sh" >&2
         exit 1

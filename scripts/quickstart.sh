@@ -1,10 +1,25 @@
 #!/usr/bin/env bash
-# Install ootd and run one try-on on the example images that ship in examples/.
+# Install ootd and run one try-on on the example images that ship in examples/, then print the exact commands
+# to type next (the environment to activate, a try-on on the checkpoints it used).
 # With the released checkpoints in ./checkpoints (see checkpoints/README.md) the result is a real
-# try-on; without them, tiny random-weight checkpoints are generated and the picture is NOISE:
-# that only shows that the whole chain runs.
+# try-on; without them, tiny random-weight checkpoints are generated in .tiny-checkpoints and the picture is
+# NOISE: that only shows that the whole chain runs.
+#
 #   bash scripts/quickstart.sh
+#
+# Environment knobs (all optional):
+#   OOTD_CHECKPOINTS  the released checkpoints folder to look for (default ./checkpoints)
+#   OOTD_VENV         the virtual environment to make or use (default ./.venv)
+#   OOTD_NO_INSTALL=1 use that environment as it is: no pip (offline, or installed already)
 set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+fi
+if [[ $# -gt 0 ]]; then
+    echo "error: quickstart.sh takes no arguments (see --help)" >&2
+    exit 2
+fi
 cd "$(dirname "$0")/.."
 . scripts/setup_env.sh
 
@@ -13,6 +28,7 @@ if ootd checkpoints verify "$CKPT" --models hd --quiet >/dev/null 2>&1; then
   echo "Using the checkpoints in $CKPT."
   ootd run --model examples/person.png --cloth examples/tshirt.png --category upper \
     --checkpoints "$CKPT" --output outputs/quickstart --seed 1 --overwrite
+  NEXT="ootd run --model examples/person.png --cloth examples/tshirt.png --category upper --checkpoints $CKPT -o outputs/mine"
 else
   CKPT=.tiny-checkpoints
   echo "No complete checkpoints in ${OOTD_CHECKPOINTS:-checkpoints} (run 'ootd download' to fetch them)."
@@ -23,4 +39,12 @@ else
     --mask examples/person_mask_upper.png --checkpoints "$CKPT" --output outputs/quickstart \
     --resolution 384x512 --steps 4 --seed 1 --overwrite
   echo "Done. outputs/quickstart/ holds a NOISE picture made with random weights."
+  NEXT="ootd run --model examples/person.png --cloth examples/tshirt.png --category upper --mask examples/person_mask_upper.png --checkpoints $CKPT --resolution 384x512 --steps 4 -o outputs/mine"
 fi
+cat <<NEXT_STEPS
+
+Next, in this folder ($PWD):
+  . $VENV/bin/activate
+  $NEXT
+(the first line puts \`ootd\` on PATH in this shell; \`ootd run --help\` lists every option)
+NEXT_STEPS

@@ -18,9 +18,14 @@
 # (tests/frontends/cli/test_reliability.py, tests/frontends/cli/test_never_lose_a_file.py); run this by hand before a release.
 # The full-device and read-only cases mount small tmpfs folders when run as root (else: /dev/full and chmod).
 set -u
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python}"  # this checkout's .venv when there is one (what the quickstart makes)
+[ -n "${PYTHON:-}" ] || [ ! -x "$REPO/.venv/bin/python" ] || PY="$REPO/.venv/bin/python"
 CASE_TIMEOUT="${CASE_TIMEOUT:-300}"  # seconds: a hang is a failure, not a stuck battery
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ootd-battery.XXXXXX")"
 MOUNTS=()
@@ -409,6 +414,298 @@ case_shards_odd_names() {  # two shards into one folder, one person with a non-U
   [ "$(find "$WORK/out5" -name '*__g__0.png' | wc -l)" -eq 2 ] || { WHY="not one picture per pair"; return 1; }
 }
 
+# -- cases: the command line's edges (names, compare, -o, temp files, exit 3, budgets, mask, scripts) ------------
+
+cli_run() {  # cli_run ARGS...: `ootd ARGS` with the standard timeout; sets RC (stdout/stderr in $WORK)
+  timeout "$CASE_TIMEOUT" "$PY" -m ootd "$@" >"$WORK/stdout" 2>"$WORK/stderr" </dev/null
+  RC=$?
+}
+png_header() {  # png_header FILE SIDE: a PNG whose header says SIDE x SIDE, with no pixel data (a bomb, undecoded)
+  pyrun "$1" "$2" <<'EOF'
+import struct, sys, zlib
+path, side = sys.argv[1], int(sys.argv[2])
+chunk = lambda kind, data: struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+                       + chunk(b"IEND", b""))
+EOF
+}
+case_cli_name_width_billion() {  # refused from the template: no gigabyte string, so the process stays small
+  local peak
+  read -r RC peak < <(pyrun "$EX" "$WORK" <<'EOF'
+import resource, subprocess, sys
+ex, work = sys.argv[1:3]
+done = subprocess.run([sys.executable, "-m", "ootd", "run", "-m", f"{ex}/person.png", "-c", f"{ex}/tshirt.png",
+                       "-k", "upper", "--mask", f"{ex}/person_mask_upper.png", "--checkpoints", f"{work}/tiny", "-o",
+                       f"{work}/out", "--name", "{i:1000000000}"], stdin=subprocess.DEVNULL,
+                      stdout=open(f"{work}/stdout", "w"), stderr=open(f"{work}/stderr", "w"), timeout=300)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+EOF
+)
+  OUT="$WORK/out"
+  expect_refusal 2 "more than the 200 a name may have" || return 1
+  [ "$peak" -lt 1500 ] || { WHY="the refused run peaked at $peak MiB"; return 1; }
+}
+case_cli_compare_bombs() {  # two 20000x20000 headers: one line each, never decoded, never an internal error
+  rm -rf "$WORK/ca" "$WORK/cb"; mkdir -p "$WORK/ca" "$WORK/cb"
+  png_header "$WORK/ca/bomb.png" 20000; png_header "$WORK/cb/bomb.png" 20000
+  cp "$EX/person.png" "$WORK/ca/ok.png"; cp "$EX/person.png" "$WORK/cb/ok.png"
+  cli_run compare "$WORK/ca" "$WORK/cb"
+  [ "$RC" -eq 0 ] || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  grep -q "^bomb.png: .*too large" "$WORK/stdout" && ! grep -q "internal error" "$WORK/stdout" "$WORK/stderr" \
+    || { WHY="$(head -c 300 "$WORK/stdout")"; return 1; }
+}
+case_cli_compare_fifo() {  # a FIFO named f.png on both sides is reported, not waited on
+  rm -rf "$WORK/ca" "$WORK/cb"; mkdir -p "$WORK/ca" "$WORK/cb"
+  mkfifo "$WORK/ca/f.png" "$WORK/cb/f.png" || { WHY="mkfifo failed"; return 1; }
+  cp "$EX/person.png" "$WORK/ca/ok.png"; cp "$EX/person.png" "$WORK/cb/ok.png"
+  CASE_TIMEOUT=120 cli_run compare "$WORK/ca" "$WORK/cb"
+  [ "$RC" -ne 124 ] || { WHY="hung on the FIFO"; return 1; }
+  [ "$RC" -eq 0 ] && grep -q "^f.png: .*not a regular file" "$WORK/stdout" \
+    || { WHY="exit $RC: $(head -c 300 "$WORK/stdout")"; return 1; }
+}
+case_cli_compare_results_only() {  # identical masks and grids are not averaged in with differing samples
+  local seed
+  for seed in 1 2; do
+    run_ootd "$WORK/tiny" --seed "$seed" --save-intermediates --grid
+    [ "$RC" -eq 0 ] || { WHY="run exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+    rm -rf "$WORK/cmp$seed"; mv "$WORK/out" "$WORK/cmp$seed"
+  done
+  cli_run compare "$WORK/cmp1" "$WORK/cmp2"
+  [ "$RC" -eq 0 ] && grep -q "^skipped 3 intermediate" "$WORK/stdout" \
+    && grep -q "^overall (1 compared, 0 identical" "$WORK/stdout" || { WHY="exit $RC: $(tail -c 300 "$WORK/stdout")"; return 1; }
+}
+case_cli_run_output_is_a_file() {
+  : >"$WORK/afile.png"; run_ootd "$WORK/tiny" -o "$WORK/afile.png"; OUT="$WORK/nothing"
+  expect_refusal 2 "is not a folder"
+}
+case_cli_mask_output_is_a_file() {
+  : >"$WORK/afile.png"; OUT="$WORK/nothing"
+  cli_run mask -m "$EX/person.png" -k upper --checkpoints "$WORK/tiny" -o "$WORK/afile.png"
+  expect_refusal 2 "is not a folder"
+}
+case_cli_fresh_temp_file_removed() {  # what a kill -9 mid-write leaves, and a rerun a second later: removed
+  rm -rf "$WORK/fresh"; mkdir -p "$WORK/fresh"; : >"$WORK/fresh/.person__tshirt__0.png.0123456789ab.tmp"
+  timeout "$CASE_TIMEOUT" "$PY" -m ootd run --model "$EX/person.png" --cloth "$EX/tshirt.png" --category upper \
+    --mask "$EX/person_mask_upper.png" --checkpoints "$WORK/tiny" -o "$WORK/fresh" --steps 1 --resolution 384x512 \
+    --seed 1 >"$WORK/stdout" 2>"$WORK/stderr" </dev/null
+  RC=$?
+  [ "$RC" -eq 0 ] || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  no_temp_files "$WORK/fresh" || { WHY="the temporary file is still there"; return 1; }
+}
+case_cli_unsupported_flash() { run_ootd "$WORK/tiny" --attention flash; expect_refusal 3 "attention flash cannot run here"; }
+case_cli_unsupported_fp16_cpu() { run_ootd "$WORK/tiny" --device cpu --precision fp16; expect_refusal 3 "fp16 is not supported"; }
+case_cli_unsupported_fp8_cpu() { run_ootd "$WORK/tiny" --device cpu --quantize fp8; expect_refusal 3 "quantization fp8 is not supported"; }
+case_cli_unsupported_gpu_index() { run_ootd "$WORK/tiny" --device cuda:7; expect_refusal 3 "device cuda:7 requested"; }
+case_cli_unsupported_in_batch() {
+  batch_inputs; run_batch "$WORK/out" "$WORK/b/pairs.csv" --attention flash; expect_refusal 3 "attention flash"
+}
+case_cli_max_memory_in_its_unit() {
+  run_ootd "$WORK/tiny" --device cpu --max-memory 10MiB
+  expect_refusal 2 "more than --max-memory 10MiB;" || return 1
+  ! grep -q "GiB" "$WORK/stderr" || { WHY="echoed in another unit: $(cat "$WORK/stderr")"; return 1; }
+}
+case_cli_mask_no_person() {  # the tiny tree's pose finds nobody: the remedy is one `ootd mask` can offer
+  OUT="$WORK/m"; rm -rf "$OUT"
+  cli_run mask -m "$EX/person.png" -k upper --checkpoints "$WORK/tiny" -o "$OUT" --resolution 384x512
+  expect_refusal 1 "ootd run --mask" || return 1
+  ! grep -q "give a mask image with --mask" "$WORK/stderr" || { WHY="suggests --mask to ootd mask"; return 1; }
+}
+case_cli_scripts_help() {  # every script's --help exits 0 and makes nothing
+  local s dir="$WORK/helpdir"; rm -rf "$dir"; mkdir -p "$dir"
+  for s in "$REPO"/scripts/*.sh; do
+    (cd "$dir" && bash "$s" --help >/dev/null 2>&1) || { WHY="$(basename "$s") --help exit $?"; return 1; }
+  done
+  [ -z "$(ls -A "$dir")" ] || { WHY="--help made $(ls -A "$dir")"; return 1; }
+}
+case_cli_batch_script_without_ootd() {  # no environment and a Python without ootd: one line, no traceback
+  (cd "$WORK" && env -u VIRTUAL_ENV -u OOTD PATH=/usr/bin:/bin OOTD_VENV="$WORK/none" PYTHON=/usr/bin/python3 \
+    bash "$REPO/scripts/batch_tryon.sh" p g) >"$WORK/stdout" 2>"$WORK/stderr"
+  RC=$?; OUT="$WORK/none"
+  expect_refusal 1 "ootd is not installed"
+}
+
+# -- cases: the server (`ootd serve` against hostile clients and signals) ------------------------------------
+
+SERVE_PID=""
+SERVE_URL=""
+SERVE_TMP="$WORK/serve-tmp"  # the server's TMPDIR: what it leaves there is visible
+TOOK=0
+start_serve() {  # start_serve [args...]: `ootd serve` on a free port, its own TMPDIR, SIGINT at its default
+  mkdir -p "$SERVE_TMP"
+  : >"$WORK/serve.out"; : >"$WORK/serve.err"  # here, not in the child: the wait below must not read the last one's
+  TMPDIR="$SERVE_TMP" "$PY" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])' \
+    -m ootd serve --checkpoints "$WORK/tiny" --port 0 --device cpu --resolution 384x512 --steps 1 \
+    --max-steps 1000 "$@" >"$WORK/serve.out" 2>"$WORK/serve.err" </dev/null &
+  SERVE_PID=$!
+  if ! wait_for 90 grep -q "^ootd serve: open" "$WORK/serve.out"; then
+    kill -9 "$SERVE_PID" 2>/dev/null; WHY="the server did not start: $(tail -c 300 "$WORK/serve.err")"; return 1
+  fi
+  SERVE_URL="$(sed -n 's/^ootd serve: open \(http[^ ;]*\).*/\1/p' "$WORK/serve.out")"
+}
+serve_alive() { kill -0 "$SERVE_PID" 2>/dev/null; }
+serve_gone() { ! serve_alive; }
+stop_serve() {  # stop_serve SIGNAL: sets RC and TOOK (seconds); kill -9 after 60 s
+  local start; start="$(date +%s)"
+  kill -s "$1" "$SERVE_PID"
+  wait_for 60 serve_gone || kill -9 "$SERVE_PID"
+  wait "$SERVE_PID" 2>/dev/null; RC=$?; TOOK=$(( $(date +%s) - start ))
+}
+serve_http() {  # serve_http METHOD PATH [Header:value | field=value ...]: prints "STATUS BODY" on one line
+  # (POST sends the example person, t-shirt and mask, category upper, seed 1); "timeout" after 60 s
+  pyrun "$SERVE_URL" "$EX" "$@" <<'PY'
+import sys
+import httpx
+url, ex, method, path, *rest = sys.argv[1:]
+headers = dict(a.split(":", 1) for a in rest if "=" not in a)
+data = dict(a.split("=", 1) for a in rest if "=" in a)
+files = None
+if method == "POST":
+    files = {role: (f"{name}.png", open(f"{ex}/{name}.png", "rb").read(), "image/png")
+             for role, name in (("person", "person"), ("garment", "tshirt"), ("mask", "person_mask_upper"))}
+    data = {"category": "upper", "seed": "1", **data}
+try:
+    answer = httpx.request(method, url.rstrip("/") + path, headers=headers, files=files, data=data or None, timeout=60)
+except httpx.TimeoutException:
+    print("timeout")
+    sys.exit(0)
+print(answer.status_code, answer.text.replace("\n", " ")[:600])
+PY
+}
+serve_clean_exit() {  # after stop_serve: exit 0 within 15 s, "stopped", no traceback or abort, folder gone
+  local bad="Traceback\|terminate called\|Exception in ASGI\|ERROR"
+  if [ "$RC" -ne 0 ]; then WHY="exit $RC: $(tail -c 300 "$WORK/serve.err")"; return 1; fi
+  [ "$TOOK" -le 15 ] || { WHY="took ${TOOK}s to stop: $(grep -m1 "did not stop" "$WORK/serve.err")"; return 1; }
+  [ "$(tail -1 "$WORK/serve.out")" = "ootd serve: stopped" ] || { WHY="no 'stopped' line"; return 1; }
+  if grep -q "$bad" "$WORK/serve.err"; then WHY="$(grep -m1 "$bad" "$WORK/serve.err")"; return 1; fi
+  sleep 2
+  [ -z "$(ls -A "$SERVE_TMP")" ] || { WHY="left in TMPDIR: $(ls -A "$SERVE_TMP")"; return 1; }
+}
+expect_status() {  # expect_status ANSWER CODE TEXT: `CODE {"error": "...TEXT..."}`
+  case "$1" in "$2 {\"error\":"*"$3"*) return 0 ;; esac
+  WHY="expected $2 with '$3', got: $(echo "$1" | head -c 300)"; return 1
+}
+health_says() { serve_http GET /api/health | grep -q "\"running\": *$1"; }
+job_denoising() { serve_http GET "/api/jobs/$1" | grep -q '"stage": *"denoise", *"done": *[1-9]'; }
+job_id() { sed -n 's/.*"id": *"\([0-9a-f]*\)".*/\1/p'; }
+warm_up() {  # one quick try-on: loads the model (a load has no step to stop at)
+  local warm; warm="$(serve_http POST /api/tryon)"
+  case "$warm" in "200 "*) return 0 ;; esac
+  stop_serve KILL; WHY="warm-up: $warm"; return 1
+}
+
+case_serve_dns_rebinding() {
+  start_serve || return 1
+  local port answer
+  port="${SERVE_URL##*:}"; port="${port%/}"
+  answer="$(serve_http GET /api/health "Host:evil.example:$port")"
+  stop_serve TERM
+  expect_status "$answer" 421 "evil.example" && serve_clean_exit
+}
+case_serve_cross_site_post() {
+  start_serve || return 1
+  local answer jobs
+  answer="$(serve_http POST /api/jobs "Origin:http://evil.example" "Sec-Fetch-Site:cross-site")"
+  jobs="$(find "$SERVE_TMP" -mindepth 3 -maxdepth 3 -path '*/jobs/*' | wc -l)"
+  stop_serve TERM
+  expect_status "$answer" 403 "--allow-origin" || return 1
+  [ "$jobs" -eq 0 ] || { WHY="the refused request left $jobs job(s)"; return 1; }
+  serve_clean_exit
+}
+case_serve_request_limits() {  # an anonymous client asking for 1000 steps and 64 samples
+  start_serve --max-steps 50 || return 1
+  local steps samples
+  steps="$(serve_http POST /api/tryon steps=1000)"; samples="$(serve_http POST /api/tryon samples=64)"
+  stop_serve TERM
+  expect_status "$steps" 422 "limit of 50" && expect_status "$samples" 422 "limit of 4" && serve_clean_exit
+}
+case_serve_no_server_paths() {
+  mkdir -p "$WORK/private-ck"
+  start_serve --checkpoints "$WORK/private-ck" || return 1
+  local answer; answer="$(serve_http POST /api/tryon)"
+  stop_serve TERM
+  expect_status "$answer" 503 "cannot run this model" || return 1
+  case "$answer" in *"$WORK"*|*private-ck*) WHY="a server path in: $answer"; return 1 ;; esac
+  serve_clean_exit
+}
+case_serve_client_leaves_mid_upload() {  # three half uploads: info lines, no traceback, nothing kept
+  start_serve || return 1
+  pyrun "$SERVE_URL" "$EX" <<'PY'
+import socket, sys, time
+import httpx
+url, ex = sys.argv[1:]
+files = {r: (f"{n}.png", open(f"{ex}/{n}.png", "rb").read(), "image/png") for r, n in (("person", "person"), ("garment", "tshirt"))}
+request = httpx.Request("POST", url + "api/jobs", files=files, data={"category": "upper"})
+body = request.read()
+head = "POST /api/jobs HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in request.headers.items()) + "\r\n"
+host, port = url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+for _ in range(3):
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(head.encode() + body[: len(body) // 2])
+    time.sleep(0.5)
+PY
+  local health; health="$(serve_http GET /api/health)"
+  stop_serve TERM
+  case "$health" in "200 "*) ;; *) WHY="the server stopped answering: $health"; return 1 ;; esac
+  serve_clean_exit
+}
+case_serve_client_gives_up() {  # the abandoned try-on stops: the device is free again within seconds
+  start_serve || return 1
+  warm_up || return 1
+  timeout 5 "$PY" - "$SERVE_URL" "$EX" <<'PY'
+import sys
+import httpx
+url, ex = sys.argv[1:]
+files = {r: (n + ".png", open(f"{ex}/{n}.png", "rb").read(), "image/png")
+         for r, n in (("person", "person"), ("garment", "tshirt"), ("mask", "person_mask_upper"))}
+httpx.post(url + "api/tryon", data={"category": "upper", "steps": "400"}, files=files, timeout=60)
+PY
+  local left=0
+  wait_for 30 health_says false || left=1
+  stop_serve TERM
+  [ "$left" -eq 0 ] || { WHY="the abandoned try-on still ran 30 s later"; return 1; }
+  grep -q '"POST /api/tryon HTTP/1.1" 499' "$WORK/serve.err" || { WHY="no 499 access line"; return 1; }
+  serve_clean_exit
+}
+serve_signal_case() {  # serve_signal_case SIGNAL: stop a server while a job from /api/jobs denoises
+  start_serve || return 1
+  local id; id="$(serve_http POST /api/jobs steps=400 | job_id)"
+  [ -n "$id" ] || { stop_serve KILL; WHY="no job"; return 1; }
+  wait_for 180 job_denoising "$id" || { stop_serve KILL; WHY="the job never reached a denoising step"; return 1; }
+  stop_serve "$1"
+  serve_clean_exit
+}
+case_serve_sigterm_running_job() { serve_signal_case TERM; }
+case_serve_sigint_running_job() { serve_signal_case INT; }
+case_serve_sigterm_waiting_client() {  # the client waiting on /api/tryon gets a JSON 503 at once
+  start_serve || return 1
+  warm_up || return 1
+  serve_http POST /api/tryon steps=400 >"$WORK/waiting.txt" &
+  local client=$!
+  wait_for 30 health_says true
+  sleep 1
+  stop_serve TERM
+  wait "$client"
+  expect_status "$(cat "$WORK/waiting.txt")" 503 "shutting down" && serve_clean_exit
+}
+case_serve_kill9_leftover_removed() {  # a killed server's folder is removed by the next one
+  start_serve || return 1
+  local left; left="$(ls "$SERVE_TMP")"
+  stop_serve KILL
+  [ -n "$left" ] && [ -d "$SERVE_TMP/$left" ] || { WHY="no folder left by kill -9"; return 1; }
+  start_serve || return 1
+  if [ -e "$SERVE_TMP/$left" ]; then stop_serve TERM; WHY="$left is still there after a restart"; return 1; fi
+  stop_serve TERM
+  serve_clean_exit
+}
+case_serve_compile_cache_not_in_tmpdir() {  # torch.compile's cache goes to the user's cache folder
+  local where shared="$WORK/compile-tmp"
+  rm -rf "$shared"; mkdir -p "$shared"
+  where="$(TMPDIR="$shared" env -u TORCHINDUCTOR_CACHE_DIR "$PY" -c \
+    "import ootd, diffusers, os; print(os.environ.get('TORCHINDUCTOR_CACHE_DIR'))" 2>/dev/null)"
+  [ -z "$(ls -A "$shared")" ] || { WHY="left in TMPDIR: $(ls -A "$shared")"; return 1; }
+  case "$where" in "$shared"*|/tmp/*|"") WHY="the compile cache is in the temporary folder: $where"; return 1 ;; esac
+}
+
 CASES=(
   pickle_zip_text_encoder pickle_raw_text_encoder pickle_zip_vae pickle_raw_vae pickle_zip_openpose
   pickle_raw_openpose lfs_pointer_unet lfs_pointer_vae truncated_onnx empty_onnx missing_key_vae missing_key_clip
@@ -420,10 +717,20 @@ CASES=(
   kill9_mid_batch_then_resume ctrl_c_batch sigterm_batch csv_huge_field csv_fifo csv_not_utf8 csv_bad_rows
   shards_odd_names
 )
+CASES+=(
+  cli_name_width_billion cli_compare_bombs cli_compare_fifo cli_compare_results_only cli_run_output_is_a_file
+  cli_mask_output_is_a_file cli_fresh_temp_file_removed cli_unsupported_flash cli_unsupported_fp16_cpu
+  cli_unsupported_fp8_cpu cli_unsupported_gpu_index cli_unsupported_in_batch cli_max_memory_in_its_unit
+  cli_mask_no_person cli_scripts_help cli_batch_script_without_ootd
+  serve_dns_rebinding serve_cross_site_post serve_request_limits serve_no_server_paths
+  serve_client_leaves_mid_upload serve_client_gives_up serve_sigterm_running_job serve_sigint_running_job
+  serve_sigterm_waiting_client serve_kill9_leftover_removed serve_compile_cache_not_in_tmpdir
+)
 
 main() {
   local selected=("$@") passed=0 failed=0 name
   [ ${#selected[@]} -gt 0 ] || selected=("${CASES[@]}")
+  echo "${#selected[@]} case(s) of ${#CASES[@]}"
   cd "$REPO" || exit 1
   if ! "$PY" scripts/make_tiny_checkpoints.py "$WORK/tiny" >"$WORK/make.log" 2>&1; then
     echo "cannot build the tiny tree:"; tail -5 "$WORK/make.log"; exit 1

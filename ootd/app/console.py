@@ -1,9 +1,9 @@
 """For front ends on a terminal (`ootd`, `run/run_ootd.py`): every failure as one stderr line and an exit code,
 and logging levels per -v/-q.
 
-Exit codes: 0 success, 1 failure, 2 usage error (the typed errors in ootd/errors.py carry them), 130
-interrupted, 143 terminated (SIGTERM is handled like Ctrl-C: ootd/app/signals.py). The library writes outputs
-atomically, so an interrupted run leaves nothing half-written.
+Exit codes: 0 success, 1 failure, 2 usage error, 3 a setting this machine cannot run (the typed errors in
+ootd/errors.py carry them), 130 interrupted, 143 terminated (SIGTERM is handled like Ctrl-C: ootd/app/signals.py).
+The library writes outputs atomically, so an interrupted run leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from ootd import IMPORT_NOISE
 from ootd.errors import OotdError
 
 EXIT_INTERRUPTED = 130
 # Libraries whose chatter stays quiet unless ootd itself logs at DEBUG.
 LIBRARY_LOGGERS = ("diffusers", "transformers", "huggingface_hub", "onnxruntime", "PIL", "urllib3", "httpx",
-                   "torchao", "torch.utils._pytree")  # the last two: importing torchao (the quant extra)
+                   "torchao", "torch.utils._pytree")  # the last two: importing torchao (the quant extra; its
+# known import-time messages are dropped by ootd.IMPORT_NOISE wherever ootd is used, unless --debug)
 
 
 _library_level = {"level": logging.ERROR}  # what console_logging chose; reapplied after libraries are imported
@@ -64,9 +66,9 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
                 passthrough: tuple[type[BaseException], ...] = ()) -> int:
     """Run `fn` and turn every way it can fail into one stderr line and an exit code (`fn`'s own int, else 0).
 
-    OotdError: its message and its exit code (2 usage, 1 otherwise). KeyboardInterrupt: 130; SIGTERM: 143. A
-    full device: "no space left on device (PATH)" and 1. Anything else: "internal error" and 1. `passthrough`
-    exceptions are re-raised (a front end's own control flow).
+    OotdError: its message and its exit code (2 usage, 3 unsupported here, 1 otherwise). KeyboardInterrupt: 130;
+    SIGTERM: 143. A full device: "no space left on device (PATH)" and 1. Anything else: "internal error" and 1.
+    `passthrough` exceptions are re-raised (a front end's own control flow).
     """
     from ootd.app.signals import as_no_space, flush_stdout, sigterm_as_interrupt
 
@@ -158,6 +160,8 @@ def console_logging(verbose: bool, quiet: bool, debug: bool = False) -> Iterator
     ootd_logger.setLevel(logging.DEBUG if verbose else logging.ERROR if quiet else logging.WARNING)
     saved_library_level = _library_level["level"]
     _library_level["level"] = logging.INFO if debug else logging.ERROR
+    saved_noise = IMPORT_NOISE.show
+    IMPORT_NOISE.show = debug  # torchao's import-time chatter: only with --debug
     quiet_libraries()
     try:
         with warnings.catch_warnings():
@@ -168,5 +172,6 @@ def console_logging(verbose: bool, quiet: bool, debug: bool = False) -> Iterator
         ootd_logger.removeHandler(handler)
         ootd_logger.propagate = saved_propagate
         _library_level["level"] = saved_library_level
+        IMPORT_NOISE.show = saved_noise
         for name, level in saved.items():
             logging.getLogger(name).setLevel(level)

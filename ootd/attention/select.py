@@ -19,7 +19,7 @@ from ootd.attention.backends import FlashBackend, MathBackend, SdpaBackend
 from ootd.attention.base import Backend, BackendUnavailable
 from ootd.attention.chunked import ChunkedBackend
 from ootd.attention.dispatch import Dispatcher
-from ootd.errors import DeviceError, UsageError
+from ootd.errors import UnsupportedError, UsageError
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.policy import attention_budget_for, free_memory
 from ootd.hardware.profiles import DeviceProfile, load_profile
@@ -112,7 +112,7 @@ def build_attention(name: str, device: DeviceInfo, dtype: torch.dtype, budget_by
         first = get(name)
         problem = _available(first, device, dtype)
         if problem is not None:
-            raise DeviceError(f"attention {name} cannot run here: {problem}")
+            raise unsupported_attention(name, problem)
         chosen = [first] if name in (AttentionName.CHUNKED, AttentionName.MATH) else [first, get(AttentionName.CHUNKED)]
         dispatcher = Dispatcher(chosen, label=name)
         logger.info("attention %s", dispatcher.describe())
@@ -136,6 +136,20 @@ def build_attention(name: str, device: DeviceInfo, dtype: torch.dtype, budget_by
     dispatcher = Dispatcher(chosen, label=AttentionName.AUTO.value)
     logger.info("attention %s", dispatcher.describe())
     return dispatcher
+
+
+def unsupported_attention(name: str, problem: str) -> UnsupportedError:
+    return UnsupportedError(f"attention {name} cannot run here: {problem}")
+
+
+def check_attention(name: str, device: DeviceInfo, dtype: torch.dtype, profile: DeviceProfile | None = None) -> None:
+    """An explicitly named backend that cannot run on this device and dtype (flash without flash-attn, or off a
+    GPU): the UnsupportedError `build_attention` would raise, said before anything is loaded. Builds nothing."""
+    if name == AttentionName.AUTO:
+        return
+    problem = _available(make_backend(name, budget_bytes=1, profile=profile), device, dtype)
+    if problem is not None:
+        raise unsupported_attention(name, problem)
 
 
 def _available(backend: Backend, device: DeviceInfo, dtype: torch.dtype) -> str | None:

@@ -27,7 +27,7 @@ app = typer.Typer(
     help="Virtual try-on (OOTDiffusion) on ROCm, CUDA, Apple MPS and the CPU: person photo + garment photo -> "
          "photos of that person wearing that garment.",
     epilog="Start with `ootd download`, then `ootd doctor`, then `ootd run --help`. Exit codes: 0 ok, 1 failure, "
-           "2 usage error, 130 interrupted.",
+           "2 usage error, 3 a setting this machine cannot run, 130 interrupted, 143 terminated.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,

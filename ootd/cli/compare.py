@@ -14,8 +14,9 @@ from ootd.cli.options import LOGGING_OPTIONS, JsonOpt, with_options
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ootd run ... -o exact  &&  ootd run ... --cache-interval 3 -o fast  &&  ootd compare exact fast\n\n"
-    "Pairs images by file name. Higher PSNR/SSIM = closer (PSNR inf and SSIM 1 = identical). LPIPS and FID are "
-    "not offered: their network weights are not shipped and nothing is downloaded at run time."
+    "Pairs images by file name; compares results only, unless --include-intermediates (what was skipped is "
+    "listed). Higher PSNR/SSIM = closer (PSNR inf and SSIM 1 = identical). LPIPS and FID are not offered: their "
+    "network weights are not shipped and nothing is downloaded at run time."
 )
 
 
@@ -34,15 +35,18 @@ def compare_command(
                                           show_default=False)],
     b_dir: Annotated[Path, typer.Argument(help="Folder of images to judge against them, same file names.",
                                           show_default=False)],
+    include_intermediates: Annotated[bool, typer.Option(
+        "--include-intermediates", help="Also compare the pictures ootd writes beside its results (pose, parsing, "
+        "mask, masked person, contact sheets), which are skipped by default.")] = False,
     json_out: JsonOpt = False,
     **options: Any,
 ) -> None:
     """How far two folders of try-on results differ: PSNR, SSIM, max/mean absolute pixel difference per image and
-    overall (the mean). Images missing on one side or of different sizes are reported, not compared."""
+    overall (the mean). Images missing on one side, of different sizes or unreadable are reported, not compared."""
     from ootd.cli.display import print_json
     from ootd.tools.compare import compare_folders
 
-    result = compare_folders(a_dir, b_dir)
+    result = compare_folders(a_dir, b_dir, include_intermediates=include_intermediates)
     if json_out:
         print_json(result.to_dict())
         return
@@ -52,6 +56,11 @@ def compare_command(
         else:
             typer.echo(f"{item.name}: PSNR {_psnr_text(item.psnr)}  SSIM {item.ssim:.4f}  "
                        f"max |diff| {item.max_abs}  mean |diff| {item.mean_abs:.3f}")
+    if result.skipped:
+        shown = ", ".join(result.skipped[:3]) + (f" and {len(result.skipped) - 3} more" if len(result.skipped) > 3
+                                                 else "")
+        typer.echo(f"skipped {len(result.skipped)} intermediate(s) and contact sheet(s), not results ({shown}); "
+                   "--include-intermediates compares them too")
     overall = result.summary()
     if not overall["compared"]:
         typer.echo(f"overall: nothing compared ({overall['problems']} problem(s))")

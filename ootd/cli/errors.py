@@ -2,7 +2,8 @@
 -v/-q, and click's own usage errors (unknown option, missing value, not a number) as one line too.
 
 Exit codes: 0 success, 1 failure (missing checkpoints, no person found, outputs exist, ...), 2 usage error (bad
-option, unusable input image), 130 interrupted. --debug adds the traceback.
+option, unusable input image), 3 a setting this machine cannot run (ootd.errors.UnsupportedError), 130
+interrupted, 143 terminated. --debug adds the traceback.
 """
 
 from __future__ import annotations

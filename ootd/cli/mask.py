@@ -11,7 +11,7 @@ import typer
 
 from ootd.cli.display import print_json
 from ootd.cli.errors import guarded_command
-from ootd.cli.options import INPUTS, LOGGING_OPTIONS, RUN_OPTIONS, JsonOpt, config_from, with_options
+from ootd.cli.options import INPUTS, LOGGING_OPTIONS, RUN_OPTIONS, JsonOpt, checked_config, with_options
 
 logger = logging.getLogger("ootd.cli")
 
@@ -19,7 +19,9 @@ EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ootd mask --model person.jpg --category upper -o masks\n\n"
     "  (edit masks/person__upper__mask.png, then)  ootd run -m person.jpg -c shirt.jpg -k upper "
-    "--mask masks/person__upper__mask.png"
+    "--mask masks/person__upper__mask.png\n\n"
+    "Each file is listed with what it shows and its size: the mask and the masked person at --resolution, the "
+    "pose and parsing pictures at the size their models work at."
 )
 # the shared options that change the mask (the same words as `ootd run`, so a run with them makes this mask)
 MASK_OPTIONS = {name: RUN_OPTIONS[name] for name in (
@@ -39,20 +41,22 @@ def mask_command(
     **options: Any,
 ) -> None:
     """The mask a try-on would use: writes [bold]<person>__<category>__mask.png[/bold], the masked person, pose
-    and parsing (framed like try-on results), to fix and pass back with [bold]--mask[/bold]."""
+    and parsing (framed like try-on results), to fix and pass back with [bold]ootd run --mask[/bold]."""
     from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
-    from ootd.app.tryon.masking import make_mask, mask_targets
-    from ootd.app.tryon.outputs import refuse_existing
+    from ootd.app.tryon.masking import describe_mask_file, make_mask, mask_targets
+    from ootd.app.tryon.outputs import prepare_output_dir, refuse_existing
     from ootd.app.tryon.provenance import mask_record
-    from ootd.imaging.files import check_output_dir, load_image, save_png_atomic
+    from ootd.app.tryon.tempfiles import clean_stale_temps
+    from ootd.imaging.files import load_image, save_png_atomic
     from ootd.settings import Category
 
-    config = config_from(options)
+    config = checked_config(options)  # the device and parsing provider as `ootd run` checks them
     chosen = Category.parse(category)
     config.model_type_for(chosen)  # hd with lower/dress: a usage error now
     person = load_image(model, "person")
     check_checkpoints_present(config.checkpoints, [], need_preprocess=True)
-    check_output_dir(config.output)
+    prepare_output_dir(config.output)  # `-o FILE` is the usage error it is for `ootd run`
+    clean_stale_temps(config.output)
     targets = mask_targets(model.name, chosen, config)
     if not config.overwrite:
         refuse_existing(list(targets.values()))
@@ -60,9 +64,13 @@ def mask_command(
     metadata = mask_record(model.name, chosen, outcome.model_type, config)
     for kind, path in targets.items():
         save_png_atomic(outcome.images[kind], path, metadata, overwrite=config.overwrite)
+    described = {kind: describe_mask_file(kind, outcome.images[kind]) for kind in targets}
     if json_out:
         print_json({"outputs": {k: str(p) for k, p in targets.items()}, "category": chosen.value,
-                    "model_type": outcome.model_type.value, "person": str(model)})
+                    "model_type": outcome.model_type.value, "person": str(model),
+                    "files": {k: {"path": str(p), "size": list(outcome.images[k].size), "what": described[k]}
+                              for k, p in targets.items()}})
         return
-    for path in targets.values():
-        typer.echo(str(path))
+    width = max(len(str(p)) for p in targets.values())
+    for kind, path in targets.items():
+        typer.echo(f"{str(path):<{width}}  {described[kind]}")

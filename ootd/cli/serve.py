@@ -19,7 +19,7 @@ from ootd.serve.server import DEFAULT_HOST, DEFAULT_PORT
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ootd serve   (then open http://127.0.0.1:7860/)\n\n"
-    "  ootd serve --host 0.0.0.0 --auth ann:s3cret --device cuda:1\n\n"
+    "  ootd serve --host 0.0.0.0 --auth ann:s3cret --allow-host tryon.example --device cuda:1\n\n"
     "  curl -F person=@person.jpg -F garment=@shirt.jpg -F category=upper http://127.0.0.1:7860/api/tryon"
 )
 SERVE = "Server"
@@ -58,15 +58,32 @@ def serve_command(
         "--one-model", rich_help_panel=SERVE,
         help="Hold one model type at a time: less memory, but switching between hd and dc garments reloads.",
     )] = Limits.one_model,
+    max_steps: Annotated[int, typer.Option(
+        "--max-steps", rich_help_panel=SERVE, metavar="N",
+        help="Most denoising steps one request may ask for (more: 422).")] = Limits.max_steps,
+    max_samples: Annotated[int, typer.Option(
+        "--max-samples", rich_help_panel=SERVE, metavar="N",
+        help="Most pictures one request may ask for (more: 422).")] = Limits.max_samples,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", rich_help_panel=SERVE, metavar="NAME", show_default=False,
+        help="Also answer requests for this host name (repeatable; * for any): the server's name behind a proxy "
+             "or on a network. Others get 421, against DNS rebinding.")] = None,
+    allow_origin: Annotated[list[str] | None, typer.Option(
+        "--allow-origin", rich_help_panel=SERVE, metavar="ORIGIN", show_default=False,
+        help="Let pages of this site (https://shop.example; repeatable; * for any) send jobs and read answers. "
+             "Requests that change things from other sites' pages get 403.")] = None,
     **options: Any,
 ) -> None:
     """Serve the try-on page and the HTTP API; models load on first use and stay loaded."""
     check_extra()
     from ootd.app.tryon.config import parse_size
     from ootd.serve.limits import Auth
+    from ootd.serve.origins import Access
     from ootd.serve.server import serve
 
     config = config_from({**options, "seed": None})
-    limits = Limits(max_upload_bytes=parse_size(max_upload), max_queue=max_queue, one_model=one_model)
+    limits = Limits(max_upload_bytes=parse_size(max_upload), max_queue=max_queue, one_model=one_model,
+                    max_steps=max_steps, max_samples=max_samples)
+    access = Access.for_address(host, allow_host or (), allow_origin or ())
     serve(config, host, port, limits, Auth.parse(auth) if auth is not None else None, insecure_no_auth,
-          announce=typer.echo)
+          access=access, access_log=not options.get("quiet"), announce=typer.echo)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ootd.errors import DeviceError
+from ootd.errors import DeviceError, UnsupportedError
 from ootd.hardware.spec import check_device_spec
 
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
@@ -105,7 +105,7 @@ def cpu_bf16_matmul(environ: Mapping[str, str] | None = None, cpuinfo: Path = Pa
 
 def _mps_info() -> DeviceInfo:
     if not torch.backends.mps.is_available():
-        raise DeviceError("device mps requested but MPS is not available in this PyTorch")
+        raise UnsupportedError("device mps requested but MPS is not available in this PyTorch")
     return DeviceInfo(type="mps", vendor="apple", arch="mps", name="Apple MPS", unified_memory=True)
 
 
@@ -174,12 +174,20 @@ def _peek_cuda(index: int) -> DeviceInfo:
     return DeviceInfo(type="cuda", index=index, vendor="nvidia", arch=arch, name=f"NVIDIA {arch}")
 
 
+def require_gpu(spec: str | None, index: int) -> None:
+    """The GPU a device word names is visible, counted without initialising the runtime (so the runtime
+    environment can still be set first); an UnsupportedError saying what is there if not."""
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise UnsupportedError(f"device {spec} requested but this PyTorch sees no CUDA/ROCm GPU")
+    if index >= count:
+        raise UnsupportedError(f"device {spec} requested but only {count} GPU(s) are visible")
+
+
 def _detect_cuda(spec: str | None, index: int) -> DeviceInfo:
+    require_gpu(spec, index)
     if not torch.cuda.is_available():
-        raise DeviceError(f"device {spec} requested but this PyTorch sees no CUDA/ROCm GPU")
-    if index >= torch.cuda.device_count():
-        count = torch.cuda.device_count()
-        raise DeviceError(f"device {spec} requested but only {count} GPU(s) are visible")
+        raise UnsupportedError(f"device {spec} requested but this PyTorch cannot use its GPU")
     props = torch.cuda.get_device_properties(index)
     is_hip = torch.version.hip is not None
     if is_hip:

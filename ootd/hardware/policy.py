@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ootd.errors import DeviceError, UsageError
+from ootd.errors import DeviceError, UnsupportedError, UsageError
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.dtypes import DTYPES, dtype_name
 from ootd.hardware.profiles import DeviceProfile, load_profile
@@ -65,9 +65,9 @@ def choose_precision(info: DeviceInfo, precision: str = "auto", profile: DeviceP
     else:
         raise DeviceError(f"unknown precision {precision!r}: use {', '.join(PrecisionName.words())}")
     if dtype is torch.bfloat16 and not profile.precision_bf16:
-        raise DeviceError(f"bf16 is not supported on {info.arch} ({profile.name} profile): use fp16 or fp32")
+        raise UnsupportedError(f"bf16 is not supported on {info.arch} ({profile.name} profile): use fp16 or fp32")
     if dtype is torch.float16 and not profile.precision_fp16:
-        raise DeviceError(f"fp16 is not supported on {info.arch} ({profile.name} profile): use fp32 or bf16")
+        raise UnsupportedError(f"fp16 is not supported on {info.arch} ({profile.name} profile): use fp32 or bf16")
     vae = torch.float32 if dtype is torch.float16 and profile.precision_vae_fp16_overflows else dtype
     return Precision(unet=dtype, vae=vae, text_encoder=dtype, image_encoder=dtype, reason=reason)
 
@@ -97,13 +97,13 @@ def _has_fp8(info: DeviceInfo) -> bool:
 
 def choose_quantization(info: DeviceInfo, quantize: str | QuantizeName = QuantizeName.NONE,
                         unet_dtype: torch.dtype | None = None) -> QuantizeName:
-    """The user's quantization word if this device runs it, else a one-line DeviceError naming the ones it does.
+    """The user's quantization word if this device runs it, else a one-line UnsupportedError naming the ones it does.
     fp8 takes bf16 UNets only (torchao's per-row float8 scaling is written for bf16 weights)."""
     mode = QuantizeName.parse(quantize)
     supported = supported_quantization(info)
     if mode not in supported:
         where = info.arch if info.type != "cpu" else "the CPU"
-        raise DeviceError(f"quantization {mode.value} is not supported on {where}: use "
+        raise UnsupportedError(f"quantization {mode.value} is not supported on {where}: use "
                           f"{', '.join(m.value for m in supported)}")
     if mode is QuantizeName.FP8 and unet_dtype is not None and unet_dtype is not torch.bfloat16:
         raise UsageError(f"quantization fp8 needs precision bf16, not {dtype_name(unet_dtype)}")

@@ -23,7 +23,7 @@ import unicodedata
 import warnings
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
@@ -70,12 +70,22 @@ def load_image(path: str | Path, role: str) -> Image.Image:
     def fail(problem: str) -> InputImageError:
         return InputImageError(f"{role} image {printable(path)}: {_one_line(problem)}")
 
-    _require_regular_file(path, fail)
-    with _decoded(path, fail) as im:
+    with open_image_file(path, fail) as im:
         try:
             return _normalise(im, role)
         except (OSError, ValueError) as exc:  # e.g. a mode Pillow cannot convert
             raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
+
+
+@contextmanager
+def open_image_file(path: Path, fail: Callable[[str], InputImageError], min_side: int = MIN_SIDE
+                    ) -> Iterator[Image.Image]:
+    """An image file opened and fully decoded with every check `load_image` makes (a regular file, a known
+    format, at most MAX_PIXELS from the header before any decoding, each side at least `min_side`), each
+    problem one `fail(problem)` error; as Pillow gives it (no orientation or mode normalised)."""
+    _require_regular_file(path, fail)
+    with _decoded(path, fail, min_side) as im:
+        yield im
 
 
 def _require_regular_file(path: Path, fail: Callable[[str], InputImageError]) -> None:
@@ -96,14 +106,15 @@ def _require_regular_file(path: Path, fail: Callable[[str], InputImageError]) ->
 
 
 @contextmanager
-def _decoded(path: Path, fail: Callable[[str], InputImageError]) -> Iterator[Image.Image]:
+def _decoded(path: Path | BinaryIO, fail: Callable[[str], InputImageError], min_side: int = MIN_SIDE
+             ) -> Iterator[Image.Image]:
     """The open, fully decoded image; every way a file can be unreadable becomes one `fail` line."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             im = Image.open(path, formats=_open_formats())
             try:
-                _check_header_size(im, fail)
+                _check_header_size(im, fail, min_side)
                 im.load()
             except BaseException:
                 im.close()
@@ -132,7 +143,7 @@ def _open_formats() -> list[str]:
     return [name for name in FORMATS if name in Image.OPEN]
 
 
-def _check_header_size(im: Image.Image, fail: Callable[[str], InputImageError]) -> None:
+def _check_header_size(im: Image.Image, fail: Callable[[str], InputImageError], min_side: int = MIN_SIDE) -> None:
     """Reject tiny and enormous images from the header alone, before any pixel is decoded."""
     width, height = im.size
     if width * height > MAX_PIXELS:
@@ -140,8 +151,8 @@ def _check_header_size(im: Image.Image, fail: Callable[[str], InputImageError]) 
             f"image too large: {width}x{height} = {width * height / 1e6:.0f} megapixels "
             f"(limit {MAX_PIXELS / 1e6:.0f}); downscale it first"
         )
-    if min(width, height) < MIN_SIDE:
-        raise fail(f"image too small: {width}x{height} (each side must be at least {MIN_SIDE} px)")
+    if min(width, height) < min_side:
+        raise fail(f"image too small: {width}x{height} (each side must be at least {min_side} px)")
 
 
 def _normalise(im: Image.Image, role: str) -> Image.Image:
@@ -231,7 +242,8 @@ def check_output_dir(path: str | Path) -> Path:
     try:
         fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         os.close(fd)
-        os.unlink(probe)
+        with suppress(FileNotFoundError):  # another run's cleaner may have taken it: it was ours
+            os.unlink(probe)
     except OSError as exc:
         raise OutputError(f"output folder {path} is not writable: {_one_line(exc.strerror or exc)}") from None
     return path
@@ -263,9 +275,9 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], overwrite: bool = False) -> Path:
-    """The one atomic writer: `write(handle)` fills a hidden temporary file in the same folder (locked while it
-    is written, so a cleaner knows its writer is alive), which is flushed to disk and renamed over `path` in one
-    step; on any failure the temporary file is removed."""
+    """The one atomic writer: `write(handle)` fills a hidden temporary file in the same folder (locked from
+    just after it is made until it has its final name, so a cleaner knows its writer is alive), which is
+    flushed to disk and renamed over `path` in one step; on any failure the temporary file is removed."""
     path = Path(path)
     folder = path.parent
     if not folder.is_dir():
@@ -274,24 +286,16 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], overwrit
         raise OutputError(f"cannot write {path}: it is a folder")
     if path.exists() and not overwrite:
         raise OutputError(f"{path} already exists; use --overwrite to replace it")
-    tmp = folder / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    tmp, fd = _locked_temp(path)
     try:
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # the umask applies, as for any file
-    except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise no_space(path) from None
-        raise OutputError(f"cannot write to output folder {folder}: {_one_line(exc.strerror or exc)}") from None
-    try:
-        if fcntl is not None:  # held until the file is closed (or its process dies)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        with os.fdopen(fd, "wb") as handle:
+        with os.fdopen(fd, "wb") as handle:  # closing it (last) gives the lock up
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            _rename_no_clobber(tmp, path)
+            if overwrite:
+                os.replace(tmp, path)
+            else:
+                _rename_no_clobber(tmp, path)
     except OutputError:
         _remove_quietly(tmp)
         raise
@@ -305,6 +309,33 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], overwrit
         raise
     logger.debug("saved %s", path)
     return path
+
+
+def _locked_temp(path: Path, attempts: int = 5) -> tuple[Path, int]:
+    """A new hidden temporary file next to `path`, open for writing and locked. A cleaner may take a file in
+    the instant between its creation and its lock (it is then free, so it looks abandoned) and unlink it: the
+    writer sees that once it holds the lock (no links left) and starts again under a new name."""
+    folder = path.parent
+    for _ in range(attempts):
+        tmp = folder / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)  # the umask applies, as for any file
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise no_space(path) from None
+            raise OutputError(f"cannot write to output folder {folder}: {_one_line(exc.strerror or exc)}") from None
+        if fcntl is None:  # pragma: no cover - Windows: no locks (cleaners go by age there)
+            return tmp, fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held until the file is closed (or its process dies)
+            if os.fstat(fd).st_nlink > 0:
+                return tmp, fd
+        except BaseException:
+            os.close(fd)
+            _remove_quietly(tmp)
+            raise
+        os.close(fd)  # a cleaner removed it before the lock: try a new name
+    raise OutputError(f"cannot write {path}: its temporary files kept being removed by another process")
 
 
 def _rename_no_clobber(tmp: Path, path: Path) -> None:

@@ -1,12 +1,17 @@
 """`ootd serve`: the try-on page and HTTP API, a front end on the application layer (`ootd.app`).
 
-    limits.py   upload size (enforced while streaming), queue length, authentication
-    worker.py   the one thread that owns the device: a bounded line of jobs, progress for whoever waits
-    service.py  the pipelines kept loaded, one request through `run_tryon`, its PNGs
-    forms.py    a multipart request -> a checked job, or one line with its HTTP status
-    app.py      the FastAPI routes and the error mapping
-    server.py   host/auth policy, the per-process temporary folder, uvicorn
-    static/     the page (plain HTML, CSS and JavaScript, no CDN) and its example images
+    limits.py     upload size (enforced while streaming), queue length, steps and samples per request, auth
+    origins.py    the host names it answers to (DNS rebinding) and the other sites allowed to post (CORS)
+    access.py     one access-log line per request, with its time
+    worker.py     the one thread that owns the device: a bounded line of jobs, progress, cancellation
+    service.py    the pipelines kept loaded, one request run through the try-on job, its PNGs
+    forms.py      a multipart request -> a checked job, or one line with its HTTP status
+    messages.py   every failure -> a status and one line for clients (the API's words, no server paths)
+    schema.py     what /openapi.json says about the form and the answers
+    app.py        the FastAPI routes
+    workspace.py  the per-process temporary folder, locked while alive; dead servers' folders removed
+    server.py     host/auth policy, the socket, uvicorn, stopping on signals
+    static/       the page (plain HTML, CSS and JavaScript, no CDN), its icon and example images
 
 FastAPI, uvicorn and python-multipart come with the `serve` extra; nothing here is imported by the library or
 the application layer.

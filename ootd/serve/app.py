@@ -1,89 +1,79 @@
-"""The FastAPI app: the page, the JSON API and the mapping of every failure to a status and one line.
+"""The FastAPI app: the page, the JSON API, and every failure as a status and one line (messages.py).
 
-    GET  /                        the page (static files of this package; nothing else on disk is served)
-    GET  /api/health              device, precision, attention backend, loaded models, queue
-    GET  /api/options             choices and defaults for the page's controls
-    POST /api/tryon               multipart try-on, answered when done: images as data: URLs
-    POST /api/jobs                the same request, answered at once with a job id (the page uses this)
-    GET  /api/jobs/{id}           place in line, stage and step, then the result (file URLs) or the error
-    GET  /api/jobs/{id}/files/{name}   one of that job's PNGs
+    GET    /                             the page (static files of this package; nothing else on disk is served)
+    GET    /api/health                   device, precision, attention backend, loaded models, queue, checkpoints
+    GET    /api/options                  choices, defaults and limits for the page's controls
+    POST   /api/tryon                    multipart try-on, answered when done: images as data: URLs
+    POST   /api/jobs                     the same request, answered at once with a job id (the page uses this)
+    GET    /api/jobs/{id}                place in line, stage and step, then the result (file URLs) or the error
+    DELETE /api/jobs/{id}                cancel: a waiting job leaves the line, a running one stops at its next step
+    GET    /api/jobs/{id}/files/{name}   one of that job's PNGs
+    GET    /openapi.json                 the schema of these routes, with examples
 
-Statuses: 400 unusable image or impossible combination, 413 too large, 422 bad field, 503 busy (Retry-After),
-out of memory or models that cannot load; 500 only for a fault of the server itself, also as one line.
+A /api/tryon whose client goes away is cancelled at the next denoising step; so is every job when the server
+stops (its waiting clients get 503).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import logging
 import shutil
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import ClientDisconnect
 
 from ootd import __version__
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.loader import ModelSource
-from ootd.errors import CheckpointError, DeviceError, InputImageError, NoPersonError, OotdError, UsageError
-from ootd.serve.forms import FILES, TEXT_FIELDS, BadRequest, FieldError, build_spec
+from ootd.app.tryon.outputs import settings_json
+from ootd.errors import NoPersonError, OotdError, UsageError
+from ootd.serve import schema
+from ootd.serve.access import CLIENT_GONE, AccessLog
+from ootd.serve.forms import FILES, TEXT_FIELDS, build_spec
 from ootd.serve.limits import Auth, BodyLimit, Limits, RequireAuth
-from ootd.serve.service import Finished, TryOnService
-from ootd.serve.worker import DONE, FAILED, Job, QueueFull, ShuttingDown, Worker
+from ootd.serve.messages import classify, error_response
+from ootd.serve.origins import ANY, Access, BrowserGuard
+from ootd.serve.service import Finished, TryOnService, checkpoints_note
+from ootd.serve.worker import CANCELLED, DONE, FAILED, Cancelled, Job, QueueFull, ShuttingDown, Worker
 from ootd.settings import RESOLUTIONS, Category, FitMode, SchedulerName
 
 logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
-OOM_HINT = "try resolution 384x512 or fewer samples"
-
-
-def classify(exc: BaseException) -> tuple[int, str, dict[str, str]]:
-    """An exception -> (HTTP status, one-line message, extra headers)."""
-    if isinstance(exc, QueueFull):
-        return 503, one_line(exc), {"Retry-After": str(exc.retry_after)}
-    if isinstance(exc, FieldError):
-        return 422, one_line(exc), {}
-    if isinstance(exc, BadRequest | InputImageError | NoPersonError | UsageError):
-        return 400, one_line(exc), {}
-    if isinstance(exc, ShuttingDown):
-        return 503, one_line(exc), {"Retry-After": "5"}
-    if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower():
-        return 503, f"out of memory: {one_line(exc)[:200]}; {OOM_HINT}", {}
-    if isinstance(exc, CheckpointError | DeviceError):
-        return 503, f"the server cannot run this model: {one_line(exc)}", {}
-    if isinstance(exc, OotdError):
-        return 500, one_line(exc), {}
-    return 500, f"internal error: {type(exc).__name__}: {one_line(exc)[:300]} (details in the server log)", {}
-
-
-def error_response(exc: BaseException) -> JSONResponse:
-    status, message, headers = classify(exc)
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+POLL_S = 0.1  # how often a waiting /api/tryon looks whether its client is still there
 
 
 def _data_url(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def result_json(job: Job, inline: bool) -> dict[str, Any]:
-    """A finished job's answer; images as data: URLs (`inline`) or as URLs of this server."""
+def result_json(job: Job, base_url: str | None) -> dict[str, Any]:
+    """A finished job's answer: images as data: URLs (`base_url` None) or as absolute URLs of this server."""
     done: Finished = job.result
 
     def ref(name: str) -> str:
-        return _data_url(done.files[name]) if inline else f"api/jobs/{job.id}/files/{name}"
+        if base_url is None:
+            return _data_url(done.files[name])
+        return f"{base_url}api/jobs/{job.id}/files/{quote(name)}"
 
     seconds = job.seconds()
     timings = {**done.timings, **seconds, "total": seconds["queue"] + seconds["run"]}
-    settings = {**done.settings, "fit": str(job.spec.config.fit),
+    settings = {**settings_json(done.settings), "fit": str(job.spec.config.fit),
                 "mask": "uploaded" if job.spec.request.mask is not None else "auto"}
     return {
         "images": [ref(name) for name in done.names], "names": done.names, "seed": done.seed,
@@ -98,15 +88,24 @@ class Api:
     def __init__(self, config: RunConfig, limits: Limits, service: TryOnService, worker: Worker,
                  jobs_root: Path) -> None:
         self.config, self.limits, self.service, self.worker, self.jobs_root = config, limits, service, worker, jobs_root
+        checkpoints = Path(config.checkpoints)
+        # what error messages call this server's folders instead of naming them
+        self.roots = {str(checkpoints): "<checkpoints>", str(checkpoints.resolve()): "<checkpoints>",
+                      str(jobs_root.parent): "<temporary folder>"}
+        self._note: Any = ...  # not computed yet
 
     def register(self, app: FastAPI) -> None:
         app.add_api_route("/", self.page, methods=["GET"], include_in_schema=False)
-        app.add_api_route("/api/health", self.health, methods=["GET"])
-        app.add_api_route("/api/options", self.options, methods=["GET"])
-        app.add_api_route("/api/tryon", self.tryon, methods=["POST"])
-        app.add_api_route("/api/jobs", self.create_job, methods=["POST"], status_code=202)
-        app.add_api_route("/api/jobs/{job_id}", self.job_status, methods=["GET"])
-        app.add_api_route("/api/jobs/{job_id}/files/{name}", self.job_file, methods=["GET"])
+        app.add_api_route("/favicon.ico", self.favicon, methods=["GET"], include_in_schema=False)
+        app.add_api_route("/api/health", self.health, methods=["GET"], summary="Device, models, queue, checkpoints")
+        app.add_api_route("/api/options", self.options, methods=["GET"], summary="Choices, defaults and limits")
+        app.add_api_route("/api/tryon", self.tryon, methods=["POST"], **schema.tryon_docs())
+        app.add_api_route("/api/jobs", self.create_job, methods=["POST"], status_code=202, **schema.jobs_docs())
+        app.add_api_route("/api/jobs/{job_id}", self.job_status, methods=["GET"], **schema.job_docs())
+        app.add_api_route("/api/jobs/{job_id}", self.cancel_job, methods=["DELETE"], status_code=202,
+                          summary="Cancel a job: it leaves the line, or stops at its next step")
+        app.add_api_route("/api/jobs/{job_id}/files/{name}", self.job_file, methods=["GET"],
+                          summary="One PNG of a finished job", response_class=FileResponse)
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     async def submit(self, request: Request) -> Job:
@@ -116,7 +115,7 @@ class Api:
         folder = self.jobs_root / job_id
         try:
             async with request.form(max_files=len(FILES), max_fields=len(TEXT_FIELDS)) as form:
-                spec = await run_in_threadpool(build_spec, form, self.config, folder)
+                spec = await run_in_threadpool(build_spec, form, self.config, folder, self.limits)
             job = Job(spec, folder, id=job_id)
             self.worker.submit(job)
             return job
@@ -124,36 +123,66 @@ class Api:
             shutil.rmtree(folder, ignore_errors=True)
             raise
 
+    def error(self, exc: BaseException) -> JSONResponse:
+        return error_response(exc, self.roots)
+
     async def page(self) -> FileResponse:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
+    async def favicon(self) -> FileResponse:
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     async def health(self) -> dict[str, Any]:
+        note = await run_in_threadpool(self.checkpoints_note)
         return {"status": "ok", "version": __version__, **self.service.describe(),
-                "models_loaded": self.service.loaded(), "queue": self.worker.status()}
+                "models_loaded": self.service.loaded(), "queue": self.worker.status(),
+                "checkpoints": {"released": note is None, "note": note}}
+
+    def checkpoints_note(self) -> str | None:
+        """Computed once (config files and weight headers only): the tree does not change under a server."""
+        if self._note is ...:
+            self._note = checkpoints_note(self.config)
+        return self._note
 
     async def options(self) -> dict[str, Any]:
         return page_options(self.config, self.limits)
 
-    async def tryon(self, request: Request) -> JSONResponse:
+    async def tryon(self, request: Request) -> Response:
         job = await self.submit(request)
-        await run_in_threadpool(job.wait)
-        if job.state == FAILED:
-            return error_response(job.error)
-        return JSONResponse(await run_in_threadpool(result_json, job, True))
+        loop, finished = asyncio.get_running_loop(), asyncio.Event()
+        job.when_finished(lambda: loop.call_soon_threadsafe(finished.set))
+        while not finished.is_set():
+            if self.worker.stopping:  # the job is being cancelled; its client need not wait for that
+                return self.error(ShuttingDown())
+            if await request.is_disconnected():
+                self.worker.cancel(job, Cancelled("cancelled: the client went away"))
+                logger.info("the client of request %s went away: cancelled at its next step", job.id)
+                return Response(status_code=CLIENT_GONE)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(finished.wait(), POLL_S)
+        if job.state != DONE:
+            return self.error(job.error)
+        return JSONResponse(await run_in_threadpool(result_json, job, None))
 
     async def create_job(self, request: Request) -> dict[str, Any]:
         job = await self.submit(request)
         return {"id": job.id, "state": job.state, "position": self.worker.position(job)}
 
-    async def job_status(self, job_id: str) -> JSONResponse:
+    async def job_status(self, request: Request, job_id: str) -> JSONResponse:
         job = self._job(job_id)
         body: dict[str, Any] = {"id": job.id, "state": job.state, "position": self.worker.position(job),
                                 "stage": job.stage, "done": job.done, "total": job.total}
         if job.state == DONE:
-            body.update(result_json(job, inline=False))
-        elif job.state == FAILED:
-            body["status"], body["error"], _ = classify(job.error)
+            body.update(result_json(job, str(request.base_url)))
+        elif job.state in (FAILED, CANCELLED):
+            body["status"], body["error"], _ = classify(job.error, self.roots)
+            body["needs_mask"] = isinstance(job.error, NoPersonError)
         return JSONResponse(body)
+
+    async def cancel_job(self, job_id: str) -> dict[str, Any]:
+        job = self._job(job_id)
+        self.worker.cancel(job, Cancelled("cancelled by its client"))
+        return {"id": job.id, "state": job.state}
 
     async def job_file(self, job_id: str, name: str) -> FileResponse:
         job = self._job(job_id)
@@ -170,10 +199,12 @@ class Api:
 
 
 def create_app(config: RunConfig, workdir: Path, limits: Limits | None = None, auth: Auth | None = None,
-               models: ModelSource | None = None) -> FastAPI:
+               models: ModelSource | None = None, access: Access | None = None) -> FastAPI:
     """The app around one worker thread. `workdir`: this process's temporary folder (jobs live under it).
-    `models` replaces loading from the config (tests hand in preloaded pipelines)."""
+    `models` replaces loading from the config (tests hand in preloaded pipelines); `access`: the host names
+    and origins allowed (default: a loopback server's)."""
     limits = limits or Limits()
+    access = access or Access()
     service = TryOnService(config, models, one_model=limits.one_model)
     worker = Worker(service.run, limits.max_queue, limits.keep_jobs)
     jobs_root = Path(workdir) / "jobs"
@@ -188,13 +219,22 @@ def create_app(config: RunConfig, workdir: Path, limits: Limits | None = None, a
             await run_in_threadpool(worker.stop)
 
     app = FastAPI(title="ootd", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  description="Virtual try-on: a person photo and a garment photo in, that person wearing it out. "
+                              "Every failure is {\"error\": \"one line\"}.")
     app.state.worker, app.state.service = worker, service
-    _add_error_handlers(app)
-    Api(config, limits, service, worker, jobs_root).register(app)
+    api = Api(config, limits, service, worker, jobs_root)
+    _add_error_handlers(app, api)
+    api.register(app)
+    # the last added runs first: the access log sees every answer, the guards act before any body is read
     app.add_middleware(BodyLimit, limit=limits.max_upload_bytes)
     if auth is not None:
-        app.add_middleware(RequireAuth, auth=auth)  # added last: runs first, before any body is read
+        app.add_middleware(RequireAuth, auth=auth)
+    if access.origins:  # answers readable by the allowed sites' pages, and their preflight requests answered
+        app.add_middleware(CORSMiddleware, allow_origins=["*"] if ANY in access.origins else sorted(access.origins),
+                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["authorization"],
+                           allow_credentials=ANY not in access.origins)
+    app.add_middleware(BrowserGuard, access=access)
+    app.add_middleware(AccessLog)
     return app
 
 
@@ -213,11 +253,12 @@ def page_options(config: RunConfig, limits: Limits) -> dict[str, Any]:
         "defaults": {"samples": sampling.num_samples, "steps": sampling.steps, "scale": sampling.guidance_scale,
                      "resolution": str(sampling.resolution), "scheduler": str(sampling.scheduler),
                      "fit": str(config.fit)},
+        "limits": {"steps": limits.max_steps, "samples": limits.max_samples},
         "max_upload_bytes": limits.max_upload_bytes,
     }
 
 
-def _add_error_handlers(app: FastAPI) -> None:
+def _add_error_handlers(app: FastAPI, api: Api) -> None:
     """Every answer that is not a success is {"error": "one line"}; tracebacks go to the server log only."""
 
     @app.exception_handler(HTTPException)
@@ -230,19 +271,19 @@ def _add_error_handlers(app: FastAPI) -> None:
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return JSONResponse({"error": one_line(f"{where}: {first.get('msg', 'invalid')}")}, status_code=422)
 
-    @app.exception_handler(OotdError)
-    async def ootd_error(_: Request, exc: OotdError) -> JSONResponse:
-        return error_response(exc)
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, _: ClientDisconnect) -> Response:
+        client = request.client.host if request.client else "a client"
+        logger.info("%s went away during %s %s; nothing was kept", client, request.method, request.url.path)
+        return Response(status_code=CLIENT_GONE)
 
-    @app.exception_handler(QueueFull)
-    async def busy(_: Request, exc: QueueFull) -> JSONResponse:
-        return error_response(exc)
+    async def known(_: Request, exc: Exception) -> JSONResponse:
+        return api.error(exc)
 
-    @app.exception_handler(ShuttingDown)
-    async def stopping(_: Request, exc: ShuttingDown) -> JSONResponse:
-        return error_response(exc)
+    for kind in (OotdError, QueueFull, Cancelled):
+        app.add_exception_handler(kind, known)
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         logger.error("unexpected error", exc_info=exc)
-        return error_response(exc)
+        return api.error(exc)

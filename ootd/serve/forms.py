@@ -18,12 +18,28 @@ from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.masking import check_mask_input
 from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import OotdError, UsageError
+from ootd.serve.limits import Limits
 from ootd.serve.service import JobSpec
 from ootd.settings import Category, FitMode
 
 FILES = ("person", "garment", "mask")
 TEXT_FIELDS = ("category", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit")
 NUMBERS = {"samples": int, "steps": int, "seed": int, "scale": float}
+REQUIRED = ("person", "garment", "category")
+# what each field of the form means (the OpenAPI schema's descriptions)
+FIELD_HELP = {
+    "person": "photo of the person (PNG, JPEG, WebP...)",
+    "garment": "photo of the garment",
+    "mask": "optional mask, white = repaint, the person photo's shape: skips pose and parsing",
+    "category": "upper, lower or dress (or the aliases of ootd run)",
+    "samples": "pictures to make (the server's --max-samples at most)",
+    "steps": "denoising steps (the server's --max-steps at most)",
+    "scale": "guidance scale, 0 to 50",
+    "seed": "random seed; absent: a fresh random one (the answer says which)",
+    "resolution": "384x512 or 768x1024",
+    "scheduler": "the sampler (GET /api/options lists them)",
+    "fit": "how a photo that is not 3:4 is framed: pad, crop or stretch",
+}
 
 
 class FieldError(UsageError):
@@ -53,9 +69,9 @@ def _number(form: Any, name: str) -> int | float | None:
         raise FieldError(f"{name} must be {what}, got {value!r}") from None
 
 
-def parse_settings(form: Any, base: RunConfig) -> tuple[Category, RunConfig]:
-    """The category and this request's config: the server's config with the request's sampling and framing.
-    An absent seed means a fresh random one."""
+def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category, RunConfig]:
+    """The category and this request's config: the server's config with the request's sampling and framing,
+    within the server's limits. An absent seed means a fresh random one."""
     unknown = sorted(set(form.keys()) - set(TEXT_FIELDS) - set(FILES))
     if unknown:
         raise FieldError(f"unknown field {unknown[0]!r}: use {', '.join(FILES + TEXT_FIELDS)}")
@@ -74,6 +90,9 @@ def parse_settings(form: Any, base: RunConfig) -> tuple[Category, RunConfig]:
         raise
     except UsageError as exc:
         raise FieldError(str(exc)) from None
+    beyond = limits.check_request(sampling.steps, sampling.num_samples)
+    if beyond is not None:
+        raise FieldError(beyond)
     config = replace(base, sampling=sampling, fit=fit)
     try:
         config.model_type_for(category)
@@ -110,9 +129,10 @@ def _safe_name(filename: str | None, role: str) -> str:
     return cleaned[:120] or f"{role}.png"
 
 
-def build_spec(form: Any, base: RunConfig, folder: Path) -> JobSpec:
-    """Everything checked that can be checked before queueing: fields, then the images themselves."""
-    category, config = parse_settings(form, base)
+def build_spec(form: Any, base: RunConfig, folder: Path, limits: Limits) -> JobSpec:
+    """Everything checked that can be checked before queueing: fields, then the images themselves. The job
+    writes what `ootd run --save-intermediates` writes: the mask and masked person framed as the results."""
+    category, config = parse_settings(form, base, limits)
     saved = save_uploads(form, folder)
     mask = saved.get("mask")
     request = TryOnRequest(
@@ -127,4 +147,4 @@ def build_spec(form: Any, base: RunConfig, folder: Path) -> JobSpec:
         for path, name in saved.values():  # the client's file name, never this server's folders
             message = message.replace(str(path), name)
         raise BadRequest(message) from None
-    return JobSpec(decoded, replace(config, output=folder / "results"), decoded.person.size)
+    return JobSpec(decoded, replace(config, output=folder / "results", save_intermediates=True), decoded.person.size)

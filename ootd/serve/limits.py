@@ -29,12 +29,16 @@ MiB = 2**20
 @dataclass(frozen=True)
 class Limits:
     """Per-server limits (and how much it keeps). 20 MiB of upload holds any sane photo, far below the
-    50-megapixel decode guard."""
+    50-megapixel decode guard. Steps and samples are bounded per request so that one anonymous request cannot
+    hold a shared device for long: 50 steps is 2.5x the released models' default and past the point where more
+    steps change the picture; 4 samples is what the original demo offers."""
 
     max_upload_bytes: int = 20 * MiB  # a whole request body: person + garment + mask + fields
     max_queue: int = 8  # requests waiting behind the running one; more get 503 + Retry-After
     keep_jobs: int = 32  # finished jobs whose results stay downloadable; older ones are deleted
     one_model: bool = False  # hold one model type at a time (switching hd <-> dc reloads) instead of both
+    max_steps: int = 50  # denoising steps one request may ask for
+    max_samples: int = 4  # pictures one request may ask for
 
     def validate(self) -> None:
         if self.max_upload_bytes < 64 * 1024:
@@ -43,6 +47,26 @@ class Limits:
             raise UsageError(f"the queue length must be at least 1, got {self.max_queue}")
         if self.keep_jobs < 1:
             raise UsageError(f"the number of kept results must be at least 1, got {self.keep_jobs}")
+        if self.max_steps < 1:
+            raise UsageError(f"--max-steps must be at least 1, got {self.max_steps}")
+        if self.max_samples < 1:
+            raise UsageError(f"--max-samples must be at least 1, got {self.max_samples}")
+
+    def check_defaults(self, steps: int, samples: int) -> None:
+        """The server's own defaults (--steps, --samples) within what it lets a request ask for."""
+        if steps > self.max_steps:
+            raise UsageError(f"--steps {steps} is over --max-steps {self.max_steps}: lower one or raise the other")
+        if samples > self.max_samples:
+            raise UsageError(f"--samples {samples} is over --max-samples {self.max_samples}: lower one or raise "
+                             "the other")
+
+    def check_request(self, steps: int, samples: int) -> str | None:
+        """What a request asks for beyond this server's limits, as a message; None when within them."""
+        if steps > self.max_steps:
+            return f"steps {steps} is over this server's limit of {self.max_steps}"
+        if samples > self.max_samples:
+            return f"samples {samples} is over this server's limit of {self.max_samples}"
+        return None
 
 
 class RequestTooLarge(Exception):
@@ -72,7 +96,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _header(scope, b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await send_json(send, 413, {"error": too_large_message(self.limit)}, {"connection": "close"})
             return
@@ -144,14 +168,15 @@ class RequireAuth:
         self.auth = auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.auth.allows(_header(scope, b"authorization")):
+        if scope["type"] == "http" and not self.auth.allows(header(scope, b"authorization")):
             await send_json(send, 401, {"error": "authentication required"},
                             {"www-authenticate": 'Basic realm="ootd", charset="UTF-8"'})
             return
         await self.app(scope, receive, send)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
+    """One request header's value (the first of that name), or None."""
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
             return value.decode("latin-1").strip()

@@ -17,7 +17,6 @@ from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, prepare_job
 from ootd.app.tryon.loader import ModelSource, PipelineLoader
 from ootd.app.tryon.outcome import TryOnOutcome
-from ootd.app.tryon.provenance import png_record
 from ootd.app.tryon.request import TryOnRequest
 from ootd.imaging.files import save_png_atomic
 from ootd.serve.worker import Job
@@ -38,7 +37,7 @@ class Finished:
     """A finished try-on's files (all inside the job folder) and what the answer reports."""
 
     names: list[str]  # result file names, as `ootd run` names them
-    mask: str  # the mask at the working resolution (as --save-intermediates writes it)
+    mask: str  # the mask framed like the results (as --save-intermediates writes it)
     masked_person: str
     person_mask: str  # the mask in the person photo's own framing and size: the editor's starting point
     seed: int
@@ -64,7 +63,8 @@ class TryOnService:
     def describe(self) -> dict[str, str]:
         """Device, precision and attention backend as the latest try-on used them; the configured words before."""
         if self.info:
-            return {key: str(self.info.get(key, "")) for key in ("device", "precision", "attention")}
+            return {"device": str(self.info.get("device", "")), "precision": str(self.info.get("precision", "")),
+                    "attention": attention_used(self.info.get("attention"))}
         config = self.config
         return {"device": config.device or "auto", "precision": config.precision.value,
                 "attention": config.attention.value}
@@ -93,8 +93,10 @@ class TryOnService:
             timings["load"] = time.perf_counter() - start
         else:
             pipe = loader.get(model_type)
-        outcome = prepared.run(pipe, progress=job.progress)
+        job.check()  # cancelled while the model loaded
+        outcome = prepared.run(pipe, progress=job.progress, callback=job.step)
         self.info = dict(outcome.info)
+        job.check()  # cancelled during the decode: nobody will fetch the files
         start = time.perf_counter()
         finished = write_outcome(prepared, outcome, spec.person_size)
         timings.update(outcome.timings())
@@ -103,21 +105,38 @@ class TryOnService:
         return finished
 
 
+def attention_used(described: Any) -> str:
+    """The backends that ran, without the dispatcher's call counts, which grow with every request
+    (`auto: sdpa > chunked > math (used: sdpa x 268)` -> `sdpa`)."""
+    text = str(described or "unknown")
+    if "(used:" in text:
+        used = text.split("(used:", 1)[1].rstrip(") ")
+        return ", ".join(part.split(" x ")[0].strip() for part in used.split(","))
+    return text.split(":", 1)[0]
+
+
+def checkpoints_note(config: RunConfig) -> str | None:
+    """None when the server's checkpoints are the released OOTDiffusion models (as far as their configs and
+    safetensors headers say: no weight is read); else one line saying how they differ."""
+    from ootd.weights.architecture import compare_to_released, summary
+
+    models = [config.model_type] if config.model_type is not None else list(ModelType)
+    diffs = compare_to_released(config.checkpoints, models, count_params=False)
+    return summary(diffs) if diffs else None
+
+
 def write_outcome(job: TryOnJob, outcome: TryOnOutcome, person_size: tuple[int, int]) -> Finished:
-    """The result PNGs (with `ootd run`'s names and records), the mask, the masked person and the editor's mask,
-    each written atomically into the job's results folder."""
-    result, config, targets = outcome.result, job.config, job.targets
-    images, _ = job.save(outcome)
-    record = png_record(outcome, config)
-    extra = {"mask": (result.mask, record), "masked_person": (result.masked_person, record),
-             "mask_editable": (mask_in_person_frame(result.mask, person_size, config.fit), {})}
-    files = {path.name: path for path in images}
-    names = {}
-    for kind, (image, meta) in extra.items():
-        path = save_png_atomic(image, targets.path(kind), meta, overwrite=True)
-        files[path.name], names[kind] = path, path.name
-    return Finished([p.name for p in images], names["mask"], names["masked_person"], names["mask_editable"],
-                    int(result.seed), outcome.model_type.value, dict(result.settings or {}), {}, files)
+    """The files `ootd run --save-intermediates` writes (results, mask and masked person framed like the
+    results, with `ootd run`'s names and records) and the editor's mask, each written atomically into the job's
+    results folder."""
+    images, intermediates = job.save(outcome)
+    editable = mask_in_person_frame(outcome.result.mask, person_size, job.config.fit)
+    person_mask = save_png_atomic(editable, job.targets.path("mask_editable"), {}, overwrite=True)
+    files = {path.name: path for path in (*images, *intermediates.values(), person_mask)}
+    result = outcome.result
+    return Finished([p.name for p in images], intermediates["mask"].name, intermediates["masked_person"].name,
+                    person_mask.name, int(result.seed), outcome.model_type.value, dict(result.settings or {}), {},
+                    files)
 
 
 def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: FitMode) -> Any:

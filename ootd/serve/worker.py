@@ -3,6 +3,10 @@
 Whoever waits can see where its job stands (its place in line, then the stage and step the pipeline reports), so
 the page can show "2 ahead of you" and then "denoising 7/20". The line is short on purpose: a request that would
 wait behind `max_queue` others is refused at once with an estimate of when to retry, instead of hanging.
+
+A job can be cancelled (its client went away, it asked to, or the server is stopping): one that waits leaves the
+line at once; the running one stops at its next progress report or denoising step, where the pipeline calls the
+job's hooks (`Job.progress`, `Job.step`), which raise the cancellation.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 
 
 class QueueFull(Exception):
@@ -31,8 +35,15 @@ class QueueFull(Exception):
         self.retry_after = retry_after
 
 
-class ShuttingDown(Exception):
-    """The server stopped before the job ran."""
+class Cancelled(Exception):
+    """The job was stopped before it finished: its client went away or asked for it."""
+
+
+class ShuttingDown(Cancelled):
+    """The server is stopping: the job was dropped from the line or stopped at its next step."""
+
+    def __init__(self, message: str = "the server is shutting down; retry in a moment") -> None:
+        super().__init__(message)
 
 
 @dataclass(eq=False)
@@ -52,13 +63,45 @@ class Job:
     result: Any = None
     error: BaseException | None = None
     _event: threading.Event = field(default_factory=threading.Event, repr=False)
+    _cancel: Cancelled | None = field(default=None, repr=False)
+    _listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def progress(self, stage: str, done: int, total: int) -> None:
-        """The pipeline's progress callback; plain attribute writes, read by the polling thread."""
+        """The pipeline's progress callback; plain attribute writes, read by the polling thread. Raises the
+        cancellation, if any: every stage reports progress, so a cancelled job stops at its next report."""
         self.stage, self.done, self.total = stage, done, total
+        self.check()
+
+    def step(self, step: int, t: Any, latents: Any) -> None:
+        """The pipeline's per-step hook (ootd/method/sampling.py): stops the denoising loop once cancelled."""
+        self.check()
+
+    def check(self) -> None:
+        if self._cancel is not None:
+            raise self._cancel
+
+    def cancel(self, reason: Cancelled) -> None:
+        """Ask the job to stop at its next report or step (the first reason given is the one it fails with)."""
+        if self._cancel is None:
+            self._cancel = reason
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel is not None
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._event.wait(timeout)
+
+    def when_finished(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (from the worker's thread, or now) once the job has finished; at least once."""
+        self._listeners.append(listener)
+        if self.is_finished:
+            listener()
+
+    def _finished(self) -> None:
+        self._event.set()
+        for listener in list(self._listeners):
+            listener()
 
     @property
     def is_finished(self) -> bool:
@@ -85,23 +128,55 @@ class Worker:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._durations: deque[float] = deque(maxlen=8)
         self._stopping = False
+        self._stop_asked: float | None = None  # when shutdown was first asked for
         self._thread = threading.Thread(target=self._loop, name="ootd-device", daemon=True)
         self.completed = 0
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Fail what is still waiting, let the running job finish (up to `timeout`), end the thread."""
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def shutdown(self) -> None:
+        """Stop taking jobs, fail those waiting, cancel the running one at its next step; returns at once
+        (safe to call from any thread, more than once)."""
         with self._cond:
+            if self._stop_asked is None:
+                self._stop_asked = time.monotonic()
             self._stopping = True
             dropped = list(self._waiting)
             self._waiting.clear()
+            running = self._running
             self._cond.notify_all()
+        if running is not None:
+            running.cancel(ShuttingDown())
         for job in dropped:
-            self._finish(job, error=ShuttingDown("the server is shutting down"))
+            self._finish(job, error=ShuttingDown())
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """`shutdown`, then wait for the thread to end until `timeout` seconds after the first shutdown; False
+        if it is still running then (a stage with no step to stop at, such as loading a model)."""
+        self.shutdown()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, self._stop_asked + timeout - time.monotonic()))
+        return not self._thread.is_alive()
+
+    def running(self) -> Job | None:
+        with self._cond:
+            return self._running
+
+    def cancel(self, job: Job, reason: Cancelled) -> None:
+        """A waiting job leaves the line now; the running one stops at its next step."""
+        with self._cond:
+            waiting = job in self._waiting
+            if waiting:
+                self._waiting.remove(job)
+        if waiting:
+            self._finish(job, error=reason)
+        elif not job.is_finished:
+            job.cancel(reason)
 
     def check_room(self) -> None:
         """QueueFull now, before a request's body is even read, when the line is already full."""
@@ -113,7 +188,7 @@ class Worker:
         """Put a job in line; its place (1 = next). QueueFull when `max_queue` jobs already wait."""
         with self._cond:
             if self._stopping:
-                raise ShuttingDown("the server is shutting down")
+                raise ShuttingDown()
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(len(self._waiting), self._retry_after())
             self._waiting.append(job)
@@ -164,7 +239,10 @@ class Worker:
 
     def _finish(self, job: Job, result: Any = None, error: BaseException | None = None) -> None:
         job.result, job.error = result, error
-        job.state = FAILED if error is not None else DONE
+        if error is None:
+            job.state = DONE
+        else:
+            job.state = CANCELLED if isinstance(error, Cancelled) and not isinstance(error, ShuttingDown) else FAILED
         job.finished = time.perf_counter()
         with self._cond:
             if self._running is job:
@@ -172,7 +250,7 @@ class Worker:
                 self._durations.append(job.finished - (job.started or job.finished))
                 self.completed += 1
             forgotten = self._forget_old()
-        job._event.set()
+        job._finished()
         for old in forgotten:
             shutil.rmtree(old.folder, ignore_errors=True)
 
@@ -189,4 +267,4 @@ def _expected(exc: BaseException) -> bool:
     """Errors with a message for the user (bad input, no person, out of memory): no traceback in the log."""
     from ootd.errors import OotdError
 
-    return isinstance(exc, OotdError | ShuttingDown) or "out of memory" in str(exc).lower()
+    return isinstance(exc, OotdError | Cancelled) or "out of memory" in str(exc).lower()

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ootd.errors import UsageError
+from ootd.errors import UnsupportedError
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.policy import choose_quantization
 from ootd.settings import QuantizeName
@@ -45,7 +45,7 @@ def require_torchao() -> Any:
     try:
         return importlib.import_module("torchao.quantization")
     except ImportError:
-        raise UsageError(f"quantization needs torchao, which is not installed: {EXTRA_HINT}") from None
+        raise UnsupportedError(f"quantization needs torchao, which is not installed: {EXTRA_HINT}") from None
 
 
 def quantize_config(mode: QuantizeName, ao: Any, device: DeviceInfo) -> Any:
@@ -74,7 +74,7 @@ def _plain_linear(module: torch.nn.Module, _name: str = "") -> bool:
 def quantize_unets(components: Any, mode: str | QuantizeName, device: DeviceInfo) -> QuantizeName:
     """Quantize the Linear layers of `components.unet_garm` and `.unet_vton` in place; returns the mode.
 
-    `none` changes nothing. A mode the device does not run is a DeviceError, a missing torchao a UsageError,
+    `none` changes nothing. A mode the device does not run and a missing torchao are UnsupportedErrors (exit 3),
     both before any weight changes. On a GPU each UNet is moved there first (torchao quantizes and picks its
     kernels on the device); the residency places the models afterwards as usual.
     """

@@ -4,7 +4,12 @@ Images are paired by file name. For each pair: PSNR (dB, over all RGB values, 8-
 al. 2004 form with an 11x11 Gaussian window, sigma 1.5, K1 0.01, K2 0.03, computed per RGB channel and averaged,
 the 5-pixel border excluded, as scikit-image's `structural_similarity(..., gaussian_weights=True)` does) and the
 largest and mean absolute difference in pixel levels. Pairs that cannot be compared (a file missing on one side,
-different sizes, an unreadable file) are reported as problems, not errors.
+different sizes, an unreadable file, one that is not a regular file, one over the input limit of 50 megapixels:
+the checks of `ootd run`'s image loading) are reported as problems, not errors.
+
+By default only results are compared: the pictures ootd writes beside them (pose, parsing, mask, masked person,
+contact sheets, `ootd mask`'s files), known by their PNG record (ours, without a sample number), are left out and
+listed as skipped, since identical masks and grids would pull the averages towards "identical".
 
 Perceptual metrics (LPIPS, FID) need network weights that ootd does not ship or download; they are not offered.
 """
@@ -17,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from scipy.ndimage import gaussian_filter
 
-from ootd.errors import OotdError, UsageError, printable
+from ootd.app.tryon.provenance import is_ours, read_record
+from ootd.errors import InputImageError, OotdError, UsageError, printable
+from ootd.imaging.files import open_image_file
 
 DATA_RANGE = 255.0
 SSIM_SIGMA = 1.5
@@ -76,11 +83,12 @@ class ImageComparison:
 @dataclass(frozen=True)
 class FolderComparison:
     """Every pair of two folders; `summary` averages the compared pairs (PSNR is inf when any pair is identical:
-    `identical` counts them)."""
+    `identical` counts them). `skipped`: the names left out as intermediates (see the module docstring)."""
 
     a_dir: Path
     b_dir: Path
     images: list[ImageComparison] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def compared(self) -> list[ImageComparison]:
@@ -93,9 +101,9 @@ class FolderComparison:
     def summary(self) -> dict[str, object]:
         done = self.compared
         if not done:
-            return {"compared": 0, "problems": len(self.problems)}
+            return {"compared": 0, "problems": len(self.problems), "skipped": len(self.skipped)}
         return {
-            "compared": len(done), "problems": len(self.problems),
+            "compared": len(done), "problems": len(self.problems), "skipped": len(self.skipped),
             "identical": sum(1 for c in done if c.max_abs == 0),
             "psnr_mean": _json_number(float(np.mean([c.psnr for c in done]))),
             "ssim_mean": float(np.mean([c.ssim for c in done])),
@@ -105,7 +113,7 @@ class FolderComparison:
 
     def to_dict(self) -> dict[str, object]:
         return {"a": str(self.a_dir), "b": str(self.b_dir), "images": [c.to_dict() for c in self.images],
-                "overall": self.summary()}
+                "skipped": list(self.skipped), "overall": self.summary()}
 
 
 def _json_number(value: float | None) -> float | str | None:
@@ -119,19 +127,34 @@ def _image_names(folder: Path) -> set[str]:
             if not entry.name.startswith(".") and Path(entry.name).suffix.lower() in suffixes}
 
 
-def _read_rgb(path: Path) -> np.ndarray:
+def is_intermediate(path: Path) -> bool:
+    """A picture ootd wrote beside its results (its record has no sample number), read from the PNG's header
+    chunks only; anything else (a result, another program's image, a file that is not a regular file) is not."""
     try:
-        with Image.open(path) as im:
+        if not path.is_file():  # a FIFO would block the header read; compare_pair reports it
+            return False
+    except OSError:
+        return False
+    record = read_record(path)
+    return is_ours(record) and "sample" not in record
+
+
+def _read_rgb(path: Path) -> np.ndarray:
+    def fail(problem: str) -> InputImageError:
+        return InputImageError(f"{printable(path)}: {' '.join(problem.split())}")
+
+    with open_image_file(path, fail, min_side=1) as im:  # no size is too small to compare
+        try:
             return np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise ValueError(f"{printable(path)} is unreadable ({' '.join(str(exc).split())})") from None
+        except (OSError, ValueError) as exc:
+            raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
 
 
 def compare_pair(name: str, a_path: Path, b_path: Path) -> ImageComparison:
     """The metrics of one pair, or the one-line reason it cannot be compared."""
     try:
         a, b = _read_rgb(a_path), _read_rgb(b_path)
-    except ValueError as exc:
+    except InputImageError as exc:
         return ImageComparison(name, problem=str(exc))
     if a.shape != b.shape:
         return ImageComparison(name, problem=f"sizes differ: {a.shape[1]}x{a.shape[0]} vs {b.shape[1]}x{b.shape[0]}")
@@ -140,8 +163,9 @@ def compare_pair(name: str, a_path: Path, b_path: Path) -> ImageComparison:
                            mean_abs=float(diff.mean()))
 
 
-def compare_folders(a_dir: str | Path, b_dir: str | Path) -> FolderComparison:
-    """Pair the images of two folders by file name and compare each pair (sorted by name)."""
+def compare_folders(a_dir: str | Path, b_dir: str | Path, include_intermediates: bool = False) -> FolderComparison:
+    """Pair the images of two folders by file name and compare each pair (sorted by name); without
+    `include_intermediates` the pictures ootd writes beside its results are skipped (and listed)."""
     a_dir, b_dir = Path(a_dir), Path(b_dir)
     for folder in (a_dir, b_dir):
         if not folder.is_dir():
@@ -150,15 +174,17 @@ def compare_folders(a_dir: str | Path, b_dir: str | Path) -> FolderComparison:
         a_names, b_names = _image_names(a_dir), _image_names(b_dir)
     except OSError as exc:
         raise UsageError(f"cannot list a folder: {exc.strerror or exc}") from None
-    images = []
+    images, skipped = [], []
     for name in sorted(a_names | b_names):
-        if name not in b_names:
+        paths = [folder / name for folder, names in ((a_dir, a_names), (b_dir, b_names)) if name in names]
+        if not include_intermediates and any(is_intermediate(p) for p in paths):
+            skipped.append(name)
+        elif name not in b_names:
             images.append(ImageComparison(name, problem=f"only in {printable(a_dir)}"))
         elif name not in a_names:
             images.append(ImageComparison(name, problem=f"only in {printable(b_dir)}"))
         else:
             images.append(compare_pair(name, a_dir / name, b_dir / name))
-    result = FolderComparison(a_dir, b_dir, images)
-    if not images:
+    if not images and not skipped:
         raise OotdError(f"no images in {printable(a_dir)} or {printable(b_dir)}")
-    return result
+    return FolderComparison(a_dir, b_dir, images, skipped)

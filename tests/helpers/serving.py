@@ -27,13 +27,14 @@ class Live:
 
 
 @contextmanager
-def live_server(config: Any, limits: Any = None, auth: Any = None, models: Any = None) -> Iterator[Live]:
+def live_server(config: Any, limits: Any = None, auth: Any = None, models: Any = None,
+                access: Any = None) -> Iterator[Live]:
     from ootd.serve.app import create_app
     from ootd.serve.server import bind, make_server, url_of, workspace
 
     sock = bind("127.0.0.1", 0)
     with workspace() as workdir:
-        app = create_app(config, workdir, limits, auth, models)
+        app = create_app(config, workdir, limits, auth, models, **({"access": access} if access else {}))
         server = make_server(app)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
@@ -79,6 +80,54 @@ def pixels(image: Image.Image) -> np.ndarray:
 
 def files_for(paths: dict[str, Path]) -> dict[str, tuple[str, bytes, str]]:
     return {role: (path.name, path.read_bytes(), "image/png") for role, path in paths.items()}
+
+
+def raw_request(url: str, method: str, path: str, files: Any = None, data: Any = None,
+                headers: dict[str, str] | None = None) -> tuple[bytes, dict[str, str]]:
+    """The bytes of a whole HTTP/1.1 request (head and body) as httpx would send it, to send by hand."""
+    import httpx
+
+    request = httpx.Request(method, url.rstrip("/") + path, files=files, data=data, headers=headers)
+    body = request.read()
+    lines = [f"{method} {path} HTTP/1.1"] + [f"{k}: {v}" for k, v in request.headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body, dict(request.headers)
+
+
+def host_port(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    return host, int(port)
+
+
+class StepCounter:
+    """A pipeline that counts the denoising steps it runs (through the per-step hook) and says when the first
+    is done; everything else is the wrapped pipeline's."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+        self.steps = 0
+        self.started = threading.Event()
+        self.ended = threading.Event()
+        self.error: BaseException | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+    def generate(self, *args: Any, callback: Any = None, **kwargs: Any) -> Any:
+        def counted(step: int, t: Any, latents: Any) -> Any:
+            self.steps = step + 1
+            self.started.set()
+            return callback(step, t, latents) if callback is not None else None
+
+        self.steps, self.error = 0, None
+        self.started.clear()
+        self.ended.clear()
+        try:
+            return self._pipe.generate(*args, callback=counted, **kwargs)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            self.ended.set()
 
 
 def assert_one_line_error(response: Any, status: int, *words: str) -> str:

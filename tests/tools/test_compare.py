@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +17,8 @@ from typer.testing import CliRunner
 
 from ootd import cli
 from ootd.tools.compare import compare_folders
+from tests.helpers.cli import invoke as invoke_cli
+from tests.helpers.cli import invoke_bounded
 
 
 def invoke(*args: object):  # noqa: ANN201
@@ -99,9 +104,10 @@ def test_missing_counterpart_and_size_mismatch_are_one_line_reports(folders: dic
     lines = out.stdout.splitlines()
     assert f"only_a.png: only in {a}" in lines
     assert "same.png: sizes differ: 32x40 vs 32x30" in lines
-    assert any(line.startswith("broken.png: ") and "unreadable" in line for line in lines)
+    assert any(line.startswith("broken.png: ") and "not an image file" in line for line in lines)
     assert not any("notes.txt" in line for line in lines)
     assert lines[-1].startswith("overall (2 compared, 0 identical, 3 problem(s)): PSNR ")
+    assert not any(line.startswith("skipped") for line in lines)  # none of these is an ootd intermediate
 
 
 @pytest.mark.parametrize("which", ["missing", "file"])
@@ -119,3 +125,64 @@ def test_bad_folders_exit_2_with_one_line(which: str, folders: dict[str, object]
 def test_help_says_no_lpips() -> None:
     out = CliRunner().invoke(cli.app, ["compare", "--help"], terminal_width=200)
     assert out.exit_code == 0 and "LPIPS" in out.output
+
+
+# -- what `ootd run` refuses is refused per file here too; results only by default ------------------------------
+
+
+def png_header_only(path: Path, width: int, height: int) -> Path:
+    """A PNG whose header declares `width` x `height` (and no pixel data): what a decompression bomb shows
+    before it is decoded, without building one."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b""))
+    return path
+
+
+@pytest.mark.parametrize(("side", "said"), [(20000, "too large"), (8000, "image too large: 8000x8000 = 64 megapixels")])
+def test_over_limit_images_are_refused_per_file(folders: dict[str, object], side: int, said: str) -> None:
+    a, b = folders["a"], folders["b"]
+    for folder in (a, b):
+        png_header_only(folder / "bomb.png", side, side)
+    out = invoke(a, b)
+    assert out.exit_code == 0, out.output
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("bomb.png: ")]
+    assert said in line and str(a / "bomb.png") in line, line
+    assert "internal error" not in out.output and out.stdout.splitlines()[-1].startswith("overall (3 compared")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_fifo_is_reported_not_waited_on(folders: dict[str, object]) -> None:
+    a, b = folders["a"], folders["b"]
+    for folder in (a, b):
+        os.mkfifo(folder / "f.png")
+    out = invoke_bounded("compare", a, b, limit=60)
+    assert out.exit_code == 0, out.output
+    assert f"f.png: {a / 'f.png'}: is a FIFO (named pipe), not a regular file" in out.stdout.splitlines()
+
+
+def test_results_only_by_default_intermediates_on_request(models, tmp_path: Path, tiny_tree: Path,  # noqa: ANN001
+                                                          example_images: dict[str, Path]) -> None:
+    """Two runs with --save-intermediates --grid whose samples differ and whose mask and masked person do not:
+    by default only the sample is compared, and what was skipped (those two and the grid) is said."""
+    models.fake()
+    for folder, seed in (("exact", "1"), ("fast", "2")):
+        done = invoke_cli("run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper",
+                          "--mask", example_images["mask"], "--checkpoints", tiny_tree, "-o", tmp_path / folder,
+                          "--seed", seed, "--steps", "1", "--resolution", "384x512", "--save-intermediates", "--grid")
+        assert done.exit_code == 0, done.output
+    default = invoke(tmp_path / "exact", tmp_path / "fast")
+    assert default.exit_code == 0, default.output
+    lines = default.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:1]] == ["person__tshirt__0.png"]
+    assert lines[1].startswith("skipped 3 intermediate(s) and contact sheet(s), not results (person__tshirt__grid.png, "
+                               "person__tshirt__mask.png, person__tshirt__masked_person.png)")
+    assert "--include-intermediates" in lines[1]
+    assert lines[2].startswith("overall (1 compared, 0 identical, 0 problem(s)): PSNR ") and "inf" not in lines[2]
+    data = json.loads(invoke(tmp_path / "exact", tmp_path / "fast", "--json").stdout)
+    assert data["overall"]["compared"] == 1 and data["overall"]["skipped"] == 3 and len(data["skipped"]) == 3
+    everything = invoke(tmp_path / "exact", tmp_path / "fast", "--include-intermediates")
+    assert everything.stdout.splitlines()[-1].startswith("overall (4 compared, 2 identical, 0 problem(s))")
+    assert not any(line.startswith("skipped") for line in everything.stdout.splitlines())

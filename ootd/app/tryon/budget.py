@@ -11,13 +11,12 @@ refuses only what the planner itself would find unfittable after loading.
 from __future__ import annotations
 
 import logging
-import math
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.config import ByteSize, RunConfig
 from ootd.errors import UsageError
 from ootd.settings import RESOLUTIONS, AttentionName, ModelType, Resolution
 
@@ -94,11 +93,6 @@ def _most_samples(fits: Any, resolution: Resolution, below: int) -> int:
     return low
 
 
-def _size_word(n: int) -> str:
-    """Bytes as a --max-memory value, rounded up to 0.1 GiB."""
-    return f"{math.ceil(n / (1 << 30) * 10) / 10:g}GiB"
-
-
 def check_memory_budget(config: RunConfig, model_types: list[ModelType] | set[ModelType]) -> None:
     """With --max-memory: raise a one-line UsageError, before anything is loaded, when the request cannot fit the
     budget with every saving on, naming what would fit. Without a budget nothing is checked here (the pipeline
@@ -124,9 +118,10 @@ def check_memory_budget(config: RunConfig, model_types: list[ModelType] | set[Mo
                     fewer_there = f" --samples {most}" if most < sampling.num_samples else ""
                     options.append(f"--resolution {resolution}{fewer_there}")
                     break
-        options.append(f"--max-memory {_size_word(peak)}")
-        budget = _size_word(config.max_memory)
+        budget = config.max_memory if isinstance(config.max_memory, ByteSize) else ByteSize(config.max_memory)
+        need = budget.format(peak)  # in the unit the budget was given in, rounded up
+        options.append(f"--max-memory {need}")
         raise UsageError(
-            f"{sampling.num_samples} sample(s) at {sampling.resolution} need about {_size_word(peak)} even with "
-            f"every memory saving on, more than --max-memory {budget}; what would fit: {', or '.join(options)}"
+            f"{sampling.num_samples} sample(s) at {sampling.resolution} need about {need} even with every memory "
+            f"saving on, more than --max-memory {budget.text}; what would fit: {', or '.join(options)}"
         )

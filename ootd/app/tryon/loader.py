@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from ootd.app.console import quiet_libraries
 from ootd.app.tryon.config import RunConfig
-from ootd.errors import CheckpointError, DeviceError, OotdError, UsageError
+from ootd.errors import CheckpointError, DeviceError, OotdError, UnsupportedError, UsageError
 from ootd.pipeline_types import Progress
-from ootd.settings import ModelType, PrecisionName
+from ootd.settings import ModelType, ParsingProvider, PrecisionName
 
 if TYPE_CHECKING:
     from ootd.pipeline import TryOnPipeline
@@ -85,21 +85,53 @@ def load_preprocessor(config: RunConfig) -> Any:
 
 
 def check_hardware(config: RunConfig, device_source: str | None = None) -> None:
-    """The device name and the precision a user asked for, checked without loading anything: an unknown device
-    or a precision the device cannot run is a usage error (exit 2). `device_source` names where the device word
-    came from when it was not an option (e.g. "OOTD_DEVICE"), so the message points at it."""
-    from ootd.hardware.device import peek_device
-    from ootd.hardware.policy import choose_precision
+    """What a config asks of this machine, checked without loading anything: an unknown device word is a usage
+    error (exit 2); a precision, quantization, attention backend or parsing provider this machine cannot run
+    (fp16 on the CPU, fp8 without float8 units, flash without flash-attn, a missing extra) is an
+    UnsupportedError (exit 3), the class the same settings raise when a pipeline loads. `device_source` names
+    where the device word came from when it was not an option (e.g. "OOTD_DEVICE"), so the message points at
+    it."""
+    from ootd.attention.select import check_attention
+    from ootd.hardware.device import peek_device, require_gpu
+    from ootd.hardware.policy import choose_precision, choose_quantization
+    from ootd.hardware.profiles import load_profile
+    from ootd.settings import QuantizeName
 
     where = f" (from {device_source})" if device_source else ""
     try:
         info = peek_device(config.device)
+    except UnsupportedError as exc:
+        raise UnsupportedError(f"{exc}{where}") from None
     except DeviceError as exc:
         raise UsageError(f"{exc}{where}") from None
+    if info.type == "cuda":
+        try:
+            require_gpu(config.device, info.index or 0)
+        except UnsupportedError as exc:
+            raise UnsupportedError(f"{exc}{where}") from None
+    profile = load_profile(info)
     try:
-        choose_precision(info, config.precision.value)
+        precision = choose_precision(info, config.precision.value, profile)
+    except UnsupportedError:
+        raise
     except DeviceError as exc:
         raise UsageError(str(exc)) from None
+    check_attention(config.attention.value, info, precision.unet, profile)
+    if config.speed.quantize is not QuantizeName.NONE:
+        from ootd.speedups.quantize import require_torchao
+
+        choose_quantization(info, config.speed.quantize, precision.unet)
+        require_torchao()
+    if config.parsing_provider is not ParsingProvider.CPU:
+        _check_parsing_provider(config.parsing_provider)
+
+
+def _check_parsing_provider(provider: ParsingProvider) -> None:
+    from ootd.preprocessing import ootd_errors
+    from preprocess.parsing import resolve_providers
+
+    with ootd_errors():
+        resolve_providers(provider.value)
 
 
 class PipelineLoader:

@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 
 ASPECT_TOLERANCE = 2.0  # pixels: a mask cut from a resized image may be a rounding off the photo's aspect
 GREY_LIMIT = 0.02  # share of pixels strictly between black and white above which a mask is "not two-tone"
-MASK_KINDS = ("pose", "parsing", "mask", "masked_person")  # what `ootd mask` writes
 
 
 def _image(value: Any, role: str) -> Image.Image:
@@ -100,23 +99,42 @@ def check_mask_input(request: TryOnRequest, raw_mask: Any = None, fit: FitMode =
 class MaskOutcome:
     """The mask of one person photo and the pictures that explain it, framed like try-on results."""
 
-    images: dict[str, Image.Image]  # MASK_KINDS
+    images: dict[str, Image.Image]  # MASK_FILES
     category: Category
     model_type: ModelType
 
 
-def no_person_error(person: str | Path) -> NoPersonError:
-    """The pose model's error, naming the file and the way around it."""
+RUN_REMEDY = "or give a mask image with --mask"  # what `ootd run` and `ootd batch` offer instead
+MASK_REMEDY = ("or paint the mask yourself (white = repaint, the photo's aspect) and give it to "
+               "`ootd run --mask`")  # `ootd mask` has no --mask
+
+
+def no_person_error(person: str | Path, remedy: str = RUN_REMEDY) -> NoPersonError:
+    """The pose model's error, naming the file and the way around it that the asking front end offers."""
     return NoPersonError(
-        f"no person detected in {person} (pose estimation found nobody; use a photo showing one person, "
-        "or give a mask image with --mask)"
+        f"no person detected in {person} (pose estimation found nobody; use a photo showing one person, {remedy})"
     )
 
 
+# What each file `ootd mask` writes shows, in the order it lists them (pose and parsing are drawn at the pose
+# model's working size, 384 px wide, the parsing with its colour legend beside it)
+MASK_FILES = {
+    "mask": "the mask: white = repaint; fix it and give it to `ootd run --mask`",
+    "masked_person": "the person as the try-on sees it: grey = repainted",
+    "pose": "the pose found, at the pose model's working size",
+    "parsing": "the body parts found (colour legend on the right), at the parsing model's working size",
+}
+
+
 def mask_targets(person_name: str, category: Category, config: RunConfig) -> dict[str, Path]:
-    """`<person>__<category>__<kind>.png` in the output folder, per MASK_KINDS."""
+    """`<person>__<category>__<kind>.png` in the output folder, per MASK_FILES."""
     stem = f"{sanitise_stem(Path(person_name).stem)}__{category.value}"
-    return {kind: config.output / f"{stem}__{kind}.png" for kind in MASK_KINDS}
+    return {kind: config.output / f"{stem}__{kind}.png" for kind in MASK_FILES}
+
+
+def describe_mask_file(kind: str, image: Image.Image) -> str:
+    """One line on what a file of `ootd mask` shows, with its size (they differ: see MASK_FILES)."""
+    return f"{kind}, {image.width}x{image.height}: {MASK_FILES[kind]}"
 
 
 def make_mask(person: Any, category: Category, config: RunConfig, preprocessor: Any,
@@ -128,6 +146,6 @@ def make_mask(person: Any, category: Category, config: RunConfig, preprocessor: 
         masked = mask_person(_image(person, "person"), category, model_type, config.sampling.resolution,
                              config.fit, config.mask_grow, preprocessor=preprocessor)
     except NoPersonError:
-        raise no_person_error(label) from None
+        raise no_person_error(label, MASK_REMEDY) from None
     framed = masked.framed_like_results()
-    return MaskOutcome({k: framed[k] for k in MASK_KINDS}, category, model_type)
+    return MaskOutcome({k: framed[k] for k in MASK_FILES}, category, model_type)

@@ -31,6 +31,7 @@ NAME_FIELDS: dict[str, str] = {
 }
 _SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 MAX_STEM = 200
+_NUMBER = re.compile(r"\d+")
 
 # values used to check a template before any inputs are known
 EXAMPLE_FIELDS: dict[str, Any] = {
@@ -40,11 +41,16 @@ EXAMPLE_FIELDS: dict[str, Any] = {
 
 
 def template_fields(template: str) -> list[str]:
-    """The field names a template uses; a one-line UsageError for a malformed template or an unknown field."""
+    """The field names a template uses; a one-line UsageError for a malformed template, an unknown field or a
+    format spec that could make a name longer than any allowed (checked here, before anything is formatted:
+    `{i:1000000000}` would build a gigabyte string first)."""
     try:
-        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        parts = [(name, spec) for _, name, spec, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as exc:
         raise UsageError(f"bad --name template {template!r}: {exc}") from None
+    names = [name for name, _ in parts]
+    for name, spec in parts:
+        _check_spec(template, name, spec or "")
     for name in names:
         if name not in NAME_FIELDS:
             what = f"{{{name}}}" if name else "{} (a field needs a name)"
@@ -53,6 +59,17 @@ def template_fields(template: str) -> list[str]:
         raise UsageError(f"--name {template!r} needs {{i}} (the sample number), so samples and masks get their "
                          "own files")
     return names
+
+
+def _check_spec(template: str, name: str, spec: str) -> None:
+    """A field's format spec may not hold a field of its own (`{i:{seed}}`: a width from a value) nor a width
+    or precision above MAX_STEM: the name would be refused anyway, after formatting a string that long."""
+    if "{" in spec or "}" in spec:
+        raise UsageError(f"bad --name template {template!r}: {{{name}:{spec}}} takes no field in its format")
+    too_big = [n for n in _NUMBER.findall(spec) if len(n) > len(str(MAX_STEM)) or int(n) > MAX_STEM]
+    if too_big:
+        raise UsageError(f"bad --name template {template!r}: {{{name}:{spec}}} asks for {too_big[0]} characters, "
+                         f"more than the {MAX_STEM} a name may have")
 
 
 def render_name(template: str, fields: dict[str, Any]) -> str:

@@ -1,11 +1,15 @@
 """Stale temporary files of our own naming: what a kill -9 (or a power cut) during a write leaves behind.
 
-`ootd.imaging.files.save_png_atomic` writes each PNG to a hidden `.NAME.png.<12 hex>.tmp` next to it and holds an
+`ootd.imaging.files.write_atomic` writes each file to a hidden `.NAME.<12 hex>.tmp` next to it and holds an
 exclusive lock (flock) on it until it is renamed, so a temporary file is stale exactly when nobody holds its
-lock. The next run in that folder removes stale ones: only names of our own pattern (`TEMP_FILE_NAME`), only
-regular files, only when their lock can be taken (the writer is gone) and they are older than `MIN_AGE_S` (which
-covers the instant between a writer creating the file and locking it). Another process writing in the same
-folder (another shard) keeps its files.
+lock, whatever its age: a rerun right after a kill removes what the kill left. The next run in that folder
+removes stale ones: only names of our own pattern (`TEMP_FILE_NAME`), only regular files, only when their lock
+can be taken (the writer is gone), and unlinked while that lock is held. A writer that created its file but had
+not locked it yet when a cleaner took it finds its file unlinked once it gets the lock and starts again under a
+new name (`write_atomic`), so no live write is lost. Another process writing in the same folder (another shard)
+keeps its files.
+
+Without locks (Windows) age is the only sign a writer is gone: files younger than `UNLOCKED_MIN_AGE_S` stay.
 """
 
 from __future__ import annotations
@@ -25,31 +29,42 @@ except ImportError:  # pragma: no cover - Windows: no locks, so age alone decide
 
 logger = logging.getLogger(__name__)
 
-MIN_AGE_S = 10.0  # a temporary file younger than this may be one whose writer has not locked it yet
+UNLOCKED_MIN_AGE_S = 60.0  # without locks: a file this young may still be written
 
 
-def _stale(path: Path, now: float, min_age_s: float) -> bool:
-    """True when `path` is a regular file of ours, old enough, and its lock is free (its writer is gone)."""
+def _remove_if_stale(path: Path, now: float) -> bool:
+    """Unlink `path` when it is a regular file of ours whose lock is free (its writer is gone); the lock is
+    held while unlinking, so no writer can take the file over in between. True when it was removed."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:  # gone already (renamed by its writer), or not ours to open
         return False
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or now - info.st_mtime < min_age_s:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
         if fcntl is None:
-            return True
+            if now - os.fstat(fd).st_mtime < UNLOCKED_MIN_AGE_S:
+                return False
+        else:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # a live process is writing it
+                return False
+            if os.fstat(fd).st_nlink == 0:  # removed by another cleaner meanwhile
+                return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # a live process is writing it
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            logger.warning("could not remove the stale temporary file %s: %s", path, exc)
             return False
         return True
     finally:
         os.close(fd)
 
 
-def clean_stale_temps(folder: str | Path, min_age_s: float = MIN_AGE_S) -> list[Path]:
+def clean_stale_temps(folder: str | Path) -> list[Path]:
     """Remove our stale temporary files from `folder` (not recursive); returns what was removed.
 
     Never fails a run: a file that cannot be checked or removed is left alone (and logged).
@@ -59,20 +74,8 @@ def clean_stale_temps(folder: str | Path, min_age_s: float = MIN_AGE_S) -> list[
         names = [entry.name for entry in os.scandir(folder) if TEMP_FILE_NAME.match(entry.name)]
     except OSError:
         return []
-    removed = []
     now = time.time()
-    for name in names:
-        path = folder / name
-        if not _stale(path, now, min_age_s):
-            continue
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            logger.warning("could not remove the stale temporary file %s: %s", path, exc)
-            continue
-        removed.append(path)
+    removed = [folder / name for name in names if _remove_if_stale(folder / name, now)]
     if removed:
         logger.info("removed %d stale temporary file(s) left by an interrupted run in %s", len(removed), folder)
     return removed

@@ -47,8 +47,7 @@ def run_args(example_images: dict[str, Path], tiny_tree: Path, out: Path, mask: 
 @pytest.mark.parametrize(("extra", "env", "fragments"), [
     (["--device", "gpu"], None, ("unknown device 'gpu'",)),
     ([], {"OOTD_DEVICE": "gpu"}, ("unknown device 'gpu'", "OOTD_DEVICE")),
-    (["--device", "cpu", "--precision", "fp16"], None, ("fp16 is not supported",)),
-])
+])  # a precision the device cannot run is exit 3: tests/frontends/cli/test_edges.py
 def test_device_and_precision_mistakes_are_usage_errors(models, tmp_path: Path, tiny_tree: Path, example_images,  # noqa: ANN001
                                                         monkeypatch: pytest.MonkeyPatch, extra, env, fragments) -> None:  # noqa: ANN001
     models.forbid()

@@ -87,7 +87,7 @@ def test_tryon_equals_ootd_run(tmp_path: Path, tiny_tree: Path, example_images: 
         body = response.json()
         health = httpx.get(live.url + "api/health", timeout=10).json()
     assert body["seed"] == 11 and len(body["images"]) == 2 and body["model_type"] == "hd"
-    assert body["settings"]["steps"] == "2" and body["settings"]["mask"] == "uploaded"
+    assert body["settings"]["steps"] == 2 and body["settings"]["mask"] == "uploaded"  # typed, as ootd run --json
     assert {"queue", "run", "total", "denoise"} <= set(body["timings"])
     assert health["models_loaded"] == ["hd"] and health["device"] == "cpu" and health["precision"] == "fp32"
     for i, url in enumerate(body["images"]):
@@ -211,7 +211,8 @@ def test_full_queue_gets_503_with_retry_after(tiny_tree: Path, pipe_hd,  # noqa:
                 assert status["state"] != "failed" and time.monotonic() < deadline, status
                 time.sleep(0.05)
             assert not (live.workdir / "jobs" / job_id / "inputs").exists()  # uploads go once the job is done
-            image = httpx.get(live.url + status["images"][0], timeout=10)
+            assert status["images"][0].startswith(live.url + f"api/jobs/{job_id}/files/")  # absolute URLs
+            image = httpx.get(status["images"][0], timeout=10)
             assert image.status_code == 200 and image.headers["content-type"] == "image/png"
             assert Image.open(__import__("io").BytesIO(image.content)).text["seed"] == "3"
             assert_one_line_error(httpx.get(live.url + f"api/jobs/{job_id}/files/..%2Fx.png", timeout=10), 404)
@@ -245,8 +246,8 @@ def test_oversized_request_gets_413_without_being_read(tiny_tree: Path, pipes: d
     with live_server(tiny_config(tiny_tree), limits=limits, models=pipes_factory(pipes)) as live:
         # announces 1 GiB, sends 16 KiB: the answer comes without the server waiting for the rest
         started = time.perf_counter()
-        head = (f"POST /api/tryon HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary={boundary}"
-                f"\r\nContent-Length: {2**30}\r\n\r\n")
+        head = (f"POST /api/tryon HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
+                f"boundary={boundary}\r\nContent-Length: {2**30}\r\n\r\n")
         answer = _raw_request(live.url, head, [b"x" * 16384])
         assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
         assert time.perf_counter() - started < 10
@@ -256,8 +257,8 @@ def test_oversized_request_gets_413_without_being_read(tiny_tree: Path, pipes: d
                 "Content-Type: image/png\r\n\r\n").encode()
         pieces = [part] + [b"y" * 8192] * 12
         chunks = [f"{len(piece):x}\r\n".encode() + piece + b"\r\n" for piece in pieces]
-        head = (f"POST /api/tryon HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary={boundary}"
-                "\r\nTransfer-Encoding: chunked\r\n\r\n")
+        head = (f"POST /api/tryon HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
+                f"boundary={boundary}\r\nTransfer-Encoding: chunked\r\n\r\n")
         answer = _raw_request(live.url, head, [*chunks, b"0\r\n\r\n"])
         assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
         assert httpx.get(live.url + "api/health", timeout=10).status_code == 200

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ootd import TryOnPipeline
-from ootd.errors import DeviceError, UsageError
+from ootd.errors import DeviceError, UnsupportedError, UsageError
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.policy import choose_quantization, supported_quantization
 from ootd.memory.planner import make_plan
@@ -197,7 +197,7 @@ def test_missing_torchao_is_a_one_line_error(tiny_tree, monkeypatch) -> None:  #
     monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # what an environment without it raises
     loads = []
     monkeypatch.setattr("ootd.pipeline.load_components", lambda *args: loads.append(args))
-    with pytest.raises(UsageError) as err:
+    with pytest.raises(UnsupportedError) as err:  # a setting this machine cannot run (exit 3)
         TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", dtype="fp32", quantize="int8-dynamic")
     assert str(err.value) == "quantization needs torchao, which is not installed: pip install 'ootd[quant]'"
     assert not loads  # said before loading anything

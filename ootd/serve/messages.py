@@ -1,0 +1,77 @@
+"""Every failure -> an HTTP status and one line for the client, worded for a web page or a program, never naming
+this server's files.
+
+Statuses: 400 unusable image or impossible combination, 413 too large, 422 bad field, 503 busy (Retry-After),
+stopping, out of memory or models that cannot load; 500 only for a fault of the server itself.
+
+The library's messages are written for the command line ("give a mask image with --mask"); `for_client` turns
+those hints into the API's words (the `mask` field) and replaces every absolute path by its last part (the
+checkpoints folder by `<checkpoints>`): a client learns what went wrong, not where this server keeps its files.
+The server's log keeps the full message.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.responses import JSONResponse
+
+from ootd.app.console import one_line
+from ootd.errors import CheckpointError, DeviceError, InputImageError, NoPersonError, OotdError, UsageError
+from ootd.serve.forms import BadRequest, FieldError
+from ootd.serve.worker import QueueFull, ShuttingDown
+
+OOM_HINT = "try resolution 384x512 or fewer samples"
+# absolute POSIX paths (not inside a URL or a word) and Windows drive paths
+_PATH = re.compile(r"(?<![\w.:/>~-])~?/(?:[^\s/'\"`(),;]+/?)+|\b[A-Za-z]:\\[^\s'\"`(),;]+")
+# command-line hints of the library's messages -> the API's words
+_CLI_HINTS = (
+    (re.compile(r"\(pose estimation found nobody; use a photo showing one person, or give a mask image with "
+                r"--mask\)"),
+     "(pose estimation found nobody): send a photo showing one person, or a mask (the file field `mask`, white = "
+     "repaint)"),
+    (re.compile(r"; make one with `ootd mask`"), " (the `person_mask` of an earlier answer is one)"),
+    (re.compile(r"; use --model-type dc for category (\w+)"), r": category \1 needs the dc model, which this server "
+                                                              r"does not run"),
+)
+
+
+def for_client(message: str, roots: dict[str, str] | None = None) -> str:
+    """One line for a client: command-line hints in the API's words, and no server paths (`roots`: path ->
+    what to call it, replaced first, e.g. the checkpoints folder -> `<checkpoints>`)."""
+    text = one_line(message)
+    for pattern, words in _CLI_HINTS:
+        text = pattern.sub(words, text)
+    for path, name in sorted((roots or {}).items(), key=lambda item: -len(item[0])):
+        if path:
+            text = text.replace(path, name)
+    return _PATH.sub(lambda match: re.split(r"[\\/]", match.group().rstrip("/\\"))[-1] or "<path>", text)
+
+
+def classify(exc: BaseException, roots: dict[str, str] | None = None) -> tuple[int, str, dict[str, str]]:
+    """An exception -> (HTTP status, one line for the client, extra headers)."""
+    status, message, headers = _classify(exc)
+    return status, for_client(message, roots), headers
+
+
+def _classify(exc: BaseException) -> tuple[int, str, dict[str, str]]:
+    if isinstance(exc, QueueFull):
+        return 503, str(exc), {"Retry-After": str(exc.retry_after)}
+    if isinstance(exc, FieldError):
+        return 422, str(exc), {}
+    if isinstance(exc, BadRequest | InputImageError | NoPersonError | UsageError):
+        return 400, str(exc), {}
+    if isinstance(exc, ShuttingDown):
+        return 503, str(exc), {"Retry-After": "5"}
+    if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower():
+        return 503, f"out of memory: {one_line(exc)[:200]}; {OOM_HINT}", {}
+    if isinstance(exc, CheckpointError | DeviceError):
+        return 503, f"the server cannot run this model: {exc}", {}
+    if isinstance(exc, OotdError):
+        return 500, str(exc), {}
+    return 500, f"internal error: {type(exc).__name__}: {one_line(exc)[:300]} (details in the server log)", {}
+
+
+def error_response(exc: BaseException, roots: dict[str, str] | None = None) -> JSONResponse:
+    status, message, headers = classify(exc, roots)
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
