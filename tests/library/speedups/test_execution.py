@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ from PIL import Image
 
 from ootd.errors import DeviceError
 from ootd.hardware.device import DeviceInfo
-from ootd.hardware.policy import SpeedOptions, choose_speed
+from ootd.hardware.policy import SpeedOptions, choose_speed, keep_freed_memory, malloc_heap_bytes
 from ootd.hardware.profiles import load_profile
 from ootd.method.fusion import capture_block_inputs, transformer_blocks
 from ootd.pipeline import TryOnPipeline
@@ -152,6 +154,46 @@ def test_profile_speed_section_is_validated(tmp_path: Path) -> None:
     user.write_text("[speed]\nturbo = true\n")
     with pytest.raises(DeviceError, match="unknown key 'turbo'"):
         load_profile(CPU, user)
+
+
+def test_the_cpu_profile_has_malloc_keep_freed_memory_and_checks_the_setting(tmp_path: Path) -> None:
+    assert malloc_heap_bytes(CPU) == 1024 << 20
+    assert malloc_heap_bytes(H200) == 0  # GPU memory is not malloc's
+    user = tmp_path / "mine.toml"
+    user.write_text("[environment]\nmalloc_heap_mib = 0\n")
+    assert malloc_heap_bytes(CPU, load_profile(CPU, user)) == 0
+    assert keep_freed_memory(0) is False
+    for bad in ("-1", "1.5", '"lots"', "true"):
+        user.write_text(f"[environment]\nmalloc_heap_mib = {bad}\n")
+        with pytest.raises(DeviceError, match="whole number"):
+            load_profile(CPU, user)
+
+
+_FAULTS = """
+import resource, sys, torch
+from ootd.hardware.policy import keep_freed_memory
+kept = keep_freed_memory(int(sys.argv[1]))
+for _ in range(3):  # the first 32 MiB tensors, freed
+    torch.empty(8 << 20).fill_(1)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(30):
+    torch.empty(8 << 20).fill_(1)
+print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_malloc_keeping_freed_memory_ends_the_page_faults_of_each_new_tensor() -> None:
+    """Without it every 32 MiB tensor is a fresh mmap whose 8,192 pages fault in; with it the freed block is
+    reused (a process-wide setting, so each case runs in a process of its own)."""
+    def faults(heap: int) -> tuple[str, int]:
+        out = subprocess.run([sys.executable, "-c", _FAULTS, str(heap)], capture_output=True, text=True, check=True,
+                             timeout=120).stdout.split()
+        return out[0], int(out[1])
+
+    (kept_off, stock), (kept_on, kept) = faults(0), faults(1 << 30)
+    assert (kept_off, kept_on) == ("False", "True")
+    assert stock > 30 * 4000  # ~8,192 per tensor (4 KiB pages; fewer with transparent huge pages)
+    assert kept < stock / 20, (stock, kept)
 
 
 # -- memory layout --------------------------------------------------------------------------------------
