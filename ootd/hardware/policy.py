@@ -153,8 +153,8 @@ _MALLOC_INT_MAX = 2**31 - 1
 def malloc_heap_bytes(info: DeviceInfo, profile: DeviceProfile | None = None) -> int:
     """How large an allocation glibc's malloc should serve from its heap, keeping freed memory for the next
     tensor (0: leave malloc alone). Each new CPU tensor above malloc's default threshold is otherwise a fresh
-    mmap whose pages fault in one by one: 13-18% of a bf16 VAE decode at 768x1024 and 7% of a UNet call went to
-    those page faults (docs/benchmarks.md)."""
+    mmap whose pages fault in one by one: 10-18% of a bf16 VAE call at 384x512 and over a fifth of an fp32 one
+    went to those page faults (docs/benchmarks.md)."""
     if info.type != "cpu":
         return 0
     profile = profile or load_profile(info)
