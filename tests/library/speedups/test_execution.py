@@ -258,8 +258,9 @@ def test_fp32_default_keeps_the_stock_layout_and_kernels(pipe_hd: TryOnPipeline)
 
 @pytest.mark.slow
 def test_bf16_runs_the_vae_channels_last_within_bf16_rounding(tiny_tree: Path, example_images) -> None:  # noqa: ANN001
-    """bf16 on the CPU: the VAE in NHWC, the UNets in NCHW; the images differ from the NCHW VAE's by less than
-    bf16 differs from fp32, and are as close to fp32's as those are."""
+    """bf16 on the CPU: the VAE in NHWC, the UNets in NCHW; the images are as close to fp32's as the NCHW VAE's
+    are, and differ from those by bf16's rounding (two paths that round independently are about sqrt(2) times as
+    far apart as each is from fp32; a layout mix-up would give unrelated images)."""
     cl = TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu", dtype="bf16")
     assert cl.speed.vae_channels_last and not cl.speed.channels_last and cl.describe()["vae_channels_last"] is True
     assert _conv_weights_channels_last(cl.components.vae)
@@ -275,7 +276,7 @@ def test_bf16_runs_the_vae_channels_last_within_bf16_rounding(tiny_tree: Path, e
 
     rounding = mean_diff(stock, fp32)
     assert rounding > 0
-    assert mean_diff(ours, stock) <= rounding
+    assert mean_diff(ours, stock) <= 1.5 * rounding
     assert mean_diff(ours, fp32) <= 1.5 * rounding
 
 
