@@ -102,7 +102,8 @@ class TryOnPipeline:
         self.residency = Residency([c.text_encoder, c.image_encoder, c.vae, c.unet_garm, c.unet_vton],
                                    c.unet_vton, device, attention, c.vae)
         self.speed = speed or SpeedOptions()
-        set_memory_format([components.unet_garm, components.unet_vton, components.vae], self.speed.channels_last)
+        set_memory_format([components.unet_garm, components.unet_vton], self.speed.channels_last)
+        set_memory_format([components.vae], self.speed.vae_channels_last)  # NHWC in bf16 on the CPU
         if self.speed.compile:
             compile_module(components.unet_vton)  # the network that runs every step
 
@@ -199,7 +200,8 @@ class TryOnPipeline:
             "precision_word": self.precision.word(),
             "attention": describe_attention() if callable(describe_attention) else getattr(
                 self.attention, "__name__", type(self.attention).__name__),
-            "channels_last": self.speed.channels_last, "compile": self.speed.compile, "quantize": self.quantize.value,
+            "channels_last": self.speed.channels_last, "vae_channels_last": self.speed.vae_channels_last,
+            "compile": self.speed.compile, "quantize": self.quantize.value,
             "parsing_providers": self._preprocessor.parsing_providers if self._preprocessor is not None else None,
             "plan": self.plan.to_dict() if self.plan is not None else None,
         }
@@ -386,15 +388,16 @@ class TryOnPipeline:
         """VAE latents (mode of the posterior, unscaled) of several images in one batched call."""
         vae = self.components.vae
         pixels = torch.cat([self.image_processor.preprocess(img) for img in images])
-        # dense in the chosen layout: the processor's output is a channels-last view, and PyTorch's CPU GroupNorm
-        # kernel for channels-last input is ~1e-3 off in fp32 (one-pass float32 statistics)
-        pixels = as_memory_format(pixels.to(self.device.torch_device, self.precision.vae), self.speed.channels_last)
+        # dense in the VAE's layout: the processor's output is a channels-last view of NCHW-ordered numbers
+        pixels = as_memory_format(pixels.to(self.device.torch_device, self.precision.vae),
+                                  self.speed.vae_channels_last)
         with self.residency.visit(vae):
             if self.plan is None or self.plan.vae_encode_batched:
                 latents = vae.encode(pixels).latent_dist.mode()
             else:
                 latents = torch.cat([vae.encode(p[None]).latent_dist.mode() for p in pixels])
-        return latents.to(self.precision.unet).chunk(len(images))
+        # the latents in the default layout, whatever the VAE's (the UNets lay their inputs out themselves)
+        return latents.to(self.precision.unet).contiguous().chunk(len(images))
 
     def _garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
         """Run the garment UNet once at timestep 0 on [garment, zeros] (the zeros serve the unconditional
@@ -439,7 +442,7 @@ class TryOnPipeline:
         vae = self.components.vae
         with self.residency.visit(vae):
             latents = as_memory_format((latents / vae.config.scaling_factor).to(self.precision.vae),
-                                       self.speed.channels_last)
+                                       self.speed.vae_channels_last)
             pixels = vae.decode(latents, return_dict=False)[0]
         images = self.image_processor.postprocess(pixels.float(), output_type="pil")
         if progress is not None:

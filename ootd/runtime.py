@@ -21,6 +21,8 @@ from ootd.hardware.policy import (
     choose_precision,
     choose_quantization,
     choose_speed,
+    keep_freed_memory,
+    malloc_heap_bytes,
     runtime_environment,
 )
 from ootd.hardware.profiles import DeviceProfile, load_profile
@@ -58,5 +60,7 @@ def resolve_runtime(device: str | None = None, dtype: str | torch.dtype | None =
     quantization = choose_quantization(info, speed.quantize, precision.unet)
     if isinstance(attention, str):
         attention = build_attention(attention, info, precision.unet, profile=device_profile)
-    options = choose_speed(info, device_profile, channels_last=speed.channels_last, compile=speed.compile)
+    options = choose_speed(info, device_profile, channels_last=speed.channels_last, compile=speed.compile,
+                           vae_dtype=precision.vae)
+    keep_freed_memory(malloc_heap_bytes(info, device_profile))  # CPU: no page faults per new tensor
     return Runtime(info, device_profile, precision, attention, options, quantization)

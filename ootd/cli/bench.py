@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,6 +25,7 @@ from ootd.errors import UsageError
 from ootd.tools.bench.architectures import ARCHITECTURES
 
 RANDOM_WEIGHTS = tuple(ARCHITECTURES)  # full (the released sizes) or tiny
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -48,6 +50,10 @@ def bench_command(
     seed: Annotated[int, typer.Option("--seed", help="Random seed.", rich_help_panel=SAMPLING)] = 0,
     compare_original: Annotated[bool, typer.Option("--compare-original", help="Also time the original "
                                                    "formulation on the same weights.")] = False,
+    original_precision: Annotated[str | None, typer.Option("--original-precision", metavar=choices(PRECISIONS),
+                                                           help="Run the original formulation in this precision "
+                                                           "(e.g. fp32 against ours in bf16; default: ours).",
+                                                           show_default=False)] = None,
     flops: Annotated[bool, typer.Option("--flops", help="Count FLOPs per denoising step.")] = False,
     profile: Annotated[bool, typer.Option("--profile", help="Add a torch profiler table of one step.")] = False,
     matrix: Annotated[bool, typer.Option("--matrix", help="Every precision x attention backend on random "
@@ -71,6 +77,8 @@ def bench_command(
 
     if random_weights is not None and random_weights not in RANDOM_WEIGHTS:
         raise UsageError(f"unknown random weights kind {random_weights!r}: use one of {', '.join(RANDOM_WEIGHTS)}")
+    if original_precision is not None and original_precision not in PRECISIONS:
+        raise UsageError(f"unknown original precision {original_precision!r}: use one of {', '.join(PRECISIONS)}")
     config = checked_config(options)  # the options of `ootd run`, turned into a config the same way
     config = replace(config, sampling=replace(config.sampling, seed=seed))
     say = _log_to(options["quiet"], json_out)
@@ -84,7 +92,9 @@ def bench_command(
         report = run_bench(
             config, model_type=ModelType.parse(model_type), random_weights=random_weights, log=say,
             options=BenchOptions(compare_original=compare_original, count_flops=flops, profile=profile,
-                                       save_images=save_images),
+                                 save_images=save_images,
+                                 original_precision=PrecisionName.parse(original_precision)
+                                 if original_precision is not None else None),
         )
     if save is not None:
         save.write_text(to_json(report) + "\n")
@@ -92,6 +102,9 @@ def bench_command(
         print_json(report)
     elif matrix:
         for line in matrix_table(report):
+            typer.echo(line)
+    elif not options["quiet"]:
+        for line in stage_table(report):
             typer.echo(line)
 
 
@@ -131,6 +144,59 @@ def matrix_table(report: dict[str, Any]) -> list[str]:
         what = " ".join(str(skip[k]) for k in ("dtype", "attention") if skip.get(k))
         lines.append(f"skipped {what}: {skip.get('reason')}")
     return lines
+
+
+STAGE_ROWS = (("conditioning", "conditioning"), ("encode", "VAE encodes"), ("garment_unet", "garment UNet"),
+              ("step", "denoising step (median)"), ("decode", "VAE decode"), ("call", "whole call"))
+
+
+def stage_table(report: dict[str, Any]) -> list[str]:
+    """Per stage: ours and (with --compare-original) the original's wall and process-CPU seconds, and the
+    original / ours ratio: where a speed-up comes from, on this machine."""
+    runs = {label: report[label] for label in ("ours", "original") if label in report}
+    if not runs:
+        return []
+    header = ["stage", *(_run_label(report, label) for label in runs)]
+    if len(runs) == 2:
+        header.append("original / ours")
+    rows = [header]
+    for key, name in STAGE_ROWS:
+        cells = [_stage_figures(run, key) for run in runs.values()]
+        row = [name, *(_seconds(wall, cpu) for wall, cpu in cells)]
+        if len(runs) == 2:
+            (ours, ours_cpu), (orig, orig_cpu) = cells
+            ratio = f"{orig / ours:.2f}x" if ours and orig else "-"
+            row.append(ratio + (f" ({orig_cpu / ours_cpu:.2f}x CPU)" if ours and orig and ours_cpu and orig_cpu
+                                else ""))
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def _seconds(wall: float | None, cpu: float | None) -> str:
+    if wall is None:
+        return "-"
+    return f"{wall:.2f} s" + (f" ({cpu:.2f} s CPU)" if cpu is not None else "")
+
+
+def _run_label(report: dict[str, Any], label: str) -> str:
+    config = report.get("config", {})
+    dtype = config.get("original_dtype" if label == "original" else "dtype", "")
+    return f"{label} ({str(dtype).removeprefix('torch.')})"
+
+
+def _stage_figures(run: dict[str, Any], key: str) -> tuple[float | None, float | None]:
+    """(wall, CPU) seconds of a stage; for a step the medians of the try-on UNet's calls after the first."""
+    stages = run.get("stages", {})
+    if key == "call":
+        return run.get("wall"), run.get("cpu")
+    if key == "step":
+        cpu = stages.get("cpu", {}).get("denoise", [])
+        timed = cpu[1:] if len(cpu) > 2 else cpu
+        return run.get("s_per_it"), (statistics.median(timed) if timed else None)
+    module = {"conditioning": "conditioning", "encode": "encode", "garment_unet": "garment_unet",
+              "decode": "decode"}[key]
+    return run.get(key), run.get("stage_cpu", {}).get(module)
 
 
 def _gib(value: Any) -> float | None:

@@ -3,8 +3,10 @@ attention budget, runtime environment variables), so every decision can be teste
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import platform
 import re
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -110,23 +112,69 @@ def choose_quantization(info: DeviceInfo, quantize: str | QuantizeName = Quantiz
 
 @dataclass(frozen=True)
 class SpeedOptions:
-    """Choices that change how fast the networks run, never what they compute (beyond float rounding)."""
+    """Choices that change how fast the networks run, never what they compute (beyond float rounding).
+
+    `channels_last` lays out the UNets and the VAE as NHWC; `vae_channels_last` the VAE alone (always on with
+    `channels_last`)."""
 
     channels_last: bool = False
     compile: bool = False
+    vae_channels_last: bool = False
+
+    def __post_init__(self) -> None:
+        if self.channels_last and not self.vae_channels_last:
+            object.__setattr__(self, "vae_channels_last", True)
 
 
 def choose_speed(info: DeviceInfo, profile: DeviceProfile | None = None, *, channels_last: bool | None = None,
-                 compile: bool | None = None) -> SpeedOptions:
-    """The profile's defaults, overridden by what the user asked for. No shipped profile turns either on:
-    on the CPU channels_last makes a step 4-5% faster but PyTorch's CPU GroupNorm kernel for NHWC input
-    accumulates in one float32 pass (errors up to ~1e-3 at VAE sizes instead of ~1e-6), and compile takes
-    minutes for ~2% per step (docs/benchmarks.md)."""
+                 compile: bool | None = None, vae_dtype: torch.dtype | None = None) -> SpeedOptions:
+    """The profile's defaults, overridden by what the user asked for (`channels_last` given either way decides
+    for the VAE too).
+
+    No shipped profile lays the UNets out as channels_last or compiles: on the CPU channels_last changes fp32
+    numbers (other convolution kernels) for 4-5% per step, and compile takes minutes for ~2% per step. The CPU
+    profile runs the VAE channels_last when it runs in bf16 (`[vae] channels_last_bf16`): oneDNN's bf16
+    convolutions run its brgemm kernels (AMX where the CPU has it) on NHWC and reorder every NCHW activation and
+    weight on each call (docs/benchmarks.md, "The VAE in bf16"), and bf16's own rounding is far above the
+    difference in accumulation order. fp32 keeps NCHW, the exact method's numbers bit for bit."""
     profile = profile or load_profile(info)
-    return SpeedOptions(
-        channels_last=profile.speed_channels_last if channels_last is None else channels_last,
-        compile=profile.speed_compile if compile is None else compile,
-    )
+    layout = profile.speed_channels_last if channels_last is None else channels_last
+    vae_layout = layout if channels_last is not None else (
+        layout or (vae_dtype is torch.bfloat16 and profile.vae_channels_last_bf16))
+    return SpeedOptions(channels_last=layout, compile=profile.speed_compile if compile is None else compile,
+                        vae_channels_last=vae_layout)
+
+
+# mallopt parameters (glibc's malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MALLOC_INT_MAX = 2**31 - 1
+
+
+def malloc_heap_bytes(info: DeviceInfo, profile: DeviceProfile | None = None) -> int:
+    """How large an allocation glibc's malloc should serve from its heap, keeping freed memory for the next
+    tensor (0: leave malloc alone). Each new CPU tensor above malloc's default threshold is otherwise a fresh
+    mmap whose pages fault in one by one: 10-18% of a bf16 VAE call at 384x512 and over a fifth of an fp32 one
+    went to those page faults (docs/benchmarks.md)."""
+    if info.type != "cpu":
+        return 0
+    profile = profile or load_profile(info)
+    return min(int(profile.environment_malloc_heap_mib) * MIB, _MALLOC_INT_MAX)
+
+
+def keep_freed_memory(heap_bytes: int) -> bool:
+    """Have glibc's malloc serve allocations up to `heap_bytes` from its heap and keep what is freed there
+    (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD): the same numbers, no page faults per tensor, and a resident size that
+    stays at the call's high-water mark. Process-wide; False (nothing changed) without glibc or for 0."""
+    if heap_bytes <= 0 or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # pragma: no cover - glibc always has it
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, min(heap_bytes, _MALLOC_INT_MAX))
+                and mallopt(_M_TRIM_THRESHOLD, _MALLOC_INT_MAX))
 
 
 MIN_ATTENTION_BUDGET = 64 * MIB

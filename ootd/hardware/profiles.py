@@ -55,11 +55,13 @@ class DeviceProfile:
     attention_budget_max_mib: int = 1024
     # [vae]
     vae_encode_batched: bool = True  # encode [masked person, person] as one batch when memory allows
+    vae_channels_last_bf16: bool = False  # the VAE in channels_last (NHWC) whenever it runs in bf16
     # [environment]
     environment_aotriton_experimental: bool = False  # TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1
     environment_miopen_find_mode: str = "FAST"  # MIOPEN_FIND_MODE on RDNA ("" to leave unset)
     environment_expandable_segments_min_torch: str | None = None  # None: never set the allocator conf
     environment_expandable_segments_min_rocm: str | None = None  # ROCm builds older than this: not set
+    environment_malloc_heap_mib: int = 0  # CPU: glibc malloc keeps freed blocks up to this size (0: its default)
     # [speed]
     speed_channels_last: bool = False  # UNets and VAE in channels_last (NHWC) memory format
     speed_compile: bool = False  # torch.compile the try-on UNet (pays a compile on the first call)
@@ -122,6 +124,8 @@ def _to_profile(name: str, data: Mapping[str, Any], source: Path) -> DeviceProfi
                 value = tuple(value)
             elif isinstance(default, bool) and not isinstance(value, bool):
                 raise DeviceError(f"{source}: [{section}] {key} must be true or false")
+            elif type(default) is int and (type(value) is not int or value < 0):
+                raise DeviceError(f"{source}: [{section}] {key} must be a whole number, 0 or more")
             elif isinstance(default, float) and isinstance(value, int | float):
                 value = float(value)
             kwargs[field] = value

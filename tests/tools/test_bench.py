@@ -275,3 +275,51 @@ def test_speed_modes_reach_the_call_and_its_plan_uses_the_given_budget(monkeypat
     assert [(c["budget"], c["max_memory"]) for c in calls] == [(budget, budget)]
     assert (calls[0]["settings"]["cache_interval"], calls[0]["settings"]["token_merge"]) == ("2", "0.5")
     assert calls[0]["settings"]["speed"] == "custom"
+
+
+def test_vae_profile_splits_a_call_into_parts_that_add_up() -> None:
+    """Per kind of module and resolution, exclusive CPU times that add up to the call; each variant's output
+    against the first (itself: 0) and bf16's rounding visible."""
+    from diffusers import AutoencoderKL
+
+    from ootd.tools.bench.vae_profile import Variant, profile_table, profile_vae
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL(**TINY.vae).eval().requires_grad_(False)
+    image = torch.rand(1, 3, 64, 48) * 2 - 1
+    variants = [Variant.parse(v) for v in ("fp32-nchw", "bf16-nhwc")]
+    report = profile_vae(vae, image, variants, log=lambda line: None)
+    for name in ("fp32-nchw", "bf16-nhwc"):
+        for stage in ("encode", "decode"):
+            run = report["variants"][name][stage]
+            assert {"conv3x3", "groupnorm", "silu", "attention"} <= set(run["by_kind"]), run["by_kind"]
+            assert any(key.startswith("conv3x3 @48x64") for key in run["cpu"]), run["cpu"]
+            assert sum(run["cpu"].values()) == pytest.approx(run["total_cpu"], rel=1e-6, abs=1e-6)
+            assert run["page_faults"] >= 0
+    first, bf16 = report["variants"]["fp32-nchw"], report["variants"]["bf16-nhwc"]
+    assert first["decode"]["vs_first"]["max_abs"] == 0 and first["encode"]["vs_first"]["max_abs"] == 0
+    assert 0 < bf16["decode"]["vs_first"]["max_abs"] < 0.5 and "max_pixel" in bf16["decode"]["vs_first"]
+    lines = profile_table(report)
+    assert any(line.startswith("| **total** |") for line in lines) and any("groupnorm" in line for line in lines)
+    with pytest.raises(ValueError, match="bad variant"):
+        Variant.parse("fp64-nchw")
+
+
+def test_bench_stage_table_with_the_original_in_its_own_precision() -> None:
+    """Ours in bf16 against the original formulation on fp32 models of its own, per stage, with the ratio."""
+    from ootd.cli.bench import stage_table
+    from ootd.settings import PrecisionName
+
+    report = run_bench(bench_config(precision="bf16"), random_weights="tiny",
+                       options=BenchOptions(compare_original=True, original_precision=PrecisionName.FP32))
+    assert report["config"]["dtype"].endswith("bfloat16") and report["config"]["original_dtype"] == "torch.float32"
+    assert report["ours"]["stage_cpu"]["decode"] > 0 and report["original"]["stage_cpu"]["encode"] > 0
+    lines = stage_table(report)
+    assert lines[0].split() == ["stage", "ours", "(bfloat16)", "original", "(float32)", "original", "/", "ours"]
+    rows = {line.split("  ")[0]: line for line in lines[1:]}
+    assert list(rows) == ["conditioning", "VAE encodes", "garment UNet", "denoising step (median)", "VAE decode",
+                          "whole call"]
+    assert all(" s (" in row and "x (" in row and "x CPU)" in row for row in rows.values()), lines
+    with pytest.raises(UsageError, match="models of its own"):
+        run_bench(bench_config(), random_weights="tiny",
+                  options=BenchOptions(compare_original=True, original_precision=PrecisionName.BF16, step_repeats=1))

@@ -9,6 +9,7 @@ besides our call.
 
 from __future__ import annotations
 
+import gc
 import logging
 import statistics
 import time
@@ -26,7 +27,8 @@ from ootd.app.tryon.config import RunConfig
 from ootd.attention import Dispatcher
 from ootd.errors import UsageError
 from ootd.hardware.device import DeviceInfo
-from ootd.hardware.policy import Precision, SpeedOptions
+from ootd.hardware.dtypes import dtype_name
+from ootd.hardware.policy import Precision, SpeedOptions, choose_precision
 from ootd.memory.estimate import STAGES
 from ootd.memory.planner import Plan, apply_plan_to_vae, make_plan
 from ootd.memory.sizes import ModelSizes
@@ -59,6 +61,9 @@ class BenchOptions:
     threads: int | None = None  # torch's CPU threads (1: CPU-time figures immune to other processes' load)
     profile: bool = False  # a torch profiler table of one step
     save_images: Path | None = None  # our call's images there as sample_<i>.png (to `ootd compare` a mode)
+    # the original formulation in this precision (None: ours'), e.g. fp32 against ours in bf16: its own models
+    # are loaded after ours ran and were let go
+    original_precision: PrecisionName | None = None
 
 
 def run_bench(config: RunConfig, *, model_type: ModelType = ModelType.HD, random_weights: str | None = None,
@@ -81,6 +86,10 @@ def run_bench(config: RunConfig, *, model_type: ModelType = ModelType.HD, random
     dtype = None if config.precision is PrecisionName.AUTO else config.precision.value
     runtime = resolve_runtime(config.device, dtype, config.attention.value, speed=config.speed)
     sampling, precision, info = config.sampling, runtime.precision, runtime.device
+    other = _original_precision(options, precision, info, runtime)
+    if other is not None and (components is not None or options.step_repeats > 0):
+        raise UsageError("the original formulation in another precision needs models of its own: give random "
+                         "weights or checkpoints (not built components), and no step repeats")
     report: dict[str, Any] = {
         "machine": machine(info), "versions": versions(),
         "config": {"checkpoints": None if random_weights or components else str(config.checkpoints),
@@ -91,7 +100,8 @@ def run_bench(config: RunConfig, *, model_type: ModelType = ModelType.HD, random
                    "scheduler": sampling.scheduler.value, "cache_interval": config.speed.feature_cache.interval,
                    "token_merge": config.speed.token_merge.ratio, "quantize": config.speed.quantize.value,
                    "max_memory": config.max_memory, "channels_last": runtime.speed.channels_last,
-                   "compile": runtime.speed.compile},
+                   "vae_channels_last": runtime.speed.vae_channels_last, "compile": runtime.speed.compile,
+                   "original_dtype": str((other or precision).unet)},
     }
     meter = PeakMemory(info.torch_device)
     report["memory_before_load"] = meter.current()
@@ -109,13 +119,29 @@ def run_bench(config: RunConfig, *, model_type: ModelType = ModelType.HD, random
         if options.save_images is not None:
             report["images_saved"] = _save_images(bench.images, Path(options.save_images))
     if options.compare_original:
+        if other is not None:  # ours' models go before the original's are loaded
+            bench.release()
+            components = None
+            gc.collect()
+            t = time.perf_counter()
+            bench.use(_load(config.checkpoints, random_weights, model_type, info, other, sampling.seed), other)
+            say(f"the original's {dtype_name(other.unet)} models ready in {time.perf_counter() - t:.1f} s")
         bench.original(report, config, warmup=options.warmup, profile=options.profile)
     if options.step_repeats > 0:
         bench.compare_steps(report, config, options.step_repeats, runtime.speed)
     if options.count_flops:
-        report["flops"] = _flops(dict(components.unet_vton.config), options.flops_samples,
+        report["flops"] = _flops(dict(bench.components.unet_vton.config), options.flops_samples,
                                  options.flops_resolution.size, sampling.guidance, say)
     return report
+
+
+def _original_precision(options: BenchOptions, ours: Precision, info: DeviceInfo, runtime: Runtime
+                        ) -> Precision | None:
+    """The original formulation's precision where it is not ours (None: the same)."""
+    if not options.compare_original or options.original_precision is None:
+        return None
+    chosen = choose_precision(info, options.original_precision.value, runtime.profile)
+    return None if chosen.dtypes() == ours.dtypes() else chosen
 
 
 def _load(checkpoints: Path, random_weights: str | None, model_type: ModelType, info: DeviceInfo,
@@ -145,6 +171,14 @@ class _Bench:
     def __post_init__(self) -> None:
         self.person, self.garment, self.mask = synthetic_inputs(seed=self.seed)
         self.images: list[Image.Image] = []  # ours, to compare the original's with
+
+    def release(self) -> None:
+        """Let go of the models (ours' pipeline too), before other ones are loaded."""
+        self.components = self.pipe = None
+
+    def use(self, components: Components, precision: Precision) -> None:
+        """Other models, for the original formulation in another precision."""
+        self.components, self.precision = components, precision
 
     def plan_and_pipeline(self, report: dict[str, Any], config: RunConfig, runtime: Runtime) -> None:
         """The memory plan (into the report) and our pipeline on the components."""
@@ -226,7 +260,8 @@ class _Bench:
             result, timings = run()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         summary = _summary(timings)
-        summary.update(wall=wall, cpu=cpu, stages=record.to_dict())
+        summary.update(wall=wall, cpu=cpu, stages=record.to_dict(),
+                       stage_cpu={stage: sum(calls) for stage, calls in record.cpu.items()})
         summary["peak_memory"] = max([self.meter.read(), *record.peaks.values()])
         return result, summary, record.peaks
 
