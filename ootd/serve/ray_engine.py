@@ -17,6 +17,13 @@ the others go on. The replica sends its PNGs back as bytes and the ingress write
 folder, so a job's files are served by whichever node holds the ingress, wherever the replica ran, and a replica
 that dies mid-request leaves nothing there.
 
+Why the app stays on uvicorn rather than behind `@serve.ingress` in Serve's HTTP proxy: its guards (the upload
+limit enforced while the body streams, host and origin rules, auth before any byte is read), the socket policy
+(loopback unless --auth), stopping on signals and the per-process temporary folder are the local server's, as
+they are, and a job's files stay with the process that holds its id. What Ray Serve does best - placing
+replicas on devices and nodes, routing to a free one, bounding the line, health checks, replacing the dead -
+it does here through the deployment and its handle (no Serve proxy runs: `proxy_location="Disabled"`).
+
 Ray is imported only when the engine starts (the `ray-serve` extra).
 """
 
