@@ -67,7 +67,6 @@ class RayOptions:
     cpus_per_replica: float = 1.0
     max_queued_per_replica: int = 2  # requests waiting at the handle per replica; more get 503 + Retry-After
     health_check_period_s: float = 5.0
-    start_timeout_s: float = 300.0
 
     def validate(self) -> None:
         if self.replicas < 1:
@@ -386,7 +385,8 @@ def deploy(config: RunConfig, options: RayOptions, one_model: bool = False) -> A
     serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING"})
     deployment = serve.deployment(
         name=DEPLOYMENT, num_replicas=options.replicas, max_ongoing_requests=1,
-        max_queued_requests=options.max_queued if options.max_queued else -1,
+        # Ray Serve takes no 0 ("-1 (no limit) or a positive integer"): with K = 0 the ingress's count is the limit
+        max_queued_requests=options.max_queued or -1,
         health_check_period_s=options.health_check_period_s,
         ray_actor_options={"num_cpus": options.cpus_per_replica, "num_gpus": gpus},
     )(TryOnReplica)
