@@ -406,12 +406,9 @@ def deployed(config: RunConfig, options: RayOptions, one_model: bool = False) ->
     try:
         yield Deployment(config, options, deploy(config, options, one_model))
     finally:
-        with contextlib.suppress(Exception):
-            if started:
-                serve.shutdown()
-            else:
-                serve.delete(APP_NAME)
-        if started:
+        with contextlib.suppress(Exception):  # the replicas stop gracefully: their folders go
+            serve.delete(APP_NAME)
+        if started:  # Serve's controller goes with the instance
             ray.shutdown()
 
 
