@@ -71,7 +71,7 @@ class TryOnReplica:
         report = job.progress
 
         def progress(stage: str, done: int, total: int) -> None:
-            self._test_hooks(spec, stage)
+            self._test_hooks(job, stage)
             report(stage, done, total)
             loop.call_soon_threadsafe(events.put_nowait, {"kind": "progress", "stage": stage, "done": done,
                                                           "total": total})
@@ -106,12 +106,12 @@ class TryOnReplica:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def _test_hooks(self, spec: JobSpec, stage: str) -> None:
+    def _test_hooks(self, job: Job, stage: str) -> None:
         if stage != "denoise":
             return
-        if self.exit_on is not None and spec.request.person_name == self.exit_on:
+        if self.exit_on is not None and job.spec.request.person_name == self.exit_on:
             os._exit(17)
-        while self.hold is not None and os.path.exists(self.hold):
+        while self.hold is not None and os.path.exists(self.hold) and not job.cancelled:
             time.sleep(0.05)
 
 
