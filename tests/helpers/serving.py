@@ -56,6 +56,9 @@ def live_server(config: Any, limits: Any = None, auth: Any = None, models: Any =
     assert not workdir.exists(), "the temporary folder was not removed"
 
 
+MEMORY_MONITOR = "RAY_memory_monitor_refresh_ms"
+
+
 def _default_limits() -> Any:
     from ootd.serve.limits import Limits
 
@@ -66,11 +69,23 @@ def _default_limits() -> Any:
 def ray_deployment(config: Any, **options: Any) -> Iterator[Any]:
     """One test module's Ray Serve deployment of the try-on replicas: CPU replicas (2 unless told) on a private
     Ray instance of this machine's CPUs, reached through handles only (no Serve HTTP proxy), removed afterwards."""
+    import os
+
     from ootd.serve.ray_engine import RayOptions, deployed
 
     settings = {"replicas": 2, "gpus_per_replica": 0, "health_check_period_s": 1.0, **options}
-    with deployed(config, RayOptions(**settings)) as deployment:
-        yield deployment
+    # Ray's own memory monitor kills workers when the whole machine runs short, whoever uses the memory; on a
+    # shared test machine that is other people's work: leave it to the kernel, as for the local engine's tests
+    saved = os.environ.get(MEMORY_MONITOR)
+    os.environ[MEMORY_MONITOR] = "0"
+    try:
+        with deployed(config, RayOptions(**settings)) as deployment:
+            yield deployment
+    finally:
+        if saved is None:
+            os.environ.pop(MEMORY_MONITOR, None)
+        else:
+            os.environ[MEMORY_MONITOR] = saved
 
 
 def tiny_config(tiny_tree: Path, **options: Any) -> Any:

@@ -38,7 +38,8 @@ def test_sigterm_stops_the_deployment_and_removes_every_temporary_folder(tmp_pat
     temp = tmp_path / "tmp"
     temp.mkdir()
     ray_temp = Path(f"/tmp/ootd-ray-{os.getpid()}")  # Ray's sockets need a short path; its own logs stay there
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp), "RAY_TMPDIR": str(ray_temp)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp), "RAY_TMPDIR": str(ray_temp),
+           "RAY_memory_monitor_refresh_ms": "0"}  # as ray_deployment: no Ray OOM killer on a shared machine
     err = tmp_path / "stderr.txt"
     with err.open("w") as stderr:
         proc = subprocess.Popen(
