@@ -285,7 +285,8 @@ class SamplingSettings:
 
 
 class EngineName(Choice):
-    """Where `ootd batch` runs its pairs: in this process, or on the actors of a Ray cluster (the `ray` extra)."""
+    """Where `ootd batch` runs its pairs (in this process, or on the actors of a Ray cluster: the `ray` extra) and
+    `ootd serve` its try-ons (this process's device, or Ray Serve replicas: the `ray-serve` extra)."""
 
     LOCAL = "local"
     RAY = "ray"

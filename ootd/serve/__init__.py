@@ -11,10 +11,12 @@
     app.py        the FastAPI routes
     workspace.py  the per-process temporary folder, locked while alive; dead servers' folders removed
     server.py     host/auth policy, the socket, uvicorn, stopping on signals
+    ray_engine.py `--engine ray`: the app's worker over a Ray Serve deployment (routing, line, replicas)
+    ray_replica.py  the Ray Serve replica: one pipeline on one device, its jobs streamed back
     static/       the page (plain HTML, CSS and JavaScript, no CDN), its icon and example images
 
-FastAPI, uvicorn and python-multipart come with the `serve` extra; nothing here is imported by the library or
-the application layer.
+FastAPI, uvicorn and python-multipart come with the `serve` extra, Ray Serve with `ray-serve`; nothing here is
+imported by the library or the application layer.
 """
 
 from ootd.serve.limits import Auth, Limits

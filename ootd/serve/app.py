@@ -79,6 +79,7 @@ def result_json(job: Job, base_url: str | None) -> dict[str, Any]:
         "images": [ref(name) for name in done.names], "names": done.names, "seed": done.seed,
         "mask": ref(done.mask), "masked_person": ref(done.masked_person), "person_mask": ref(done.person_mask),
         "model_type": done.model_type, "timings": timings, "settings": settings,
+        **({"replica": done.replica} if done.replica is not None else {}),
     }
 
 
@@ -199,14 +200,18 @@ class Api:
 
 
 def create_app(config: RunConfig, workdir: Path, limits: Limits | None = None, auth: Auth | None = None,
-               models: ModelSource | None = None, access: Access | None = None) -> FastAPI:
+               models: ModelSource | None = None, access: Access | None = None, engine: Any = None) -> FastAPI:
     """The app around one worker thread. `workdir`: this process's temporary folder (jobs live under it).
     `models` replaces loading from the config (tests hand in preloaded pipelines); `access`: the host names
-    and origins allowed (default: a loopback server's)."""
+    and origins allowed (default: a loopback server's); `engine`: another engine's `service` and `worker` (the
+    Ray engine's, ray_engine.py) instead of this process's pipelines and device thread."""
     limits = limits or Limits()
     access = access or Access()
-    service = TryOnService(config, models, one_model=limits.one_model)
-    worker = Worker(service.run, limits.max_queue, limits.keep_jobs)
+    if engine is None:
+        service = TryOnService(config, models, one_model=limits.one_model)
+        worker = Worker(service.run, limits.max_queue, limits.keep_jobs)
+    else:
+        service, worker = engine.service, engine.worker
     jobs_root = Path(workdir) / "jobs"
     jobs_root.mkdir(parents=True, exist_ok=True)
 

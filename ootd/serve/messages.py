@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from ootd.app.console import one_line
 from ootd.errors import CheckpointError, DeviceError, InputImageError, NoPersonError, OotdError, UsageError
 from ootd.serve.forms import BadRequest, FieldError
-from ootd.serve.worker import QueueFull, ShuttingDown
+from ootd.serve.worker import QueueFull, ReplicaLost, ShuttingDown
 
 OOM_HINT = "try resolution 384x512 or fewer samples"
 # absolute POSIX paths (not inside a URL or a word) and Windows drive paths
@@ -61,6 +61,8 @@ def _classify(exc: BaseException) -> tuple[int, str, dict[str, str]]:
         return 422, str(exc), {}
     if isinstance(exc, BadRequest | InputImageError | NoPersonError | UsageError):
         return 400, str(exc), {}
+    if isinstance(exc, ReplicaLost):
+        return 503, str(exc), {"Retry-After": str(exc.retry_after)}
     if isinstance(exc, ShuttingDown):
         return 503, str(exc), {"Retry-After": "5"}
     if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower():

@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,24 @@ def workspace() -> Iterator[Path]:
         folder.close()
 
 
+@contextmanager
+def _started(engine: Callable[[], AbstractContextManager[Any]] | None) -> Iterator[Any]:
+    """The other engine, started with SIGTERM raising as Ctrl-C does (so a stop while it starts cleans up)."""
+    if engine is None:
+        yield None
+        return
+    with sigterm_as_interrupt():
+        context = engine()
+        backend = context.__enter__()
+    try:
+        yield backend
+    except BaseException:
+        if not context.__exit__(*sys.exc_info()):
+            raise
+    else:
+        context.__exit__(None, None, None)
+
+
 def make_server(app: Any, on_ready: Callable[[], None] | None = None) -> Any:
     """A uvicorn server for `app` whose stop signal also stops the app's worker (app.state.worker) at once;
     `on_ready` runs once it answers (and a signal stops it the normal way). uvicorn's access log is off:
@@ -120,8 +138,11 @@ def make_server(app: Any, on_ready: Callable[[], None] | None = None) -> Any:
 
 def serve(config: RunConfig, host: str, port: int, limits: Limits, auth: Auth | None = None,
           insecure_no_auth: bool = False, access: Access | None = None, access_log: bool = True,
-          announce: Callable[[str], None] = print) -> None:
-    """Serve the page and the API until stopped (SIGTERM, SIGINT); see the module's docstring."""
+          announce: Callable[[str], None] = print,
+          engine: Callable[[], AbstractContextManager[Any]] | None = None) -> None:
+    """Serve the page and the API until stopped (SIGTERM, SIGINT); see the module's docstring. `engine`: a
+    context that starts another engine and yields its `service` and `worker` for the app (ray_engine.py), and
+    stops it on the way out (after the app's worker, before the temporary folder goes)."""
     from ootd.serve.access import console_access_log
     from ootd.serve.access import logger as access_logger
     from ootd.serve.app import create_app
@@ -133,8 +154,8 @@ def serve(config: RunConfig, host: str, port: int, limits: Limits, auth: Auth | 
     check_checkpoints_present(config.checkpoints, [], need_preprocess=False)  # the folder; files on first use
     sock = bind(host, port)
     handler = console_access_log() if access_log else None
-    with workspace() as workdir:
-        app = create_app(config, workdir, limits, auth, access=access)
+    with workspace() as workdir, _started(engine) as backend:
+        app = create_app(config, workdir, limits, auth, access=access, engine=backend)
         login = "" if auth is None else " (log in with the --auth credentials)"
         server = make_server(app, on_ready=lambda: announce(
             f"ootd serve: open {url_of(sock)}{login}; models load on the first request; Ctrl-C stops"))

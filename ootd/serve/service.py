@@ -46,6 +46,7 @@ class Finished:
     settings: dict[str, str]
     timings: dict[str, Any]
     files: dict[str, Path] = field(default_factory=dict)  # every servable name -> its path
+    replica: str | None = None  # the Ray Serve replica that ran it (the Ray engine); None: this process
 
 
 class TryOnService:

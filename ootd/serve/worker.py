@@ -35,6 +35,12 @@ class QueueFull(Exception):
         self.retry_after = retry_after
 
 
+class ReplicaLost(Exception):
+    """The process running the job stopped (a Ray Serve replica killed or out of memory); it is being replaced."""
+
+    retry_after = 5
+
+
 class Cancelled(Exception):
     """The job was stopped before it finished: its client went away or asked for it."""
 

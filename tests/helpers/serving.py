@@ -28,13 +28,17 @@ class Live:
 
 @contextmanager
 def live_server(config: Any, limits: Any = None, auth: Any = None, models: Any = None,
-                access: Any = None) -> Iterator[Live]:
+                access: Any = None, ray: Any = None) -> Iterator[Live]:
+    """`ray`: a running Ray Serve deployment (ray_deployment) to send the try-ons to, instead of this process's
+    pipelines."""
     from ootd.serve.app import create_app
     from ootd.serve.server import bind, make_server, url_of, workspace
 
     sock = bind("127.0.0.1", 0)
     with workspace() as workdir:
-        app = create_app(config, workdir, limits, auth, models, **({"access": access} if access else {}))
+        engine = ray.engine((limits or _default_limits()).keep_jobs) if ray is not None else None
+        app = create_app(config, workdir, limits, auth, models, engine=engine,
+                         **({"access": access} if access else {}))
         server = make_server(app)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
@@ -50,6 +54,38 @@ def live_server(config: Any, limits: Any = None, auth: Any = None, models: Any =
             sock.close()
     assert not thread.is_alive(), "the server did not stop"
     assert not workdir.exists(), "the temporary folder was not removed"
+
+
+MEMORY_MONITOR = "RAY_memory_monitor_refresh_ms"
+
+
+def _default_limits() -> Any:
+    from ootd.serve.limits import Limits
+
+    return Limits()
+
+
+@contextmanager
+def ray_deployment(config: Any, **options: Any) -> Iterator[Any]:
+    """One test module's Ray Serve deployment of the try-on replicas: CPU replicas (2 unless told) on a private
+    Ray instance of this machine's CPUs, reached through handles only (no Serve HTTP proxy), removed afterwards."""
+    import os
+
+    from ootd.serve.ray_engine import RayOptions, deployed
+
+    settings = {"replicas": 2, "gpus_per_replica": 0, "health_check_period_s": 1.0, **options}
+    # Ray's own memory monitor kills workers when the whole machine runs short, whoever uses the memory; on a
+    # shared test machine that is other people's work: leave it to the kernel, as for the local engine's tests
+    saved = os.environ.get(MEMORY_MONITOR)
+    os.environ[MEMORY_MONITOR] = "0"
+    try:
+        with deployed(config, RayOptions(**settings)) as deployment:
+            yield deployment
+    finally:
+        if saved is None:
+            os.environ.pop(MEMORY_MONITOR, None)
+        else:
+            os.environ[MEMORY_MONITOR] = saved
 
 
 def tiny_config(tiny_tree: Path, **options: Any) -> Any:

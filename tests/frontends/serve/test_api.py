@@ -1,5 +1,8 @@
 """`ootd serve` API against a live server on 127.0.0.1: health, a try-on equal to `ootd run`'s, each bad input's
-status and one-line error, serialized concurrent requests, a full queue, the streaming upload limit, auth."""
+status and one-line error, serialized concurrent requests, a full queue, the streaming upload limit, auth.
+
+The tests taking `engine` run twice: against the local engine and against the Ray engine (two CPU replicas of
+one Ray Serve deployment for the whole module, on a private Ray instance of this machine's CPUs)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from tests.helpers.serving import (  # noqa: E402
     live_server,
     pipes_factory,
     pixels,
+    ray_deployment,
     tiny_config,
 )
 
@@ -41,9 +45,21 @@ def pipes(pipe_hd, pipe_dc) -> dict:  # noqa: ANN001
     return {"hd": pipe_hd, "dc": pipe_dc}
 
 
+@pytest.fixture(scope="module", params=["local", "ray"])
+def engine(request: pytest.FixtureRequest, tiny_tree: Path, pipes: dict):  # noqa: ANN201
+    """What live_server needs for each engine: the local one with the session's pipelines; the Ray one with
+    the module's deployment (its replicas load the tiny tree themselves)."""
+    if request.param == "local":
+        yield {"models": pipes_factory(pipes)}
+        return
+    pytest.importorskip("ray.serve", reason="the ray-serve extra is not installed (pip install -e .[ray-serve])")
+    with ray_deployment(tiny_config(tiny_tree, model_type="hd")) as deployment:
+        yield {"ray": deployment}
+
+
 @pytest.fixture(scope="module")
-def server(tiny_tree: Path, pipes: dict):  # noqa: ANN201
-    with live_server(tiny_config(tiny_tree, model_type="hd"), models=pipes_factory(pipes)) as live:
+def server(tiny_tree: Path, engine: dict):  # noqa: ANN201
+    with live_server(tiny_config(tiny_tree, model_type="hd"), **engine) as live:
         yield live
 
 
@@ -52,12 +68,18 @@ def with_mask(example_images: dict[str, Path]) -> dict:
                       "mask": example_images["mask"]})
 
 
-def test_health_page_and_options(server) -> None:  # noqa: ANN001
+def test_health_page_and_options(server, engine: dict) -> None:  # noqa: ANN001
     health = httpx.get(server.url + "api/health", timeout=10)
     assert health.status_code == 200
     body = health.json()
     assert body["status"] == "ok" and {"device", "precision", "attention", "models_loaded", "queue"} <= set(body)
-    assert isinstance(body["models_loaded"], list) and body["queue"]["limit"] == Limits().max_queue
+    assert isinstance(body["models_loaded"], list)
+    if "ray" in engine:  # two replicas, each holding up to two waiting requests by default
+        assert body["engine"] == "ray" and body["queue"]["limit"] == 4
+        assert len(body["replicas"]) == 2 and all(replica["alive"] for replica in body["replicas"])
+        assert len({replica["id"] for replica in body["replicas"]}) == 2
+    else:
+        assert "engine" not in body and body["queue"]["limit"] == Limits().max_queue
     page = httpx.get(server.url, timeout=10)
     assert page.status_code == 200 and "<canvas id=\"mask-canvas\"" in page.text
     assert httpx.get(server.url + "static/app.js", timeout=10).status_code == 200
@@ -69,17 +91,22 @@ def test_health_page_and_options(server) -> None:  # noqa: ANN001
     assert missing.status_code == 404
 
 
-def test_tryon_equals_ootd_run(tmp_path: Path, tiny_tree: Path, example_images: dict[str, Path]) -> None:
-    """Both sides load the tiny checkpoints themselves; the CLI runs in its own process."""
+def test_tryon_equals_ootd_run(tmp_path: Path, tiny_tree: Path, example_images: dict[str, Path],
+                               engine: dict) -> None:
+    """Both sides load the tiny checkpoints themselves (the local engine in this process, the Ray engine in
+    its replicas); the CLI runs in its own process. On a CPU the last bit of a float sum depends on how many
+    threads share it, and Ray runs a replica of one CPU with one thread: the CLI runs with as many then."""
     out = tmp_path / "cli"
     args = ["run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper",
             "--mask", example_images["mask"], "--checkpoints", tiny_tree, "-o", out, "--device", "cpu",
             "--steps", "2", "--resolution", "384x512", "--seed", "11", "--samples", "2", "-q"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if "ray" in engine:
+        env["OMP_NUM_THREADS"] = str(int(engine["ray"].options.cpus_per_replica))
     cli = subprocess.run([sys.executable, "-m", "ootd", *map(str, args)], capture_output=True, text=True, env=env,
                          timeout=300)
     assert cli.returncode == 0, cli.stderr
-    with live_server(tiny_config(tiny_tree)) as live:
+    with live_server(tiny_config(tiny_tree), **{k: v for k, v in engine.items() if k != "models"}) as live:
         response = httpx.post(live.url + "api/tryon", files=with_mask(example_images), timeout=300,
                               data={"category": "upper", "steps": "2", "resolution": "384x512", "seed": "11",
                                     "samples": "2"})
@@ -90,6 +117,8 @@ def test_tryon_equals_ootd_run(tmp_path: Path, tiny_tree: Path, example_images: 
     assert body["settings"]["steps"] == 2 and body["settings"]["mask"] == "uploaded"  # typed, as ootd run --json
     assert {"queue", "run", "total", "denoise"} <= set(body["timings"])
     assert health["models_loaded"] == ["hd"] and health["device"] == "cpu" and health["precision"] == "fp32"
+    if "ray" in engine:  # the replica that ran it, by the id Ray Serve lists
+        assert body["replica"] in {replica["id"] for replica in health["replicas"]}
     for i, url in enumerate(body["images"]):
         served = decode_data_url(url)
         with Image.open(out / f"person__tshirt__{i}.png") as written:
@@ -240,10 +269,10 @@ def _raw_request(url: str, head: str, chunks: list[bytes]) -> bytes:
     return answer
 
 
-def test_oversized_request_gets_413_without_being_read(tiny_tree: Path, pipes: dict) -> None:
+def test_oversized_request_gets_413_without_being_read(tiny_tree: Path, engine: dict) -> None:
     limits = Limits(max_upload_bytes=64 * 1024)
     boundary = "b0undary"
-    with live_server(tiny_config(tiny_tree), limits=limits, models=pipes_factory(pipes)) as live:
+    with live_server(tiny_config(tiny_tree), limits=limits, **engine) as live:
         # announces 1 GiB, sends 16 KiB: the answer comes without the server waiting for the rest
         started = time.perf_counter()
         head = (f"POST /api/tryon HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
@@ -264,11 +293,11 @@ def test_oversized_request_gets_413_without_being_read(tiny_tree: Path, pipes: d
         assert httpx.get(live.url + "api/health", timeout=10).status_code == 200
 
 
-def test_auth_and_exposure(tiny_tree: Path, pipes: dict) -> None:
+def test_auth_and_exposure(tiny_tree: Path, engine: dict) -> None:
     from ootd.errors import UsageError
     from ootd.serve.server import check_exposure
 
-    with live_server(tiny_config(tiny_tree), auth=Auth.parse("ann:s3cret"), models=pipes_factory(pipes)) as live:
+    with live_server(tiny_config(tiny_tree), auth=Auth.parse("ann:s3cret"), **engine) as live:
         refused = httpx.get(live.url + "api/health", timeout=10)
         assert_one_line_error(refused, 401, "authentication")
         assert refused.headers["www-authenticate"].startswith("Basic")

@@ -1,0 +1,74 @@
+"""A real `ootd serve --engine ray` process (its own private Ray instance, one CPU replica) stopped by SIGTERM
+while a try-on runs: it exits 0, the deployment and Ray are gone, and so is every temporary folder, the
+server's and the replica's. Option errors are one line and exit 2, before Ray starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e .[serve])")
+pytest.importorskip("ray.serve", reason="the ray-serve extra is not installed (pip install -e .[ray-serve])")
+httpx = pytest.importorskip("httpx")
+
+from tests.helpers import REPO  # noqa: E402
+from tests.helpers.cli import assert_one_line_error, invoke  # noqa: E402
+from tests.helpers.serving import files_for  # noqa: E402
+
+LONG = {"category": "upper", "steps": "400", "resolution": "384x512", "seed": "3"}
+
+
+def test_ray_options_need_the_ray_engine_and_sane_values(tiny_tree: Path) -> None:
+    for args, words in ((["--replicas", "2"], "need --engine ray"), (["--address", "auto"], "need --engine ray"),
+                        (["--engine", "ray", "--replicas", "0"], "--replicas"),
+                        (["--engine", "ray", "--max-queued-per-replica", "-1"], "--max-queued-per-replica"),
+                        (["--engine", "spark"], "engine")):
+        assert_one_line_error(invoke("serve", "--checkpoints", tiny_tree, *args), 2, words)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_deployment_and_removes_every_temporary_folder(tmp_path: Path, tiny_tree: Path,
+                                                                         example_images: dict[str, Path]) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    ray_temp = Path(f"/tmp/ootd-ray-{os.getpid()}")  # Ray's sockets need a short path; its own logs stay there
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp), "RAY_TMPDIR": str(ray_temp),
+           "RAY_memory_monitor_refresh_ms": "0"}  # as ray_deployment: no Ray OOM killer on a shared machine
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ootd", "serve", "--engine", "ray", "--replicas", "1", "--checkpoints",
+             str(tiny_tree), "--port", "0", "--device", "cpu", "--max-steps", "1000"],
+            stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("ootd serve: open http://127.0.0.1:"), (line, err.read_text()[-3000:])
+        url = line.split("open ", 1)[1].split(" ", 1)[0].rstrip(";")
+        files = files_for({"person": example_images["person"], "garment": example_images["tshirt"],
+                           "mask": example_images["mask"]})
+        job = httpx.post(url + "api/jobs", files=files, data=LONG, timeout=30).json()
+        deadline = time.monotonic() + 240
+        while (status := httpx.get(url + f"api/jobs/{job['id']}", timeout=10).json())["done"] < 1:
+            assert status["state"] in ("queued", "running") and time.monotonic() < deadline, status
+            time.sleep(0.2)
+        assert len(list(temp.glob("ootd-serve-*"))) == 2  # the server's folder and the replica's
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    text = err.read_text()
+    print(f"SIGTERM with a running try-on on a Ray replica: exited {proc.returncode} {seconds:.1f} s after it")
+    assert proc.returncode == 0, text[-3000:]
+    assert out.strip().endswith("ootd serve: stopped"), out
+    assert "Traceback" not in text, text[-3000:]
+    assert list(temp.glob("ootd-serve-*")) == [], "a temporary folder was left behind"
