@@ -193,7 +193,7 @@ def test_malloc_keeping_freed_memory_ends_the_page_faults_of_each_new_tensor() -
     (kept_off, stock), (kept_on, kept) = faults(0), faults(1 << 30)
     assert (kept_off, kept_on) == ("False", "True")
     assert stock > 30 * 4000  # ~8,192 per tensor (4 KiB pages; fewer with transparent huge pages)
-    assert kept < stock / 20, (stock, kept)
+    assert kept < stock / 5, (stock, kept)  # a few blocks may still fault in once; 30 fresh ones would not
 
 
 # -- memory layout --------------------------------------------------------------------------------------
