@@ -133,7 +133,7 @@ def _run_one(model: Path, cloth: Path, chosen: tuple[Any, float | None], mask: P
         if not display.enabled:
             display("load", 1, 1)
         if explain and not json_out:
-            _explain(pipe, describe_pipeline(pipe, config), config)
+            _explain(pipe, describe_pipeline(pipe, config), config, auto=bool(classified))
         outcome = job.run(pipe, progress=display)
         t = time.perf_counter()
         images, intermediates = job.save(outcome)
@@ -247,7 +247,7 @@ def attention_word(described: Any) -> str:
     return text.split(":", 1)[0]
 
 
-def _explain(pipe: Any, info: dict[str, Any], config: Any) -> None:
+def _explain(pipe: Any, info: dict[str, Any], config: Any, auto: bool = False) -> None:
     """--explain: what was chosen, and the memory plan for this call when the pipeline makes one."""
     for key in ("device", "arch", "precision", "attention"):
         if info.get(key):
@@ -268,3 +268,21 @@ def _explain(pipe: Any, info: dict[str, Any], config: Any) -> None:
             typer.echo(line)
     else:
         typer.echo("memory plan: not available (this build's pipeline does not describe one)")
+    if auto:
+        _explain_classifier(config)
+
+
+def _explain_classifier(config: Any) -> None:
+    """--explain with --category auto: what the classifier's text tower costs, from the CLIP folder's config."""
+    from transformers import CLIPConfig
+
+    from ootd.memory.sizes import classifier_lines, clip_text_parameters
+    from ootd.weights.layout import Layout
+
+    try:
+        parameters = clip_text_parameters(CLIPConfig.from_pretrained(Layout(config.checkpoints).clip).to_dict())
+    except Exception as exc:  # explaining must not stop the run (the classifier already ran)
+        logger.debug("classifier size: %s", exc)
+        return
+    for line in classifier_lines(parameters):
+        typer.echo(line)

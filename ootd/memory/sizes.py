@@ -165,3 +165,23 @@ def _vae_signature(cfg: dict) -> tuple:
 
 
 RELEASED_SIZES = ModelSizes(**RELEASED_PARAMETERS, largest_module=RELEASED_LARGEST_MODULE)
+
+
+def clip_text_parameters(config: dict[str, Any]) -> int:
+    """Parameters of CLIP's text tower with its projection (transformers' CLIPTextModelWithProjection) from the
+    CLIP folder's config (`CLIPConfig.to_dict()`), without loading it: what `--category auto` loads before the
+    try-on, on top of the image tower the try-on loads anyway."""
+    text = config.get("text_config", config)
+    hidden, inner, layers = text["hidden_size"], text["intermediate_size"], text["num_hidden_layers"]
+    projection = config.get("projection_dim", text.get("projection_dim", hidden))
+    layer = 4 * (hidden * hidden + hidden) + 4 * hidden + (hidden * inner + inner) + (inner * hidden + hidden)
+    embeddings = (text["vocab_size"] + text["max_position_embeddings"]) * hidden
+    return embeddings + layers * layer + 2 * hidden + hidden * projection
+
+
+def classifier_lines(text_parameters: int, bytes_per_parameter: int = 4) -> list[str]:
+    """The memory plan's lines for `--category auto`: the text tower's weights (fp32), held only while the prompt
+    features are computed, before any diffusion model loads."""
+    size = text_parameters * bytes_per_parameter
+    return [f"  classifier text tower  {size / 2**30:>7.2f} GiB  ({text_parameters:,} parameters, fp32; "
+            "--category auto: loaded before the try-on models, dropped once its prompt features are computed)"]

@@ -23,6 +23,24 @@ CSV_HEADER_WORDS = {
     "category": ("category", "type"),
     "mask": ("mask", "mask_path"),
 }
+OUTFIT_SEPARATOR = ";"  # an outfit row: `person,top.png;trousers.png,upper;lower[,top_mask.png;trousers_mask.png]`
+
+
+def _outfit_cells(garment: str, category: str, mask: str) -> tuple[list[str], list[str], list[str]] | str:
+    """An outfit row's garments, categories (one per garment) and masks (one per garment, or none), or what is
+    wrong with them; one garment: one of each, as written."""
+    garments, categories, masks = ([c.strip() for c in cell.split(OUTFIT_SEPARATOR)] if cell else []
+                                   for cell in (garment, category, mask))
+    if len(garments) == 1:
+        return [garment], [category], [mask] if mask else []
+    if len(garments) != 2 or not all(garments):
+        return f"an outfit is two garments (upper{OUTFIT_SEPARATOR}lower), got {garment!r}"
+    if len(categories) != 2 or not all(categories):
+        return (f"an outfit row needs one category per garment (e.g. upper{OUTFIT_SEPARATOR}lower), got "
+                f"{category!r}")
+    if masks and (len(masks) != 2 or not all(masks)):
+        return f"an outfit row takes one mask per garment or none, got {mask!r}"
+    return garments, categories, masks
 
 
 @dataclass(frozen=True)
@@ -38,9 +56,20 @@ class Pair:
     problem: str | None = None  # a request that could not even be read (bad CSV row)
     auto: bool = False  # the category is to be classified from the garment (`classify_pairs`)
     category_p: float | None = None  # ... and was, with this probability
+    garment2: Path | None = None  # an outfit row's second garment (`top.png;trousers.png`), its category, mask
+    category2: Category | None = None
+    mask2: Path | None = None
+
+    @property
+    def outfit(self) -> bool:
+        return self.garment2 is not None
 
     def describe(self) -> str:
-        return f"{self.person.name} + {self.garment.name}"
+        second = f" + {self.garment2.name}" if self.garment2 is not None else ""
+        return f"{self.person.name} + {self.garment.name}{second}"
+
+    def inputs(self) -> tuple[Path | None, ...]:
+        return self.person, self.garment, self.mask, self.garment2, self.mask2
 
     def request(self) -> TryOnRequest:
         """The try-on this pair asks for (pairs with a `problem` have none)."""
@@ -143,10 +172,23 @@ def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = Non
                                                 for name in ("person", "garment", "category", "mask"))
         problem = None
         category: CategoryWord | None = None
+        second: dict[str, object] = {}
+        outfit = _outfit_cells(garment, category_word, mask)
         if len(cells) > max(columns.values()) + 1:
             problem = f"{source}: {len(cells)} columns, expected person,garment,category[,mask]"
         elif not person or not garment:
             problem = f"{source}: needs a person and a garment path (person,garment,category[,mask])"
+        elif isinstance(outfit, str):
+            problem = f"{source}: {outfit}"
+        elif len(outfit[0]) == 2:
+            (garment, garment2), words, masks = outfit
+            category_word, mask = words[0], masks[0] if masks else ""
+            try:
+                second = {"garment2": resolve(garment2), "category2": _outfit_category(words[1]),
+                          "mask2": resolve(masks[1]) if masks else None}
+                category = _outfit_category(category_word)
+            except UsageError as exc:
+                problem = f"{source}: {exc}"
         else:
             try:
                 category = parse_category_word(category_word) if category_word else default_category
@@ -159,12 +201,21 @@ def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = Non
             Pair(
                 person=resolve(person or "?"), garment=resolve(garment or "?"),
                 category=None if auto else category, mask=resolve(mask) if mask else None, index=len(pairs),
-                source=source, problem=problem, auto=auto,
+                source=source, problem=problem, auto=auto, **second,  # type: ignore[arg-type]
             )
         )
     if not pairs:
         raise UsageError(f"pairs file {path} lists no pairs (expected rows person,garment,category[,mask])")
     return pairs
+
+
+def _outfit_category(word: str) -> Category:
+    """A garment's category in an outfit row: given (upper, lower, ...); `auto` is for one-garment rows."""
+    category = parse_category_word(word)
+    if category == AUTO_CATEGORY:
+        raise UsageError(f"an outfit row names each garment's category (upper{OUTFIT_SEPARATOR}lower); auto "
+                         "classifies one-garment rows only")
+    return category  # type: ignore[return-value]
 
 
 def list_images(folder: str | Path, what: str, output: str | Path | None = None) -> list[Path]:

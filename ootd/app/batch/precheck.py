@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ootd.app.batch.outfits import OutfitPlan, planned_outputs
 from ootd.app.batch.pairs import Pair
 from ootd.app.batch.report import PairReport, is_our_report
 from ootd.app.batch.resume import resume_state, stale_error
@@ -35,8 +36,10 @@ def check_batch_outputs(pairs: Iterable[Pair], config: RunConfig, report: Path |
     inputs: dict[Path, None] = dict.fromkeys(p for p in extra_inputs if p is not None)
     outputs: list[Other] = []
     for pair in pairs:
-        inputs.update(dict.fromkeys(p for p in (pair.person, pair.garment, pair.mask) if p is not None))
-        if pair.problem is None and pair.category is not None:
+        inputs.update(dict.fromkeys(p for p in pair.inputs() if p is not None))
+        if pair.problem is None and pair.outfit:
+            outputs += [Other(p, "output") for p in planned_outputs(pair, config)]
+        elif pair.problem is None and pair.category is not None:
             try:
                 outputs += [Other(p, "output") for p in targets_for(pair.request(), config).all()]
             except UsageError:  # a pair the batch reports as its own error (e.g. hd with a lower garment)
@@ -52,7 +55,7 @@ class Precheck:
     resumed batch whose seed was drawn keeps the seed its files were made with)."""
 
     done: list[PairReport]
-    todo: list[tuple[Pair, TryOnJob]]
+    todo: list[tuple[Pair, TryOnJob | OutfitPlan]]
     config: RunConfig
 
 
@@ -69,7 +72,8 @@ class _Files:
         return self.seen[path]
 
     def missing(self, pair: Pair) -> list[str]:
-        roles = (("person", pair.person), ("garment", pair.garment), ("mask", pair.mask))
+        roles = (("person", pair.person), ("garment", pair.garment), ("mask", pair.mask),
+                 ("garment", pair.garment2), ("mask", pair.mask2))
         return [f"{role} image {os.path.normpath(path)}: {problem}" for role, path in roles
                 if path is not None and (problem := self.problem(path)) is not None]
 
@@ -86,6 +90,12 @@ class _Records:
             record = self.seen[path] = read_record(path)
         return record
 
+    def outfit(self, path: Path) -> dict[str, str]:
+        """An outfit picture's record with the lower pass's seed as its seed: each sample's upper pass has its
+        own seed, the lower pass one for all of them (what resume compares across the samples)."""
+        record = self(path)
+        return {**record, "seed": record.get("lower_seed", "")} if record else record
+
     def ours(self, path: Path) -> bool:
         return is_ours(self(path))
 
@@ -93,7 +103,7 @@ class _Records:
 def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
     """Everything knowable without models, per pair (see the module docstring)."""
     done: list[PairReport] = []
-    todo: list[tuple[Pair, TryOnJob]] = []
+    todo: list[tuple[Pair, TryOnJob | OutfitPlan]] = []
     claimed: dict[Path, Pair] = {}
     stale: list[str] = []
     seeds: set[int] = set()  # the seeds existing outputs were made with
@@ -104,11 +114,12 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
             done.append(PairReport(pair, "error", error=pair.problem, seed=seed))
             continue
         try:
-            job = TryOnJob.planned(config, pair.request())
+            job: TryOnJob | OutfitPlan = (OutfitPlan.planned(config, pair) if pair.outfit
+                                          else TryOnJob.planned(config, pair.request()))
         except UsageError as exc:
             done.append(PairReport(pair, "error", error=f"{pair.source}: {exc}", seed=seed))
             continue
-        model = job.model_type.value
+        model = job.describe_models() if isinstance(job, OutfitPlan) else job.model_type.value
         outputs = job.targets.all()
         records = _Records()
         if not config.overwrite:  # an existing file at an output name must be ours (exit 2 otherwise)
@@ -126,12 +137,14 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
             ))
             continue
         claimed.update(dict.fromkeys(outputs, pair))
-        state = None if config.overwrite else resume_state(
-            job.targets, expected_record(job.request, job.model_type, config), read=records)
+        expected = (job.expected() if isinstance(job, OutfitPlan)
+                    else expected_record(job.request, job.model_type, config))
+        read = records.outfit if isinstance(job, OutfitPlan) else records
+        state = None if config.overwrite else resume_state(job.targets, expected, read=read)
         if state is not None and state.status == "stale":
             stale.append(f"{pair.source}: {state.reason}")
             continue
-        if state is not None and state.seed is not None:
+        if state is not None and state.seed is not None and not isinstance(job, OutfitPlan):
             seeds.add(state.seed)
         if state is not None and state.status == "done":
             done.append(PairReport(

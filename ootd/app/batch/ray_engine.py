@@ -151,6 +151,10 @@ class RayBatchRunner(BatchRunner):
         """Join (or start) the cluster and size the pool before anything is written; nothing to do: no Ray."""
         if not todo:
             return
+        outfit = next((pair for pair, _ in todo if pair.outfit), None)
+        if outfit is not None:
+            raise UsageError(f"{outfit.source}: the ray engine runs one garment per row; run outfit rows "
+                             "(two garments) with the local engine")
         import ray
 
         if not ray.is_initialized():

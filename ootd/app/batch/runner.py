@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ootd.app.batch.index import ContactIndex
+from ootd.app.batch.outfits import OutfitPlan, is_outfit
 from ootd.app.batch.pages import Heading
 from ootd.app.batch.pairs import Pair, order_key
 from ootd.app.batch.precheck import Precheck, precheck
@@ -123,8 +124,9 @@ class BatchRunner:
         checked = precheck(pairs, self.config)
         self.config, todo = checked.config, checked.todo
         if todo:  # a fully resumed batch needs no checkpoints at all
-            models = {job.model_type for _, job in todo}
-            check_checkpoints_present(self.config.checkpoints, models, any(p.mask is None for p, _ in todo))
+            models = set().union(*(job.models if is_outfit(job) else {job.model_type} for _, job in todo))
+            automatic = any(p.mask is None or (p.outfit and p.mask2 is None) for p, _ in todo)
+            check_checkpoints_present(self.config.checkpoints, models, automatic)
             check_memory_budget(self.config, models)  # --max-memory: fits before loading?
         self._start(todo)
         try:
@@ -189,15 +191,20 @@ class BatchRunner:
         process; another engine (ootd/app/batch/ray_engine.py) runs them elsewhere."""
         for pair, job in order:
             report = self.run_one(pair, job)
-            failed = self.loader.failure(job.model_type)
+            failed = self.loader.failure(job.model_type) or (
+                self.loader.failure(job.upper_model) if is_outfit(job) else None)
             if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
                 # every later pair of this model would fail the same way: stop once, with one line
                 raise type(failed)(f"cannot load the {job.model_type.value} model: {one_line(failed)}; stopped "
                                    f"before {pair.source} (finished pairs are in the report)") from failed
             yield report
 
-    def run_one(self, pair: Pair, job: TryOnJob) -> PairReport:
+    def run_one(self, pair: Pair, job: TryOnJob | OutfitPlan) -> PairReport:
         """One pair that passed the precheck; never raises (a failure is the report's error)."""
+        if isinstance(job, OutfitPlan):  # its second pass may leave the other model loaded
+            self._model = None
+            report = PairReport(pair, "error", job.describe_models(), seed=job.config.sampling.seed)
+            return self._guarded(pair, report, lambda report: self._outfit(job, report))
         if job.model_type is not self._model:  # inputs prepared by the other model are no use now
             self.persons.clear()
             self.garments.clear()
@@ -206,40 +213,59 @@ class BatchRunner:
 
     def _run_pair(self, pair: Pair, job: TryOnJob) -> PairReport:
         report = PairReport(pair, "error", job.model_type.value, seed=job.config.sampling.seed)
-        start = time.perf_counter()
+        return self._guarded(pair, report, lambda report: self._single(job, report))
+
+    def _guarded(self, pair: Pair, report: PairReport, work: Callable[[PairReport], None]) -> PairReport:
+        """`work` fills the report of a pair that succeeded; a failure is the report's error instead."""
         try:
-            loading = not self.loader.holds(job.model_type)
-            if loading:
-                self._tick("load", 0, 1)
-            pipe = self.loader.get(job.model_type)
-            if loading:
-                self._tick("load", 1, 1)
-                start = time.perf_counter()  # loading is reported once, not in this pair's time
-            outcome = job.run(pipe, self.progress, persons=self.persons, garments=self.garments)
-            self.info = outcome.info
-            t = time.perf_counter()
-            images, intermediates = job.save(outcome, keep_existing=True)
-            save_seconds = time.perf_counter() - t
+            work(report)
         except NoSpaceError:  # every later pair would fail the same way: stop, keeping what is written
             raise
         except OotdError as exc:
             report.error = one_line(exc)
             logger.debug("pair %s failed", pair.source, exc_info=True)
-            return report
         except Exception as exc:  # keep going; the report says what broke
             report.error = f"internal error: {type(exc).__name__}: {one_line(exc)}"
             logger.warning("pair %s (%s): %s", pair.source, pair.describe(), report.error, exc_info=True)
-            return report
+        return report
+
+    def _single(self, job: TryOnJob, report: PairReport) -> None:
+        start = time.perf_counter()
+        loading = not self.loader.holds(job.model_type)
+        if loading:
+            self._tick("load", 0, 1)
+        pipe = self.loader.get(job.model_type)
+        if loading:
+            self._tick("load", 1, 1)
+            start = time.perf_counter()  # loading is reported once, not in this pair's time
+        outcome = job.run(pipe, self.progress, persons=self.persons, garments=self.garments)
+        self.info = outcome.info
+        t = time.perf_counter()
+        images, intermediates = job.save(outcome, keep_existing=True)
         timings = outcome.timings()
-        timings["save"] = save_seconds
+        timings["save"] = time.perf_counter() - t
         timings["wall"] = time.perf_counter() - start
+        self._succeeded(report, outcome.result.seed, images, intermediates, timings)
+        report.reused = dict(outcome.reused)
+
+    def _outfit(self, plan: OutfitPlan, report: PairReport) -> None:
+        """An outfit row: the outfit job of `ootd run` with two garments (both passes, the loader swapping
+        models between them when they differ)."""
+        start = time.perf_counter()
+        _, outcome, images, intermediates = plan.run(self.loader, self.progress)
+        self.info = outcome.first.info
+        timings = outcome.timings()
+        timings["wall"] = time.perf_counter() - start
+        self._succeeded(report, plan.config.sampling.seed, images, intermediates, timings)
+
+    @staticmethod
+    def _succeeded(report: PairReport, seed: int | None, images: list[Path], intermediates: dict[str, Path],
+                   timings: dict[str, Any]) -> None:
         report.status = "ok"
-        report.seed = outcome.result.seed
+        report.seed = seed
         report.outputs = [str(p) for p in images]
         report.intermediates = {k: str(p) for k, p in intermediates.items()}
         report.timings = _rounded(timings)
-        report.reused = dict(outcome.reused)
-        return report
 
 
 def _rounded(timings: dict[str, Any]) -> dict[str, Any]:

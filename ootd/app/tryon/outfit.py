@@ -191,6 +191,12 @@ class OutfitJob:
         return pictures
 
 
+def upper_model_for(config: RunConfig) -> ModelType:
+    """The second pass's model: `--model-type` when given (hd is for the top; the lower pass is always dc),
+    else the upper garment's default."""
+    return config.model_type or default_model_type(Category.UPPER)
+
+
 def outfit_targets(config: RunConfig, first: TryOnRequest, upper: Garment, upper_model: ModelType) -> Targets:
     """The final pictures, named by the template with garment `<upper>-with-<lower>`, and the intermediates' names."""
     upper_name = upper.name or (str(upper.source) if isinstance(upper.source, str | Path) else "garment")
@@ -215,9 +221,7 @@ def prepare_outfit(config: RunConfig, person: Any, garments: Sequence[Garment], 
     if config.grid:
         raise UsageError("--grid shows one garment's try-on; an outfit has two passes: leave --grid out")
     lower, upper = order_outfit(garments)  # 1
-    upper_model = config.model_type or default_model_type(Category.UPPER)
-    if config.model_type is ModelType.HD:  # hd is for the top; the lower garment always needs dc
-        upper_model = ModelType.HD
+    upper_model = upper_model_for(config)
     first_config = replace(config, model_type=ModelType.DC,
                            sampling=replace(config.sampling, seed=pass_seed(config.sampling.seed, "lower")))
     first = TryOnRequest(person, lower.source, Category.LOWER, lower.mask, person_name=person_name,

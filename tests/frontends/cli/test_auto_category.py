@@ -137,3 +137,19 @@ def test_batch_rows_with_auto_and_a_row_that_fails_alone(tiny_tree: Path, tmp_pa
     reports = sorted(read_report(out / "batch_report.jsonl"), key=lambda r: r["index"])
     assert [r["status"] for r in reports] == ["error", "error", "ok"]
     assert "cannot tell the category" in reports[0]["error"] and "--category" in reports[0]["error"]
+
+
+def test_explain_shows_the_classifier_text_tower(tiny_tree: Path, tmp_path: Path, example_images: dict[str, Path],
+                                                 use_pipes) -> None:  # noqa: ANN001
+    from transformers import CLIPTextModelWithProjection
+
+    tree, _ = controlled_tree(tiny_tree, tmp_path / "tree", example_images["tshirt"],
+                              {Category.DRESS: 3.0, Category.UPPER: 1.0})
+    tower = CLIPTextModelWithProjection.from_pretrained(tree / "clip-vit-large-patch14")
+    parameters = sum(p.numel() for p in tower.parameters())  # counted on the loaded tower, not from its config
+    result = invoke(*_args(tree, tmp_path / "out", example_images, "--category", "auto", "--explain"))
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.stdout.splitlines() if "classifier text tower" in line)
+    assert f"({parameters:,} parameters, fp32" in line and "--category auto" in line
+    given = invoke(*_args(tree, tmp_path / "given", example_images, "--category", "upper", "--explain"))
+    assert given.exit_code == 0 and "classifier text tower" not in given.stdout
