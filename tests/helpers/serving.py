@@ -118,6 +118,23 @@ def files_for(paths: dict[str, Path]) -> dict[str, tuple[str, bytes, str]]:
     return {role: (path.name, path.read_bytes(), "image/png") for role, path in paths.items()}
 
 
+
+def tryon_files(example_images: dict[str, Path], person_name: str | None = None) -> dict[str, tuple[str, bytes, str]]:
+    """The example person, t-shirt and mask as a request's files (the person under another name if given)."""
+    files = files_for({"person": example_images["person"], "garment": example_images["tshirt"],
+                       "mask": example_images["mask"]})
+    if person_name is not None:
+        files["person"] = (person_name, *files["person"][1:])
+    return files
+
+
+def wait_until(condition: Any, seconds: float, what: str, every: float = 0.05) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {seconds} s waiting for {what}"
+        time.sleep(every)
+
 def raw_request(url: str, method: str, path: str, files: Any = None, data: Any = None,
                 headers: dict[str, str] | None = None) -> tuple[bytes, dict[str, str]]:
     """The bytes of a whole HTTP/1.1 request (head and body) as httpx would send it, to send by hand."""

@@ -17,22 +17,18 @@ httpx = pytest.importorskip("httpx")
 
 from ootd.app.tryon.loader import ModelSource  # noqa: E402
 from ootd.serve.limits import Limits  # noqa: E402
-from tests.helpers.serving import StepCounter, files_for, host_port, live_server, raw_request, tiny_config  # noqa: E402
+from tests.helpers.serving import (  # noqa: E402
+    StepCounter,
+    host_port,
+    live_server,
+    raw_request,
+    tiny_config,
+    tryon_files,
+    wait_until,
+)
 
 STEPS = 60  # far more than the test waits for: a job that ran to the end was not cancelled
 LONG = {"category": "upper", "steps": str(STEPS), "resolution": "384x512", "seed": "3"}
-
-
-def inputs(example_images: dict[str, Path]) -> dict:
-    return files_for({"person": example_images["person"], "garment": example_images["tshirt"],
-                      "mask": example_images["mask"]})
-
-
-def wait_until(condition, seconds: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {seconds} s waiting for {what}"
-        time.sleep(0.05)
 
 
 def idle(live) -> bool:  # noqa: ANN001
@@ -56,7 +52,7 @@ def test_a_client_that_hangs_up_is_cancelled_at_the_next_step(tiny_tree: Path, p
     counter = StepCounter(pipe_hd)
     with live_server(tiny_config(tiny_tree), limits=Limits(max_steps=1000),
                      models=ModelSource(lambda model_type: counter)) as live:
-        request, _ = raw_request(live.url, "POST", "/api/tryon", files=inputs(example_images), data=LONG)
+        request, _ = raw_request(live.url, "POST", "/api/tryon", files=tryon_files(example_images), data=LONG)
         with socket.create_connection(host_port(live.url), timeout=30) as sock:
             sock.sendall(request)
             assert counter.started.wait(120), "the try-on never started"
@@ -65,7 +61,7 @@ def test_a_client_that_hangs_up_is_cancelled_at_the_next_step(tiny_tree: Path, p
         stopped_after = time.monotonic() - left
         assert counter.steps < STEPS and type(counter.error).__name__ == "Cancelled", (counter.steps, counter.error)
         wait_until(lambda: idle(live), 30, "the worker to be free")
-        ok = httpx.post(live.url + "api/tryon", files=inputs(example_images), timeout=120,
+        ok = httpx.post(live.url + "api/tryon", files=tryon_files(example_images), timeout=120,
                         data={**LONG, "steps": "1"})
         assert ok.status_code == 200, ok.text
     print(f"cancelled after step {counter.steps} of {STEPS}, {stopped_after:.1f} s after the client left")
@@ -81,8 +77,8 @@ def test_delete_cancels_a_waiting_or_running_job(tiny_tree: Path, pipe_hd,  # no
     counter = StepCounter(pipe_hd)
     with live_server(tiny_config(tiny_tree), limits=Limits(max_steps=1000),
                      models=ModelSource(lambda model_type: counter)) as live:
-        running = httpx.post(live.url + "api/jobs", files=inputs(example_images), data=LONG, timeout=30).json()
-        waiting = httpx.post(live.url + "api/jobs", files=inputs(example_images), data=LONG, timeout=30).json()
+        running = httpx.post(live.url + "api/jobs", files=tryon_files(example_images), data=LONG, timeout=30).json()
+        waiting = httpx.post(live.url + "api/jobs", files=tryon_files(example_images), data=LONG, timeout=30).json()
         assert counter.started.wait(120)
         answer = httpx.delete(live.url + f"api/jobs/{waiting['id']}", timeout=10)
         assert answer.status_code == 202 and answer.json()["state"] == "cancelled"  # left the line at once
@@ -100,7 +96,7 @@ def test_delete_cancels_a_waiting_or_running_job(tiny_tree: Path, pipe_hd,  # no
 def test_a_client_leaving_mid_upload_is_an_info_line(tiny_tree: Path, pipe_hd, logs,  # noqa: ANN001
                                                      example_images: dict[str, Path]) -> None:
     with live_server(tiny_config(tiny_tree), models=ModelSource(lambda model_type: pipe_hd)) as live:
-        request, _ = raw_request(live.url, "POST", "/api/jobs", files=inputs(example_images), data=LONG)
+        request, _ = raw_request(live.url, "POST", "/api/jobs", files=tryon_files(example_images), data=LONG)
         for _ in range(3):
             with socket.create_connection(host_port(live.url), timeout=30) as sock:
                 sock.sendall(request[: len(request) // 2])  # half the body, then gone

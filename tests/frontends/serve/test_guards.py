@@ -16,7 +16,7 @@ from typer.testing import CliRunner  # noqa: E402
 from ootd import cli  # noqa: E402
 from ootd.errors import UsageError  # noqa: E402
 from ootd.serve.limits import Limits  # noqa: E402
-from tests.helpers.serving import assert_one_line_error, files_for, live_server, pipes_factory, tiny_config  # noqa: E402
+from tests.helpers.serving import assert_one_line_error, files_for, live_server, pipes_factory, tiny_config, tryon_files  # noqa: E402
 
 FAST = {"category": "upper", "steps": "1", "resolution": "384x512", "seed": "3"}
 
@@ -24,11 +24,6 @@ FAST = {"category": "upper", "steps": "1", "resolution": "384x512", "seed": "3"}
 @pytest.fixture(scope="module")
 def pipes(pipe_hd, pipe_dc) -> dict:  # noqa: ANN001
     return {"hd": pipe_hd, "dc": pipe_dc}
-
-
-def inputs(example_images: dict[str, Path]) -> dict:
-    return files_for({"person": example_images["person"], "garment": example_images["tshirt"],
-                      "mask": example_images["mask"]})
 
 
 def jobs_on_disk(live) -> int:  # noqa: ANN001
@@ -56,7 +51,7 @@ def test_cross_site_posts_are_refused_same_origin_and_scripts_pass(tiny_tree: Pa
                         {"Origin": own.replace("127.0.0.1", "localhost")},  # another origin, even on this machine
                         {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}):
             for route in ("api/jobs", "api/tryon"):
-                refused = httpx.post(live.url + route, files=inputs(example_images), data=FAST, headers=headers,
+                refused = httpx.post(live.url + route, files=tryon_files(example_images), data=FAST, headers=headers,
                                      timeout=30)
                 assert_one_line_error(refused, 403, "--allow-origin")
         assert jobs_on_disk(live) == 0, "a refused request left a job behind"
@@ -65,7 +60,7 @@ def test_cross_site_posts_are_refused_same_origin_and_scripts_pass(tiny_tree: Pa
         # reading is not changing anything (and the browser keeps the answer from the other site's page)
         assert httpx.get(live.url + "api/health", headers={"Origin": "http://evil.example"}, timeout=10).is_success
         for headers in ({"Origin": own, "Sec-Fetch-Site": "same-origin"}, {}):  # the page itself; curl
-            accepted = httpx.post(live.url + "api/jobs", files=inputs(example_images), data=FAST, headers=headers,
+            accepted = httpx.post(live.url + "api/jobs", files=tryon_files(example_images), data=FAST, headers=headers,
                                   timeout=30)
             assert accepted.status_code == 202, accepted.text
             assert "access-control-allow-origin" not in accepted.headers
@@ -81,10 +76,10 @@ def test_allow_origin_lets_that_site_post_and_read(tiny_tree: Path, pipes: dict,
         preflight = httpx.options(live.url + "api/jobs", timeout=10, headers={
             "Origin": shop, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
         assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == shop
-        accepted = httpx.post(live.url + "api/jobs", files=inputs(example_images), data=FAST, timeout=30,
+        accepted = httpx.post(live.url + "api/jobs", files=tryon_files(example_images), data=FAST, timeout=30,
                               headers={"Origin": shop, "Sec-Fetch-Site": "cross-site"})
         assert accepted.status_code == 202 and accepted.headers["access-control-allow-origin"] == shop
-        refused = httpx.post(live.url + "api/jobs", files=inputs(example_images), data=FAST, timeout=30,
+        refused = httpx.post(live.url + "api/jobs", files=tryon_files(example_images), data=FAST, timeout=30,
                              headers={"Origin": "https://other.example"})
         assert_one_line_error(refused, 403, "other.example")
 
@@ -129,17 +124,17 @@ def test_steps_and_samples_are_bounded_per_request(tiny_tree: Path, pipes: dict,
         assert options["limits"] == {"steps": Limits.max_steps, "samples": Limits.max_samples}
         for field, value, word in (("steps", "1000", "limit of 50"), ("samples", "64", "limit of 4"),
                                    ("steps", "51", "steps 51")):
-            refused = httpx.post(live.url + "api/tryon", files=inputs(example_images),
+            refused = httpx.post(live.url + "api/tryon", files=tryon_files(example_images),
                                  data={**FAST, field: value}, timeout=30)
             assert_one_line_error(refused, 422, word)
         assert jobs_on_disk(live) == 0
     with live_server(tiny_config(tiny_tree), limits=Limits(max_steps=2, max_samples=1),
                      models=pipes_factory(pipes)) as live:
-        assert_one_line_error(httpx.post(live.url + "api/tryon", files=inputs(example_images),
+        assert_one_line_error(httpx.post(live.url + "api/tryon", files=tryon_files(example_images),
                                          data={**FAST, "steps": "3"}, timeout=30), 422, "limit of 2")
-        assert_one_line_error(httpx.post(live.url + "api/tryon", files=inputs(example_images),
+        assert_one_line_error(httpx.post(live.url + "api/tryon", files=tryon_files(example_images),
                                          data={**FAST, "samples": "2"}, timeout=30), 422, "limit of 1")
-        ok = httpx.post(live.url + "api/tryon", files=inputs(example_images), data={**FAST, "steps": "2"},
+        ok = httpx.post(live.url + "api/tryon", files=tryon_files(example_images), data={**FAST, "steps": "2"},
                         timeout=120)
         assert ok.status_code == 200, ok.text
 
@@ -148,11 +143,11 @@ def test_error_messages_name_no_server_paths(tmp_path: Path, example_images: dic
     empty = tmp_path / "private" / "checkpoints"
     empty.mkdir(parents=True)
     with live_server(tiny_config(empty)) as live:
-        response = httpx.post(live.url + "api/tryon", files=inputs(example_images), data=FAST, timeout=60)
+        response = httpx.post(live.url + "api/tryon", files=tryon_files(example_images), data=FAST, timeout=60)
         message = assert_one_line_error(response, 503, "cannot run this model", "<checkpoints>", "ootd download")
         assert str(tmp_path) not in message and "private" not in message, message
         assert str(live.workdir) not in message
-        job = httpx.post(live.url + "api/jobs", files=inputs(example_images), data=FAST, timeout=60).json()
+        job = httpx.post(live.url + "api/jobs", files=tryon_files(example_images), data=FAST, timeout=60).json()
         while (status := httpx.get(live.url + f"api/jobs/{job['id']}", timeout=10).json())["state"] != "failed":
             assert status["state"] in ("queued", "running"), status
         assert status["status"] == 503 and str(tmp_path) not in status["error"]

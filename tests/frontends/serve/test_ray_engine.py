@@ -19,10 +19,10 @@ httpx = pytest.importorskip("httpx")
 from ootd.serve.ray_replica import TEST_EXIT, TEST_HOLD  # noqa: E402
 from tests.helpers.serving import (  # noqa: E402
     assert_one_line_error,
-    files_for,
     live_server,
     ray_deployment,
     tiny_config,
+    tryon_files,
 )
 
 pytestmark = pytest.mark.slow
@@ -50,14 +50,6 @@ def deployment(tiny_tree: Path, hold: Path):  # noqa: ANN201
                 os.environ[name] = value
 
 
-def inputs(example_images: dict[str, Path], person_name: str | None = None) -> dict:
-    files = files_for({"person": example_images["person"], "garment": example_images["tshirt"],
-                       "mask": example_images["mask"]})
-    if person_name is not None:
-        files["person"] = (person_name, *files["person"][1:])
-    return files
-
-
 def until(what: Any, timeout: float = 180.0, every: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout
     while not (value := what()):
@@ -82,22 +74,22 @@ def test_requests_spread_over_both_replicas_and_a_full_line_gets_503(deployment:
     try:
         with live_server(config, ray=deployment) as live, live_server(config, ray=deployment) as other:
             # the same seed twice: the same picture whichever replica makes it
-            ids = [httpx.post(live.url + "api/jobs", files=inputs(example_images), data={**FAST, "seed": "0"},
+            ids = [httpx.post(live.url + "api/jobs", files=tryon_files(example_images), data={**FAST, "seed": "0"},
                               timeout=30).json()["id"] for _ in range(2)]
             until(lambda: all(job(live, i)["state"] == "running" for i in ids))  # one on each replica, held
             replicas = health(live)["replicas"]
             assert [r["busy"] for r in replicas] == [True, True], replicas
-            waiting = [httpx.post(live.url + "api/jobs", files=inputs(example_images),
+            waiting = [httpx.post(live.url + "api/jobs", files=tryon_files(example_images),
                                   data={**FAST, "seed": str(i)}, timeout=30) for i in (2, 3)]
             assert [(w.status_code, w.json()["position"]) for w in waiting] == [(202, 1), (202, 2)]
             assert health(live)["queue"]["waiting"] == 2
             # this front end's line is full: refused before the upload is read, nothing left behind
-            full = httpx.post(live.url + "api/tryon", files=inputs(example_images), data=FAST, timeout=30)
+            full = httpx.post(live.url + "api/tryon", files=tryon_files(example_images), data=FAST, timeout=30)
             assert_one_line_error(full, 503, "busy")
             assert int(full.headers["retry-after"]) >= 1
             assert len(list((live.workdir / "jobs").iterdir())) == 4
             # another front end on the same handle counts nothing itself: Ray Serve's max_queued_requests refuses
-            refused = httpx.post(other.url + "api/tryon", files=inputs(example_images), data=FAST, timeout=60)
+            refused = httpx.post(other.url + "api/tryon", files=tryon_files(example_images), data=FAST, timeout=60)
             assert_one_line_error(refused, 503, "busy")
             assert int(refused.headers["retry-after"]) >= 1
             assert not list((other.workdir / "jobs").glob("*/inputs"))
@@ -129,12 +121,12 @@ def test_a_replica_killed_mid_request_fails_that_request_only_and_is_replaced(
         answers: dict[str, Any] = {}
 
         def other() -> None:
-            answers["other"] = httpx.post(live.url + "api/tryon", files=inputs(example_images),
+            answers["other"] = httpx.post(live.url + "api/tryon", files=tryon_files(example_images),
                                           data={**FAST, "seed": "5"}, timeout=300)
 
         thread = threading.Thread(target=other)
         thread.start()
-        killed = httpx.post(live.url + "api/jobs", files=inputs(example_images, EXIT_NAME), data=FAST, timeout=30)
+        killed = httpx.post(live.url + "api/jobs", files=tryon_files(example_images, EXIT_NAME), data=FAST, timeout=30)
         assert killed.status_code == 202, killed.text
         killed_id = killed.json()["id"]
         failed = until(lambda: (s := job(live, killed_id))["state"] not in ("queued", "running") and s)
@@ -148,6 +140,6 @@ def test_a_replica_killed_mid_request_fails_that_request_only_and_is_replaced(
                          and {x["id"] for x in r} != before and r, timeout=240, every=0.5)
         assert len({x["id"] for x in replicas} & before) == 1, (replicas, before)
         for seed in ("6", "7"):
-            response = httpx.post(live.url + "api/tryon", files=inputs(example_images), data={**FAST, "seed": seed},
-                                  timeout=300)
+            response = httpx.post(live.url + "api/tryon", files=tryon_files(example_images),
+                                  data={**FAST, "seed": seed}, timeout=300)
             assert response.status_code == 200, response.text

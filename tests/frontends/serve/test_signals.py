@@ -19,7 +19,7 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed (pip ins
 httpx = pytest.importorskip("httpx")
 
 from tests.helpers import REPO  # noqa: E402
-from tests.helpers.serving import files_for  # noqa: E402
+from tests.helpers.serving import tryon_files, wait_until  # noqa: E402
 
 LONG = {"category": "upper", "steps": "400", "resolution": "384x512", "seed": "3"}
 STOP_WITHIN_S = 15  # generous for a loaded machine; the figure printed is what it took
@@ -69,18 +69,6 @@ class Served:
             self.proc.wait(30)
 
 
-def inputs(example_images: dict[str, Path]) -> dict:
-    return files_for({"person": example_images["person"], "garment": example_images["tshirt"],
-                      "mask": example_images["mask"]})
-
-
-def wait_until(condition, seconds: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {seconds} s waiting for {what}"
-        time.sleep(0.1)
-
-
 def assert_clean_exit(served: Served, code: int, seconds: float, out: str) -> None:
     err = served.stderr()
     assert code == 0, (code, err[-3000:])
@@ -99,8 +87,8 @@ def test_a_signal_cancels_the_running_job_and_exits_0(tmp_path: Path, tiny_tree:
                                                       example_images: dict[str, Path]) -> None:
     served = Served(tmp_path, tiny_tree)
     try:
-        job = httpx.post(served.url + "api/jobs", files=inputs(example_images), data=LONG, timeout=30).json()
-        waiting = httpx.post(served.url + "api/jobs", files=inputs(example_images), data=LONG, timeout=30).json()
+        job = httpx.post(served.url + "api/jobs", files=tryon_files(example_images), data=LONG, timeout=30).json()
+        waiting = httpx.post(served.url + "api/jobs", files=tryon_files(example_images), data=LONG, timeout=30).json()
         wait_until(lambda: (s := served.get(f"api/jobs/{job['id']}"))["stage"] == "denoise" and s["done"] >= 1,
                    180, "the first denoising step")
         code, seconds, out = served.stop(sig)
@@ -117,16 +105,16 @@ def test_waiting_clients_get_a_json_503_and_abandoned_work_stops(tmp_path: Path,
     served = Served(tmp_path, tiny_tree)
     answers: list[httpx.Response] = []
     try:
-        warm = httpx.post(served.url + "api/tryon", files=inputs(example_images), timeout=300,
+        warm = httpx.post(served.url + "api/tryon", files=tryon_files(example_images), timeout=300,
                           data={**LONG, "steps": "1"})  # loads the model: a load has no step to stop at
         assert warm.status_code == 200, warm.text
         # a client that gives up: its try-on stops, the device is free again
         with pytest.raises(httpx.TimeoutException):
-            httpx.post(served.url + "api/tryon", files=inputs(example_images), data=LONG, timeout=4)
+            httpx.post(served.url + "api/tryon", files=tryon_files(example_images), data=LONG, timeout=4)
         wait_until(lambda: not served.get("api/health")["queue"]["running"], 30, "the abandoned try-on to stop")
         # a client that waits while the server is told to stop
         client = threading.Thread(target=lambda: answers.append(httpx.post(
-            served.url + "api/tryon", files=inputs(example_images), data=LONG, timeout=60)))
+            served.url + "api/tryon", files=tryon_files(example_images), data=LONG, timeout=60)))
         client.start()
         wait_until(lambda: served.get("api/health")["queue"]["running"], 30, "the try-on to run")
         time.sleep(1)
@@ -191,7 +179,7 @@ def test_a_stage_with_no_step_to_stop_at_still_ends_in_seconds(tmp_path: Path, t
                                 stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=env)
     try:
         url = proc.stdout.readline().split("open ", 1)[1].split(" ", 1)[0].rstrip(";")
-        job = httpx.post(url + "api/jobs", files=inputs(example_images), data=LONG, timeout=30).json()
+        job = httpx.post(url + "api/jobs", files=tryon_files(example_images), data=LONG, timeout=30).json()
         wait_until(lambda: httpx.get(url + f"api/jobs/{job['id']}", timeout=10).json()["stage"] == "load", 60,
                    "the model to start loading")
         start = time.monotonic()
