@@ -209,9 +209,9 @@ batch_inputs() {  # $WORK/b/{people,garments,masks}: two people (masks given: no
 }
 
 BATCH_ARGS=(--checkpoints "$WORK/tiny" --steps 1 --resolution 384x512 --seed 1 --device cpu)
-run_batch() {  # run_batch OUT [args...]: `ootd batch` in the foreground; sets RC and OUT
+run_batch() {  # run_batch OUT [args...]: `ootd batch` in the foreground, ARGS after (over) the standard ones
   OUT="$1"; shift
-  timeout "$CASE_TIMEOUT" "$PY" -m ootd batch "$@" -o "$OUT" "${BATCH_ARGS[@]}" \
+  timeout "$CASE_TIMEOUT" "$PY" -m ootd batch -o "$OUT" "${BATCH_ARGS[@]}" "$@" \
     >"$WORK/stdout" 2>"$WORK/stderr" </dev/null
   RC=$?
 }
