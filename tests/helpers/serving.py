@@ -135,6 +135,33 @@ def wait_until(condition: Any, seconds: float, what: str, every: float = 0.05) -
         assert time.monotonic() < deadline, f"timed out after {seconds} s waiting for {what}"
         time.sleep(every)
 
+
+def served_url(line: str) -> str:
+    """The URL in `ootd serve`'s first line ("ootd serve: open http://127.0.0.1:PORT/; ...")."""
+    return line.split("open ", 1)[1].split(" ", 1)[0].rstrip(";")
+
+
+def stop_process(proc: Any, sig: int, timeout: float) -> tuple[str, float]:
+    """Send `sig` and wait for the exit: (the rest of stdout, seconds it took); killed and failed after `timeout`."""
+    import signal
+    import subprocess
+
+    start = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_process(proc)
+        raise AssertionError(f"still running {timeout} s after {signal.Signals(sig).name}") from None
+    return out, time.monotonic() - start
+
+
+def kill_process(proc: Any) -> None:
+    """What a test leaves of a server process it started: nothing."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(30)
+
 def raw_request(url: str, method: str, path: str, files: Any = None, data: Any = None,
                 headers: dict[str, str] | None = None) -> tuple[bytes, dict[str, str]]:
     """The bytes of a whole HTTP/1.1 request (head and body) as httpx would send it, to send by hand."""

@@ -19,7 +19,7 @@ httpx = pytest.importorskip("httpx")
 
 from tests.helpers import REPO  # noqa: E402
 from tests.helpers.cli import assert_one_line_error, invoke  # noqa: E402
-from tests.helpers.serving import files_for  # noqa: E402
+from tests.helpers.serving import kill_process, served_url, stop_process, tryon_files  # noqa: E402
 
 LONG = {"category": "upper", "steps": "400", "resolution": "384x512", "seed": "3"}
 
@@ -49,23 +49,16 @@ def test_sigterm_stops_the_deployment_and_removes_every_temporary_folder(tmp_pat
     try:
         line = proc.stdout.readline()
         assert line.startswith("ootd serve: open http://127.0.0.1:"), (line, err.read_text()[-3000:])
-        url = line.split("open ", 1)[1].split(" ", 1)[0].rstrip(";")
-        files = files_for({"person": example_images["person"], "garment": example_images["tshirt"],
-                           "mask": example_images["mask"]})
-        job = httpx.post(url + "api/jobs", files=files, data=LONG, timeout=30).json()
+        url = served_url(line)
+        job = httpx.post(url + "api/jobs", files=tryon_files(example_images), data=LONG, timeout=30).json()
         deadline = time.monotonic() + 240
         while (status := httpx.get(url + f"api/jobs/{job['id']}", timeout=10).json())["done"] < 1:
             assert status["state"] in ("queued", "running") and time.monotonic() < deadline, status
             time.sleep(0.2)
         assert len(list(temp.glob("ootd-serve-*"))) == 2  # the server's folder and the replica's
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-        seconds = time.monotonic() - start
+        out, seconds = stop_process(proc, signal.SIGTERM, 120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
+        kill_process(proc)
     text = err.read_text()
     print(f"SIGTERM with a running try-on on a Ray replica: exited {proc.returncode} {seconds:.1f} s after it")
     assert proc.returncode == 0, text[-3000:]

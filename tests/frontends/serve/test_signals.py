@@ -19,7 +19,7 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed (pip ins
 httpx = pytest.importorskip("httpx")
 
 from tests.helpers import REPO  # noqa: E402
-from tests.helpers.serving import tryon_files, wait_until  # noqa: E402
+from tests.helpers.serving import kill_process, served_url, stop_process, tryon_files, wait_until  # noqa: E402
 
 LONG = {"category": "upper", "steps": "400", "resolution": "384x512", "seed": "3"}
 STOP_WITHIN_S = 15  # generous for a loaded machine; the figure printed is what it took
@@ -40,7 +40,7 @@ class Served:
                 stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True, env=env)
         line = self.proc.stdout.readline()
         assert line.startswith("ootd serve: open http://127.0.0.1:"), (line, self.stderr())
-        self.url = line.split("open ", 1)[1].split(" ", 1)[0].rstrip(";")
+        self.url = served_url(line)
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
@@ -53,20 +53,14 @@ class Served:
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, float, str]:
         """Send `sig`; (exit code, seconds to exit, the rest of stdout)."""
-        start = time.monotonic()
-        self.proc.send_signal(sig)
         try:
-            out, _ = self.proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"still running 60 s after {signal.Signals(sig).name}: {self.stderr()[-2000:]}") \
-                from None
-        return self.proc.returncode, time.monotonic() - start, out
+            out, seconds = stop_process(self.proc, sig, 60)
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {self.stderr()[-2000:]}") from None
+        return self.proc.returncode, seconds, out
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
+        kill_process(self.proc)
 
 
 def assert_clean_exit(served: Served, code: int, seconds: float, out: str) -> None:
@@ -178,18 +172,13 @@ def test_a_stage_with_no_step_to_stop_at_still_ends_in_seconds(tmp_path: Path, t
         proc = subprocess.Popen([sys.executable, "-c", STUCK, str(tiny_tree)], stdout=subprocess.PIPE,
                                 stderr=stderr, stdin=subprocess.DEVNULL, text=True, env=env)
     try:
-        url = proc.stdout.readline().split("open ", 1)[1].split(" ", 1)[0].rstrip(";")
+        url = served_url(proc.stdout.readline())
         job = httpx.post(url + "api/jobs", files=tryon_files(example_images), data=LONG, timeout=30).json()
         wait_until(lambda: httpx.get(url + f"api/jobs/{job['id']}", timeout=10).json()["stage"] == "load", 60,
                    "the model to start loading")
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-        seconds = time.monotonic() - start
+        out, seconds = stop_process(proc, signal.SIGTERM, 60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
+        kill_process(proc)
     text = err.read_text()
     print(f"SIGTERM during a load: exited {proc.returncode} {seconds:.1f} s after the signal")
     assert proc.returncode == 0, text[-2000:]
