@@ -70,7 +70,7 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
     SIGTERM: 143. A full device: "no space left on device (PATH)" and 1. Anything else: "internal error" and 1.
     `passthrough` exceptions are re-raised (a front end's own control flow).
     """
-    from ootd.app.signals import as_no_space, flush_stdout, sigterm_as_interrupt
+    from ootd.app.signals import as_no_space, as_terminated, flush_stdout, sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt():
@@ -91,9 +91,10 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
             traceback.print_exc()
         echo_err(f"error: {one_line(exc)}")
         return exc.exit_code
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated: 143)
+    except KeyboardInterrupt as caught:  # Ctrl-C, or SIGTERM (Terminated: 143)
         if debug:
             traceback.print_exc()
+        exc = as_terminated(caught)
         echo_err(getattr(exc, "message", "interrupted"))
         return getattr(exc, "exit_code", EXIT_INTERRUPTED)
     except Exception as exc:

@@ -27,8 +27,18 @@ class Terminated(KeyboardInterrupt):
     message = "terminated"
 
 
+_received = {"sigterm": False}  # set by the handler: a library may re-raise `Terminated` as a plain KeyboardInterrupt
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
+    _received["sigterm"] = True
     raise Terminated()
+
+
+def as_terminated(exc: KeyboardInterrupt) -> KeyboardInterrupt:
+    """`exc`, or `Terminated` where SIGTERM caused it (Ray turns an exception raised by a signal handler during
+    ray.wait into a plain KeyboardInterrupt)."""
+    return Terminated() if _received["sigterm"] and not isinstance(exc, Terminated) else exc
 
 
 @contextmanager
@@ -37,11 +47,27 @@ def sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _received["sigterm"] = False
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def sigterm_kept() -> Iterator[None]:
+    """Whatever handles SIGTERM before stays after: `ray.init` installs its own (an exit without the cleanup
+    above), which would leave a batch's page saying "running" and exit 15 instead of 143."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def stream_path(stream: object) -> str:

@@ -11,6 +11,7 @@ the local runner and the Ray engine.
     cluster.py     ClusterOptions (where a distributed engine runs), checked before anything starts
     engines.py     the engines by name
     ray_engine.py  the same pairs on the actors of a Ray cluster
+    ray_pool.py    those actors: one pair in flight each, fed as they free up, a dead one replaced, its pair retried
 
 Builds on `ootd.app.tryon` and the library; never imports a tool or a front end.
 """

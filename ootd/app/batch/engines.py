@@ -19,7 +19,7 @@ from ootd.errors import UsageError
 from ootd.pipeline_types import Progress
 from ootd.settings import EngineName
 
-RAY_INSTALL = "pip install 'ootd[ray]'  (or: pip install 'ray[data]>=2.9')"
+RAY_INSTALL = "pip install 'ootd[ray]'  (or: pip install 'ray>=2.9')"
 
 
 class BatchEngine(Protocol):
@@ -47,7 +47,7 @@ def require_engine(name: str | EngineName) -> EngineName:
     engine = EngineName.parse(name, "engine")
     if engine is EngineName.RAY:
         try:
-            import ray.data  # noqa: F401 - only to learn whether the extra is installed
+            import ray  # noqa: F401 - only to learn whether the extra is installed
         except ImportError:
             raise UsageError(f"the ray engine needs Ray, which is not installed: {RAY_INSTALL}") from None
     return engine

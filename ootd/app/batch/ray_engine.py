@@ -4,19 +4,17 @@ The driver (this process) does everything the local engine does before a model i
 pair whose outputs exist is `skipped` and never dispatched), the checkpoint check - then joins or starts the
 cluster and checks its size (`_start`: a bad --address, --workers or --gpus-per-worker fails in one line, in
 bounded time, before anything is written), and writes the report, one line per pair as results arrive, through
-the local engine itself (`BatchRunner.run`). Only the pairs left to do go to Ray: one Ray Data row each (the pair
-alone, ~300 bytes; the config goes to each actor once), in the local engine's run order (model type, garment,
-person), mapped by a pool of actors (`PairWorker`). Each actor holds one pipeline on one device, loaded once per
-model type, and runs each pair with the local engine's per-pair runner and caches, so a garment is prepared once
-per actor that sees its pairs, and a pair's outputs, metadata and report line are the ones the local engine
-would give.
+the local engine itself (`BatchRunner.run`). Only the pairs left to do go to Ray, in the local engine's run order
+(model type, garment, person), one at a time to each actor of a pool (`PairWorker`, `ray_pool.ActorPool`): the
+pair alone travels (~300 bytes; the config goes to each actor once). Each actor holds one pipeline on one device,
+loaded once per model type, and runs each pair with the local engine's per-pair runner and caches, so a garment is
+prepared once per actor that sees its pairs, and a pair's outputs, metadata and report line are the ones the local
+engine would give.
 
-Why Ray Data rather than actors driven by a queue of our own: replacing an actor that died (killed, out of
-memory) and resubmitting the pair it was running are what Ray Data's actor pool does by default, along with
-streaming results back and placing actors on the cluster's GPUs. One pair per block and one block in flight
-per actor make an actor's death cost exactly the pair it was running. Ray Data retries without limit (and its
-per-task retry option is deprecated), so the bound is kept here: every attempt first asks a small counter actor
-for its number, and an attempt past the bound reports the pair as an error instead of running it.
+An actor that dies (killed, out of memory) costs exactly the pair it was running: the pool replaces it and gives
+the pair to the replacement, at most `--retries` more times, then reports the pair as an error. Pairs are taken
+from the run order only as actors free up and results are written as they arrive, so the driver's memory does
+not grow with the batch (ray_pool.py says why Ray Data's pool is not used).
 
 Outputs are written by the workers straight into the output folder, atomically (ootd/app/tryon/outputs.py), so a pair
 cut short leaves nothing and a retried pair replaces nothing twice; the folder must be the same path on every
@@ -25,11 +23,9 @@ node (a shared filesystem), and so must the inputs and checkpoints (docs/command
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -40,8 +36,10 @@ from typing import Any
 
 from ootd.app.batch.cluster import ClusterOptions
 from ootd.app.batch.pairs import Pair
+from ootd.app.batch.ray_pool import ActorPool, Lost
 from ootd.app.batch.report import BatchSummary, PairReport
 from ootd.app.batch.runner import BatchRunner
+from ootd.app.signals import sigterm_kept
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
 from ootd.app.tryon.outputs import peak_memory
@@ -57,44 +55,18 @@ PROBE_TIMEOUT_S = 5.0  # a HOST:PORT that does not accept a TCP connection by th
 CONNECT_TIMEOUT_S = 60.0  # joining a cluster that accepts connections but does not answer as Ray's head does
 
 
-class _Attempts:
-    """Counts the attempts at each pair, cluster-wide (a Ray actor, one per batch)."""
-
-    def __init__(self) -> None:
-        self.counts: dict[int, int] = {}
-
-    def begin(self, index: int) -> int:
-        self.counts[index] = self.counts.get(index, 0) + 1
-        return self.counts[index]
-
-    def snapshot(self) -> dict[int, int]:
-        return dict(self.counts)
-
-
 class PairWorker:
-    """One Ray Data actor: one device, one pipeline at a time, the local engine's per-pair runner and caches."""
+    """One Ray actor: one device, one pipeline at a time, the local engine's per-pair runner and caches."""
 
-    def __init__(self, config: RunConfig, attempts: Any, max_attempts: int, exit_on_first: int | None = None) -> None:
+    def __init__(self, config: RunConfig, exit_on_first: int | None = None) -> None:
         self.runner = BatchRunner(config)
-        self.attempts = attempts
-        self.max_attempts = max_attempts
         self.exit_on_first = exit_on_first
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
-        return {"result": [pickle.dumps(self._run(pickle.loads(item))) for item in batch["pair"]]}
-
-    def _run(self, pair: Pair) -> tuple[PairReport, dict[str, Any]]:
+    def run(self, pair: Pair, attempt: int) -> tuple[PairReport, dict[str, Any]]:
         import ray
 
         runner = self.runner
         job = TryOnJob.planned(runner.config, pair.request())  # what the driver's precheck planned, made here
-        attempt = ray.get(self.attempts.begin.remote(pair.index))
-        if attempt > self.max_attempts:
-            return PairReport(
-                pair, "error", job.model_type.value, seed=runner.config.sampling.seed,
-                error=f"the worker running this pair died on each of its {self.max_attempts} attempt(s) (killed, "
-                      "or out of memory?); see the Ray logs on its node",
-            ), {}
         runner.progress = self._exit_mid_pair if attempt == 1 and pair.index == self.exit_on_first else None
         before = self._counters()
         report = runner.run_one(pair, job)
@@ -126,7 +98,7 @@ class RayBatchRunner(BatchRunner):
         self.cluster = cluster
         self.status = status
         self.dispatched = 0  # pairs sent to workers (tests: a resumed batch sends none)
-        self.attempts: dict[int, int] = {}  # pair index -> attempts started (more than one: its worker died)
+        self.attempts: dict[int, int] = {}  # pair index -> attempts, for the pairs whose worker died
         self.workers = 0
         self._gpus = 0.0
         self._own_ray = False  # this run started or joined Ray (and shuts it down at the end)
@@ -158,7 +130,8 @@ class RayBatchRunner(BatchRunner):
         import ray
 
         if not ray.is_initialized():
-            _connect(ray, self.cluster)
+            with sigterm_kept():
+                _connect(ray, self.cluster)
             self._own_ray = True
         try:
             self.workers, self._gpus = _width(ray, self.cluster)
@@ -179,40 +152,39 @@ class RayBatchRunner(BatchRunner):
             return
         import ray
 
-        workers, gpus = self.workers, self._gpus
+        gpus = self._gpus
         config = self.config if gpus or self.config.device else dataclasses.replace(self.config, device="cpu")
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False  # the driver shows its own progress
-        context.print_on_execution_start = False
-        _quiet_ray_data()
-        attempts = ray.remote(num_cpus=0)(_Attempts).remote()
         hook = os.environ.get(EXIT_ON_FIRST_ATTEMPT)
-        items = [{"pair": pickle.dumps(pair)} for pair, _ in order]  # one block each, kept in run order
-        dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
-            PairWorker, batch_size=1, num_cpus=1, num_gpus=gpus,
-            compute=ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=1),
-            fn_constructor_kwargs={"config": config, "attempts": attempts, "max_attempts": self.cluster.retries + 1,
-                                   "exit_on_first": int(hook) if hook else None},
-        )
-        del items
+        actor = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=0, max_task_retries=0)(PairWorker)
+        shared = ray.put(config)  # sent to each actor once
+        pool = ActorPool(ray, lambda: actor.remote(shared, int(hook) if hook else None),
+                         lambda worker, item, attempt: worker.run.remote(item[0], attempt),
+                         self.workers, self.cluster.retries + 1, key=lambda item: item[0].index)
         self.dispatched = len(order)
         meter = _Meter(len(order), self.status)
-        rows = dataset.iter_rows()
+        results = pool.results(order)
         try:
-            for row in rows:
-                report, stats = pickle.loads(row["result"])
-                self._absorb(stats)
+            for (pair, job), result in results:
+                if isinstance(result, Lost):
+                    report = PairReport(
+                        pair, "error", job.model_type.value, seed=self.config.sampling.seed,
+                        error=f"the worker running this pair died on each of its {result.attempts} attempt(s) "
+                              "(killed, or out of memory?); see the Ray logs on its node")
+                else:
+                    report, stats = result
+                    self._absorb(stats)
                 meter.tick()
                 yield report
+        except ray.exceptions.RayTaskError as exc:  # the per-pair runner lets only a full disk out, as locally
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, OotdError):
+                raise cause from None
+            raise OotdError(f"a Ray worker failed: {' '.join(str(exc).split())[:500]}") from None
         except ray.exceptions.RayError as exc:  # the cluster itself failed (not a pair, not a worker's death)
             raise OotdError(f"the Ray cluster failed: {' '.join(str(exc).split())[:500]}") from None
         finally:
-            close = getattr(rows, "close", None)
-            if callable(close):
-                close()
-            with contextlib.suppress(Exception):  # diagnostics only; never mask the reason we are stopping
-                self.attempts = ray.get(attempts.snapshot.remote(), timeout=10)
-            ray.kill(attempts)
+            results.close()
+            self.attempts = pool.attempts
         meter.finish()
 
     def _absorb(self, stats: dict[str, Any]) -> None:
@@ -302,14 +274,6 @@ def _ray_log_level() -> int:
     return logging.INFO if logging.getLogger("ootd").isEnabledFor(logging.DEBUG) else logging.ERROR
 
 
-def _quiet_ray_data() -> None:
-    """Ray Data logs its execution to the terminal and to the session's log file; keep the file complete and the
-    terminal to errors (the driver prints its own progress)."""
-    for handler in logging.getLogger("ray.data").handlers:
-        if isinstance(handler, logging.StreamHandler):
-            handler.setLevel(_ray_log_level())
-
-
 def _width(ray: Any, cluster: ClusterOptions) -> tuple[int, float]:
     """(workers, GPUs per worker): as asked, else one worker per GPU the cluster has (one CPU worker without)."""
     resources = ray.cluster_resources()
@@ -320,7 +284,7 @@ def _width(ray: Any, cluster: ClusterOptions) -> tuple[int, float]:
                          "pass --gpus-per-worker 0 to run on CPUs")
     workers = cluster.workers or (max(1, int(cluster_gpus // gpus)) if gpus else 1)
     cpus = float(resources.get("CPU", 0))
-    if workers * gpus > cluster_gpus or workers > cpus:  # Ray Data would wait for them forever
+    if workers * gpus > cluster_gpus or workers > cpus:  # the actors would wait for them forever
         raise UsageError(f"{workers} worker(s) need {workers * gpus:g} GPU(s) and {workers} CPU(s); the Ray cluster "
                          f"has {cluster_gpus:g} and {cpus:g}: pass fewer --workers")
     return workers, gpus
