@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> None:
     from ootd.app.tryon.loader import PipelineLoader
     from ootd.app.tryon.request import TryOnRequest
     from ootd.errors import UsageError
-    from ootd.imaging.files import write_atomic
+    from ootd.imaging.atomic import write_atomic
     from ootd.settings import Category, FitMode, ModelType, SamplingSettings
 
     try:

@@ -47,7 +47,8 @@ def mask_command(
     from ootd.app.tryon.outputs import prepare_output_dir, refuse_existing
     from ootd.app.tryon.provenance import mask_record
     from ootd.app.tryon.tempfiles import clean_stale_temps
-    from ootd.imaging.files import load_image, save_png_atomic
+    from ootd.imaging.atomic import save_png_atomic
+    from ootd.imaging.files import load_image
     from ootd.settings import Category
 
     config = checked_config(options)  # the device and parsing provider as `ootd run` checks them

@@ -18,6 +18,7 @@ from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.masking import check_mask_input
 from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import CheckpointError, OotdError, UsageError
+from ootd.imaging.atomic import write_atomic
 from ootd.serve.limits import Limits
 from ootd.serve.service import JobSpec
 from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, FitMode, parse_category_word
@@ -121,8 +122,7 @@ def save_uploads(form: Any, folder: Path) -> dict[str, tuple[Path, str]]:
         target = folder / "inputs" / role / name
         target.parent.mkdir(parents=True, exist_ok=True)
         upload.file.seek(0)
-        with target.open("wb") as out:
-            shutil.copyfileobj(upload.file, out, 1 << 20)
+        write_atomic(target, lambda out, upload=upload: shutil.copyfileobj(upload.file, out, 1 << 20), overwrite=True)
         saved[role] = (target, name)
     return saved
 

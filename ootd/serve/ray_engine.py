@@ -45,6 +45,7 @@ from typing import Any
 
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import UsageError
+from ootd.imaging.atomic import write_bytes_atomic
 from ootd.serve.ray_replica import TEST_EXIT, TEST_HOLD, TryOnReplica
 from ootd.serve.service import Finished
 from ootd.serve.worker import RUNNING, Cancelled, Job, QueueFull, ReplicaLost, ShuttingDown, Worker
@@ -237,10 +238,7 @@ class RayWorker(Worker):
         results.mkdir(parents=True, exist_ok=True)
         files = {}
         for name, data in event["files"].items():
-            target = results / Path(name).name
-            temporary = target.with_name(f".{target.name}.part")
-            temporary.write_bytes(data)
-            os.replace(temporary, target)
+            target = write_bytes_atomic(results / Path(name).name, data, overwrite=True)
             files[target.name] = target
         shutil.rmtree(job.folder / "inputs", ignore_errors=True)
         return dataclasses.replace(finished, files=files, replica=self._on.get(job.id))

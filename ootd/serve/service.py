@@ -18,7 +18,7 @@ from ootd.app.tryon.job import TryOnJob, prepare_job
 from ootd.app.tryon.loader import ModelSource, PipelineLoader
 from ootd.app.tryon.outcome import TryOnOutcome
 from ootd.app.tryon.request import TryOnRequest
-from ootd.imaging.files import save_png_atomic
+from ootd.imaging.atomic import save_png_atomic
 from ootd.serve.worker import Job
 from ootd.settings import FitMode, ModelType
 

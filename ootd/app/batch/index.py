@@ -43,7 +43,7 @@ from ootd.app.batch.pages import (
 from ootd.app.batch.pairs import Pair, Shard
 from ootd.app.batch.report import PairReport
 from ootd.errors import OotdError
-from ootd.imaging.files import write_text_atomic
+from ootd.imaging.atomic import write_text_atomic
 
 logger = logging.getLogger(__name__)
 

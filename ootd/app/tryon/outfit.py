@@ -33,7 +33,8 @@ from ootd.app.tryon.request import TryOnRequest
 from ootd.app.tryon.safety import check_outputs
 from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.errors import NoPersonError, UsageError
-from ootd.imaging.files import sanitise_stem, save_png_atomic
+from ootd.imaging.atomic import save_png_atomic
+from ootd.imaging.files import sanitise_stem
 from ootd.imaging.framing import restore_framing
 from ootd.pipeline_types import Progress
 from ootd.preprocessing import PersonMask, mask_person

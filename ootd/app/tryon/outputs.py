@@ -20,7 +20,8 @@ from ootd.app.tryon.naming import render_name
 from ootd.app.tryon.provenance import png_record
 from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import OotdError, OutputError, UsageError
-from ootd.imaging.files import check_output_dir, png_info, sanitise_stem, save_png_atomic
+from ootd.imaging.atomic import check_output_dir, png_info, save_png_atomic
+from ootd.imaging.files import sanitise_stem
 
 if TYPE_CHECKING:
     from PIL import Image

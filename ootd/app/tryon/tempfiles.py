@@ -20,7 +20,7 @@ import stat
 import time
 from pathlib import Path
 
-from ootd.imaging.files import TEMP_FILE_NAME
+from ootd.imaging.atomic import TEMP_FILE_NAME
 
 try:
     import fcntl

@@ -267,7 +267,7 @@ class _Bench:
 
 
 def _save_images(images: Sequence[Image.Image], folder: Path) -> list[str]:
-    from ootd.imaging.files import check_output_dir, save_png_atomic
+    from ootd.imaging.atomic import check_output_dir, save_png_atomic
 
     check_output_dir(folder)
     paths = [folder / f"sample_{i}.png" for i in range(len(images))]

@@ -108,7 +108,7 @@ def test_the_fast_record_reader_reads_what_pillow_reads(tmp_path: Path) -> None:
     from PIL import PngImagePlugin
 
     from ootd.app.tryon.provenance import HEAD_BYTES, _read_record_pillow, read_record
-    from ootd.imaging.files import save_png_atomic
+    from ootd.imaging.atomic import save_png_atomic
 
     record = {"software": "ootd 1.0", "seed": "7", "person": "anna.png", "garment": "café.png"}
     save_png_atomic(Image.new("RGB", (8, 8)), tmp_path / "ours.png", record)
