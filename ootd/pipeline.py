@@ -10,7 +10,6 @@ once; the stage methods (`mask_person`, `encode_person`, `prepare_garment`, `gen
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,8 +25,8 @@ from ootd.hardware.profiles import DeviceProfile, load_profile
 from ootd.imaging.files import ImageInput
 from ootd.imaging.framing import FitInfo, fit_to_aspect, restore_framing
 from ootd.imaging.masks import as_image
-from ootd.memory.planner import Plan, make_plan
-from ootd.memory.residency import Residency, T
+from ootd.memory.planner import Plan
+from ootd.memory.residency import Residency
 from ootd.memory.sizes import ModelSizes
 from ootd.method.conditioning import prompt_embeddings
 from ootd.method.fusion import TryOnFusion, capture_block_inputs
@@ -94,13 +93,14 @@ class TryOnPipeline:
         # every other attention module of the UNets and the VAE through the same backend
         install_attention([components.unet_garm, components.unet_vton, components.vae], attention)
         self.load_seconds = 0.0
-        self.max_memory = max_memory  # bytes a call may use; None: the device's free memory less a margin
-        self.profile = profile or load_profile(device)  # the device's defaults, which the memory plan reads too
-        self._sizes: ModelSizes | None = None
         c = components
-        # the try-on UNet runs every step: it is the model that never leaves the device
+        # the one owner of memory: each call's plan, where the models live (the try-on UNet runs every step: it
+        # never leaves the device), the retry after out-of-memory
         self.residency = Residency([c.text_encoder, c.image_encoder, c.vae, c.unet_garm, c.unet_vton],
-                                   c.unet_vton, device, attention, c.vae)
+                                   c.unet_vton, device, attention, c.vae, sizes=lambda: ModelSizes.from_components(c),
+                                   dtype=precision.unet, vae_dtype=precision.vae,
+                                   profile=profile or load_profile(device),  # the memory plan reads its defaults
+                                   max_memory=max_memory)
         self.speed = speed or SpeedOptions()
         set_memory_format([components.unet_garm, components.unet_vton], self.speed.channels_last)
         set_memory_format([components.vae], self.speed.vae_channels_last)  # NHWC in bf16 on the CPU
@@ -157,38 +157,18 @@ class TryOnPipeline:
         pipe.load_seconds = time.perf_counter() - start
         return pipe
 
-    # -- memory plan (ootd/memory/planner.py decides, ootd/memory/residency.py puts it into effect) ----
-
     @property
     def plan(self) -> Plan | None:
-        """The plan of the latest call."""
+        """The memory plan of the latest call (ootd/memory/residency.py makes and applies it)."""
         return self.residency.plan
 
-    def make_plan(self, resolution: Resolution, num_samples: int, guidance: bool,
-                  max_memory: int | None = None) -> Plan:
-        """The memory plan for a call (this only gathers its inputs)."""
-        if self._sizes is None:
-            self._sizes = ModelSizes.from_components(self.components)
-        attention_name = str(getattr(self.attention, "label", "custom"))
-        return make_plan(self.device, resolution.size, num_samples, guidance, self.precision.unet, attention_name,
-                         self._sizes, max_memory if max_memory is not None else self.max_memory,
-                         vae_dtype=self.precision.vae, profile=self.profile)
+    @property
+    def max_memory(self) -> int | None:
+        return self.residency.max_memory
 
-    def apply_plan(self, plan: Plan) -> None:
-        """Put the plan's choices into effect: chunk budget, VAE slicing/tiling, where the models live."""
-        self.residency.apply(plan)
-
-    def _plan_for(self, resolution: Resolution) -> None:
-        """The plan of the encodes before a call: one image at `resolution`, whatever the latest call was (a
-        plan made for more samples or another budget would batch or tile the encodes differently)."""
-        request = self.plan.request if self.plan is not None else None
-        wanted = (resolution.size, 1, True, self.max_memory)
-        if request is None or (request.resolution, request.num_samples, request.guidance, request.max_memory) != wanted:
-            self.apply_plan(self.make_plan(resolution, 1, True))
-
-    def _retry_on_oom(self, stage: str, fn: Callable[[], T]) -> T:
-        """Run a stage through the residency (one retry with half the budget after out-of-memory)."""
-        return self.residency.run(stage, fn)
+    @property
+    def profile(self) -> DeviceProfile:
+        return self.residency.profile
 
     def describe(self) -> dict[str, object]:
         """Device, precision and attention backend, for --json, --explain and logs."""
@@ -288,8 +268,8 @@ class TryOnPipeline:
             raise UsageError(f"the mask was made for the {masked.model_type.value} model, this is the "
                              f"{self.model_type.value} model")
         t = time.perf_counter()
-        self._plan_for(masked.resolution)
-        person_latents, original_latents = self._retry_on_oom(
+        self.residency.plan_for_encodes(masked.resolution.size)
+        person_latents, original_latents = self.residency.run(
             "encode", lambda: self._encode([masked.masked_person, masked.person]))
         original_latents = original_latents * self.components.vae.config.scaling_factor
         timings = {"encode_person": time.perf_counter() - t}
@@ -310,11 +290,11 @@ class TryOnPipeline:
         prompt = self._conditioning(garment_r, category)
         timings["conditioning"] = time.perf_counter() - t
         t = time.perf_counter()
-        self._plan_for(resolution)
-        (garment_latents,) = self._retry_on_oom("encode", lambda: self._encode([garment_r]))
+        self.residency.plan_for_encodes(resolution.size)
+        (garment_latents,) = self.residency.run("encode", lambda: self._encode([garment_r]))
         timings["encode_garment"] = time.perf_counter() - t
         t = time.perf_counter()
-        features = self._retry_on_oom("garment UNet", lambda: self._garment_features(garment_latents, prompt))
+        features = self.residency.run("garment UNet", lambda: self._garment_features(garment_latents, prompt))
         timings["garment_unet"] = time.perf_counter() - t
         return GarmentInputs(category, resolution, garment_r, prompt, features, timings)
 
@@ -339,7 +319,8 @@ class TryOnPipeline:
             raise UsageError("feature caching (cache interval above 1) does not work with a compiled UNet: "
                              "use one of them")
         timings: dict[str, float | list[float]] = {**person.timings, **garment.timings}
-        self.apply_plan(self.make_plan(settings.resolution, settings.num_samples, settings.guidance))
+        residency = self.residency
+        residency.apply(residency.make_plan(settings.resolution.size, settings.num_samples, settings.guidance))
         tick = time.perf_counter()
         device, dtype, latent_hw = self.device.torch_device, self.precision.unet, person.original_latents.shape[-2:]
         mask = latent_mask(person.mask, latent_hw, device, dtype)
@@ -352,12 +333,12 @@ class TryOnPipeline:
             return self._denoise(sched, noise * sched.init_noise_sigma, inpaint, garment, person.person_latents,
                                  settings, modes, progress, callback)
 
-        latents, step_times = self._retry_on_oom("denoising", denoise)
+        latents, step_times = self.residency.run("denoising", denoise)
         require_finite_latents(latents, self.precision.unet)
         timings["denoise"] = time.perf_counter() - tick
         timings["steps"] = step_times
         t = time.perf_counter()
-        decoded = self._retry_on_oom("decode", lambda: self._decode(latents, progress))
+        decoded = self.residency.run("decode", lambda: self._decode(latents, progress))
         images = [self._restore_framing(img, person.fit) for img in decoded]
         timings["decode"] = time.perf_counter() - t
         timings["total"] = sum(v for k, v in timings.items() if isinstance(v, float) and k != "total")

@@ -106,13 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan_only:
         from ootd.hardware.device import detect_device
         from ootd.hardware.policy import choose_precision
+        from ootd.memory.estimate import PlanRequest
         from ootd.memory.planner import make_plan
         from ootd.memory.sizes import ModelSizes
 
         info = detect_device(args.device)
         precision = choose_precision(info, args.dtype)
-        plan = make_plan(info, parse_resolution(args.resolution).size, args.samples, args.scale >= 1,
-                         precision.unet, args.attention, ModelSizes.released(), max_memory, vae_dtype=precision.vae)
+        plan = make_plan(PlanRequest(info, parse_resolution(args.resolution).size, args.samples, args.scale >= 1,
+                                     precision.unet, args.attention, ModelSizes.released(), max_memory,
+                                     vae_dtype=precision.vae))
         report = {"plan": plan.to_dict()}
         log(plan.explain())
     elif args.flops_only:

@@ -253,11 +253,11 @@ def _explain(pipe: Any, info: dict[str, Any], config: Any, auto: bool = False) -
         if info.get(key):
             typer.echo(f"{key}: {info[key]}")
     plan = info.get("plan")
-    make_plan = getattr(pipe, "make_plan", None)
+    make_plan = getattr(getattr(pipe, "residency", None), "make_plan", None)
     if callable(make_plan):
         sampling = config.sampling
         try:
-            plan = make_plan(sampling.resolution, sampling.num_samples, sampling.guidance)
+            plan = make_plan(sampling.resolution.size, sampling.num_samples, sampling.guidance)
         except Exception as exc:  # explaining must not stop the run
             logger.debug("make_plan failed: %s", exc)
     if callable(getattr(plan, "explain", None)):  # a memory Plan explains itself, headline included

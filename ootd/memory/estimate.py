@@ -9,10 +9,14 @@ matrix (the attention workspace of the chosen backend), with coefficients from o
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 
 from ootd.attention.chunked import score_bytes
-from ootd.hardware.dtypes import as_dtype, itemsize
+from ootd.hardware.device import DeviceInfo
+from ootd.hardware.dtypes import as_dtype, dtype_name, itemsize
+from ootd.hardware.profiles import DeviceProfile
 from ootd.memory.sizes import ModelSizes
 from ootd.settings import AttentionName
 
@@ -33,6 +37,35 @@ ENCODE_BATCH = 2
 # Resident memory of the Python process itself on CPU (interpreter, torch and its libraries: 0.31 GiB after
 # the imports, 0.43 GiB beyond the weights once they are loaded).
 CPU_RUNTIME_BYTES = 450 * MIB
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What one call asks of memory: where it runs, its size, precision and attention backend, and the models'
+    sizes; the one request the estimate and the planner (ootd/memory/planner.py) both take. Dtypes may be given
+    as torch dtypes or names; they are kept as names."""
+
+    device: DeviceInfo
+    resolution: tuple[int, int]  # (width, height) in pixels
+    num_samples: int
+    guidance: bool
+    dtype: torch.dtype | str  # the UNets' and encoders'
+    attention: str
+    sizes: ModelSizes
+    max_memory: int | None = None  # the budget; None: the device's free memory less a margin
+    vae_dtype: torch.dtype | str | None = None  # None: `dtype`
+    profile: DeviceProfile | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_samples < 1:
+            raise ValueError("num_samples must be at least 1")
+        set_ = object.__setattr__
+        set_(self, "resolution", (int(self.resolution[0]), int(self.resolution[1])))
+        set_(self, "dtype", dtype_name(self.dtype))
+        set_(self, "vae_dtype", dtype_name(self.vae_dtype) if self.vae_dtype is not None else None)
+
+    def with_budget(self, max_memory: int | None) -> PlanRequest:
+        return replace(self, max_memory=max_memory)
 
 
 def attention_workspace(backend: str, batch: int, heads: int, queries: int, keys: int,
@@ -92,30 +125,26 @@ def _vae_activations(resolution: tuple[int, int], num_samples: int, sizes: Model
 
 
 def estimate(
-    resolution: tuple[int, int],
-    num_samples: int,
-    guidance: bool,
-    dtype: torch.dtype | str,
-    attention: str,
-    sizes: ModelSizes,
+    request: PlanRequest,
     *,
     attention_budget_bytes: int = 1 * GIB,
     guidance_split: bool = False,
     vae_slicing: bool = False,
     vae_tiling: bool = False,
     offload: str = "none",
-    vae_dtype: torch.dtype | str | None = None,
-    device_type: str = "cuda",
     vae_encode_batched: bool = True,
 ) -> dict[str, int]:
-    """Peak bytes of each stage of one call (keys: STAGES, plus "peak" and the parts they are made of).
-
-    `resolution` is (width, height) in pixels. Weights: the UNets and encoders in `dtype`, the VAE in
-    `vae_dtype` (default `dtype`). `device_type` "cpu" adds the process's own memory and a smaller overhead.
+    """Peak bytes of each stage of one call with these savings (keys: STAGES, plus "peak" and the parts they are
+    made of). Weights: the UNets and encoders in the request's `dtype`, the VAE in its `vae_dtype`. On the CPU the
+    process's own memory is added and the overhead is smaller. (`max_memory` and `profile` are the planner's.)
     """
     if offload not in OFFLOAD_LEVELS:
         raise ValueError(f"offload must be one of {OFFLOAD_LEVELS}, not {offload!r}")
-    width, height = resolution
+    r = request
+    num_samples, guidance, dtype, attention, sizes, vae_dtype = (r.num_samples, r.guidance, r.dtype, r.attention,
+                                                                 r.sizes, r.vae_dtype)
+    device_type = r.device.type
+    width, height = r.resolution
     size, vae_size = itemsize(dtype), itemsize(vae_dtype or dtype)
     f = sizes.vae_factor
     tokens = (width // f) * (height // f)
@@ -135,7 +164,7 @@ def estimate(
     features = int(garment_items * tokens * sizes.garment_features * size)
     kv = int(garment_items * tokens * sizes.garment_kv * size)
 
-    encode_act, decode_act = _vae_activations((width, height), num_samples, sizes, attention, vae_dtype or dtype,
+    encode_act, decode_act = _vae_activations(r.resolution, num_samples, sizes, attention, vae_dtype or dtype,
                                               attention_budget_bytes, vae_slicing, vae_tiling, vae_encode_batched)
     garm_act = int(garment_items * tokens * sizes.garm_activation * size
                    + attention_workspace(attention, garment_items, sizes.attn_heads, attn_tokens, attn_tokens,

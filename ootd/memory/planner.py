@@ -23,14 +23,9 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
-
 from ootd.hardware.device import DeviceInfo
-from ootd.hardware.dtypes import dtype_name
 from ootd.hardware.policy import attention_budget_for, free_memory
-from ootd.hardware.profiles import DeviceProfile
-from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, estimate
-from ootd.memory.sizes import ModelSizes
+from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, PlanRequest, estimate
 
 logger = logging.getLogger(__name__)
 
@@ -38,22 +33,6 @@ logger = logging.getLogger(__name__)
 def gib(n: float) -> str:
     """Bytes as 'x.xx GiB' for tables and logs."""
     return f"{n / GIB:.2f} GiB"
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """What a plan was made for (kept so that `Plan.halved` can plan again)."""
-
-    device: DeviceInfo
-    resolution: tuple[int, int]
-    num_samples: int
-    guidance: bool
-    dtype: str
-    attention: str
-    sizes: ModelSizes
-    max_memory: int | None = None
-    vae_dtype: str | None = None
-    profile: DeviceProfile | None = None
 
 
 @dataclass(frozen=True)
@@ -174,47 +153,28 @@ def _choose_local(fits: Any, guidance: bool) -> dict[str, bool]:
     return chosen
 
 
-def make_plan(
-    device: DeviceInfo,
-    resolution: tuple[int, int],
-    num_samples: int,
-    guidance: bool,
-    dtype: torch.dtype | str,
-    attention: str,
-    sizes: ModelSizes,
-    max_memory: int | None = None,
-    *,
-    vae_dtype: torch.dtype | str | None = None,
-    profile: DeviceProfile | None = None,
-) -> Plan:
+def make_plan(request: PlanRequest) -> Plan:
     """The cheapest settings whose estimated peak fits the budget (see the module docstring for the order).
 
-    The budget is `max_memory`, else the device's free memory minus a safety margin (pass a DeviceInfo
-    measured before the models are loaded). The attention chunk budget is a fraction of the budget. With
-    everything resident, guidance split and VAE slicing/tiling are switched on only for the stages that
+    The budget is the request's `max_memory`, else the device's free memory minus a safety margin (pass a
+    DeviceInfo measured before the models are loaded). The attention chunk budget is a fraction of the budget.
+    With everything resident, guidance split and VAE slicing/tiling are switched on only for the stages that
     need them; offloading comes only after all of them are on. When nothing fits, every saving is on and
     `fits` is False. A smaller budget never gives a plan with fewer savings.
     """
-    if num_samples < 1:
-        raise ValueError("num_samples must be at least 1")
-    budget = memory_budget(device, max_memory)
+    device, guidance, profile = request.device, request.guidance, request.profile
+    budget = memory_budget(device, request.max_memory)
     budget_bytes = budget if budget is not None else UNLIMITED
-    weights = sum(sizes.weight_bytes(dtype, vae_dtype).values())
+    weights = sum(request.sizes.weight_bytes(request.dtype, request.vae_dtype).values())
     attention_budget = attention_budget_for(budget if budget is not None else weights + 16 * GIB, device, profile,
                                             reserved=weights)
-    request = PlanRequest(
-        device=device, resolution=(int(resolution[0]), int(resolution[1])), num_samples=num_samples,
-        guidance=guidance, dtype=dtype_name(dtype), attention=attention, sizes=sizes, max_memory=max_memory,
-        vae_dtype=dtype_name(vae_dtype) if vae_dtype is not None else None, profile=profile,
-    )
 
     # the profile may prefer one image at a time even where a batch fits (faster on the CPU)
     batch_encodes = profile.vae_encode_batched if profile is not None else True
 
     def numbers_for(settings: dict[str, Any]) -> dict[str, int]:
-        return estimate(request.resolution, num_samples, guidance, dtype, attention, sizes,
-                        attention_budget_bytes=attention_budget, vae_dtype=vae_dtype, device_type=device.type,
-                        vae_encode_batched=batch_encodes, **settings)
+        return estimate(request, attention_budget_bytes=attention_budget, vae_encode_batched=batch_encodes,
+                        **settings)
 
     every = {"guidance_split": guidance, "vae_slicing": True, "vae_tiling": True}
     settings: dict[str, Any] = {}
@@ -251,9 +211,7 @@ def with_budget(plan: Plan, budget_bytes: int) -> Plan:
     """The same request planned for another budget."""
     if plan.request is None:
         raise ValueError("this plan does not know what it was made for")
-    r = plan.request
-    return make_plan(r.device, r.resolution, r.num_samples, r.guidance, r.dtype, r.attention, r.sizes,
-                     max_memory=budget_bytes, vae_dtype=r.vae_dtype, profile=r.profile)
+    return make_plan(plan.request.with_budget(budget_bytes))
 
 
 def apply_plan_to_vae(vae: Any, plan: Plan) -> None:

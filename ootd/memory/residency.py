@@ -1,10 +1,12 @@
-"""Model residency: the one owner of where the models live, and of recovering when memory runs out.
+"""Model residency: the one owner of a pipeline's memory: the plan of each call, where the models live, and
+recovering when memory runs out.
 
-A `Residency` holds the current memory plan (ootd/memory/planner.py decides it) and puts it into effect: the chunked
-attention budget, the VAE's slicing/tiling, and the placement of every model for its offload mode. Stages
-run through `run`, which retries once with half the budget after a device out-of-memory error and turns a
-torch.compile failure into a one-line error; `visit` brings an offloaded model to the device for its stage.
-Nothing is global: each pipeline owns one.
+A `Residency` makes the plan of a call (`make_plan`: ootd/memory/planner.py decides it, from the request this
+pipeline's models, precision and attention make) and puts it into effect (`apply`): the chunked attention budget,
+the VAE's slicing/tiling, and the placement of every model for its offload mode. Stages run through `run`, which
+retries once with half the budget after a device out-of-memory error and turns a torch.compile failure into a
+one-line error; `visit` brings an offloaded model to the device for its stage. Nothing is global: each pipeline
+owns one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import torch
 from ootd.attention import ChunkedBackend
 from ootd.errors import OutOfMemoryError
 from ootd.hardware.device import DeviceInfo
-from ootd.memory.planner import Plan, apply_plan_to_vae, gib
+from ootd.hardware.profiles import DeviceProfile
+from ootd.memory.estimate import PlanRequest
+from ootd.memory.planner import Plan, apply_plan_to_vae, gib, make_plan
+from ootd.memory.sizes import ModelSizes
 from ootd.speedups.execution import compile_error, is_compile_failure
 
 logger = logging.getLogger(__name__)
@@ -51,7 +56,9 @@ class Residency:
     """
 
     def __init__(self, modules: Sequence[torch.nn.Module], stays: torch.nn.Module, device: DeviceInfo,
-                 attention: object, vae: torch.nn.Module) -> None:
+                 attention: object, vae: torch.nn.Module, *, sizes: Callable[[], ModelSizes],
+                 dtype: torch.dtype, vae_dtype: torch.dtype, profile: DeviceProfile | None = None,
+                 max_memory: int | None = None) -> None:
         self.modules = list(modules)
         self.stays = stays
         self.device = device
@@ -59,9 +66,38 @@ class Residency:
         self.vae = vae
         self.offload = "none"
         self.plan: Plan | None = None  # the plan of the latest call
+        self.max_memory = max_memory  # bytes a call may use; None: the device's free memory less a margin
+        self.profile = profile
+        self._size_models = sizes  # measured once, when the first plan is made
+        self._sizes: ModelSizes | None = None
+        self._dtypes = (dtype, vae_dtype)
         for module in self.modules:
             module.eval().requires_grad_(False)
         self.place("none")
+
+    def request(self, resolution: tuple[int, int], num_samples: int, guidance: bool,
+                max_memory: int | None = None) -> PlanRequest:
+        """What a call of this pipeline asks of memory (`max_memory` None: this residency's budget)."""
+        if self._sizes is None:
+            self._sizes = self._size_models()
+        dtype, vae_dtype = self._dtypes
+        return PlanRequest(self.device, resolution, num_samples, guidance, dtype,
+                           str(getattr(self.attention, "label", "custom")), self._sizes,
+                           max_memory if max_memory is not None else self.max_memory, vae_dtype=vae_dtype,
+                           profile=self.profile)
+
+    def make_plan(self, resolution: tuple[int, int], num_samples: int, guidance: bool,
+                  max_memory: int | None = None) -> Plan:
+        """The memory plan of a call (nothing is put into effect)."""
+        return make_plan(self.request(resolution, num_samples, guidance, max_memory))
+
+    def plan_for_encodes(self, resolution: tuple[int, int]) -> None:
+        """The plan of the encodes before a call: one image at `resolution`, whatever the latest call was (a plan
+        made for more samples or another budget would batch or tile the encodes differently)."""
+        request = self.plan.request if self.plan is not None else None
+        wanted = (tuple(resolution), 1, True, self.max_memory)
+        if request is None or (request.resolution, request.num_samples, request.guidance, request.max_memory) != wanted:
+            self.apply(self.make_plan(resolution, 1, True))
 
     def apply(self, plan: Plan) -> None:
         """Put the plan's choices into effect: chunk budget, VAE slicing/tiling, where the models live."""

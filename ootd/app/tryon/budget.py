@@ -64,6 +64,7 @@ def _planner(config: RunConfig, model_type: ModelType) -> Any:
     from ootd.hardware.device import peek_device
     from ootd.hardware.policy import choose_precision
     from ootd.hardware.profiles import load_profile
+    from ootd.memory.estimate import PlanRequest
     from ootd.memory.planner import make_plan
 
     device = peek_device(config.device)  # the GPU runtime is not initialised here: loading sets it up first
@@ -74,8 +75,8 @@ def _planner(config: RunConfig, model_type: ModelType) -> Any:
     guidance = config.sampling.guidance
 
     def fits(resolution: Resolution, samples: int) -> tuple[bool, int]:
-        plan = make_plan(device, resolution.size, samples, guidance, precision.unet, attention, sizes,
-                         max_memory=config.max_memory, vae_dtype=precision.vae, profile=profile)
+        plan = make_plan(PlanRequest(device, resolution.size, samples, guidance, precision.unet, attention, sizes,
+                                     config.max_memory, vae_dtype=precision.vae, profile=profile))
         return plan.fits, int(plan.estimate["peak"])
 
     return fits

@@ -29,7 +29,7 @@ from ootd.errors import UsageError
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.dtypes import dtype_name
 from ootd.hardware.policy import Precision, SpeedOptions, choose_precision
-from ootd.memory.estimate import STAGES
+from ootd.memory.estimate import STAGES, PlanRequest
 from ootd.memory.planner import Plan, apply_plan_to_vae, make_plan
 from ootd.memory.sizes import ModelSizes
 from ootd.runtime import Runtime, resolve_runtime
@@ -186,9 +186,9 @@ class _Bench:
 
         sampling = config.sampling
         attention = str(getattr(runtime.attention, "label", config.attention.value))
-        plan = make_plan(self.info, self.resolution, sampling.num_samples, sampling.guidance, self.precision.unet,
-                         attention, ModelSizes.from_components(self.components), config.max_memory,
-                         vae_dtype=self.precision.vae, profile=runtime.profile)
+        plan = make_plan(PlanRequest(self.info, self.resolution, sampling.num_samples, sampling.guidance,
+                                     self.precision.unet, attention, ModelSizes.from_components(self.components),
+                                     config.max_memory, vae_dtype=self.precision.vae, profile=runtime.profile))
         report["plan"] = plan.to_dict()
         report["plan_text"] = plan.explain()
         self.say(plan.explain())

@@ -75,6 +75,7 @@ def cpu_memory_items(info: object | None = None) -> list[Item]:
     import torch
 
     from ootd.hardware.device import detect_device
+    from ootd.memory.estimate import PlanRequest
     from ootd.memory.planner import gib, make_plan
     from ootd.memory.sizes import RELEASED_SIZES
 
@@ -83,7 +84,7 @@ def cpu_memory_items(info: object | None = None) -> list[Item]:
         return [Item("memory", "RAM", WARN, "available memory unknown (no /proc/meminfo)")]
 
     def peak(size: tuple[int, int]) -> int:
-        return make_plan(info, size, 1, True, torch.float32, "sdpa", RELEASED_SIZES).estimate["peak"]
+        return make_plan(PlanRequest(info, size, 1, True, torch.float32, "sdpa", RELEASED_SIZES)).estimate["peak"]
 
     full, small = peak((768, 1024)), peak((384, 512))
     free, total = info.free_memory, info.total_memory

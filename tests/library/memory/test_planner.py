@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ootd.hardware.device import DeviceInfo
-from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, attention_workspace, estimate
+from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, PlanRequest, attention_workspace, estimate
 from ootd.memory.planner import apply_plan_to_vae, make_plan, memory_budget
 from ootd.memory.sizes import RELEASED_SIZES, ModelSizes
 from ootd.memory.trace import trace_activations
@@ -29,6 +29,10 @@ DEVICES = {
 RESOLUTIONS = [(384, 512), (768, 1024)]
 
 
+def _plan(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - make_plan of a request given as its fields
+    return make_plan(PlanRequest(*args, **kwargs))
+
+
 def dtype_for(device: DeviceInfo) -> torch.dtype:
     return torch.float32 if device.type == "cpu" else torch.float16
 
@@ -43,7 +47,7 @@ def savings(plan) -> tuple[int, int, int, int]:  # noqa: ANN001
 @pytest.mark.parametrize("attention", ["sdpa", "chunked"])
 def test_plans_fit_their_budget(device_name: str, resolution: tuple[int, int], samples: int, attention: str) -> None:
     device = DEVICES[device_name]
-    plan = make_plan(device, resolution, samples, True, dtype_for(device), attention, RELEASED_SIZES)
+    plan = _plan(device, resolution, samples, True, dtype_for(device), attention, RELEASED_SIZES)
     assert plan.budget_bytes == memory_budget(device)
     if plan.fits:
         assert plan.estimate["peak"] <= plan.budget_bytes
@@ -55,17 +59,16 @@ def test_plans_fit_their_budget(device_name: str, resolution: tuple[int, int], s
     if device.type == "cpu":
         assert plan.offload == "none"  # offloading from the CPU to the CPU saves nothing
     # the plan's estimate is the estimator's own number for these settings
-    again = estimate(resolution, samples, True, dtype_for(device), attention, RELEASED_SIZES,
+    again = estimate(PlanRequest(device, resolution, samples, True, dtype_for(device), attention, RELEASED_SIZES),
                      attention_budget_bytes=plan.attention_budget_bytes, guidance_split=plan.guidance_split,
-                     vae_slicing=plan.vae_slicing, vae_tiling=plan.vae_tiling, offload=plan.offload,
-                     device_type=device.type)
+                     vae_slicing=plan.vae_slicing, vae_tiling=plan.vae_tiling, offload=plan.offload)
     assert again == plan.estimate
 
 
 def test_big_devices_need_no_savings() -> None:
     for name in ("gpu24", "gpu48", "unified128", "cpu"):
         for resolution in RESOLUTIONS:
-            plan = make_plan(DEVICES[name], resolution, 4, True, dtype_for(DEVICES[name]), "sdpa", RELEASED_SIZES)
+            plan = _plan(DEVICES[name], resolution, 4, True, dtype_for(DEVICES[name]), "sdpa", RELEASED_SIZES)
             expected = (0, 0, 0, 0)
             if name == "cpu" and resolution == (768, 1024):
                 expected = (0, 1, 0, 0)  # fp32: decoding 4 images at once would not fit in 22 GiB with the weights
@@ -73,7 +76,7 @@ def test_big_devices_need_no_savings() -> None:
 
 
 def test_full_resolution_four_samples_fp16_fits_on_8_gib() -> None:
-    plan = make_plan(DEVICES["gpu8"], (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES)
+    plan = _plan(DEVICES["gpu8"], (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES)
     assert plan.fits
     assert plan.estimate["peak"] <= 8 * GIB
     assert plan.offload == "none"  # fp16 weights (4.2 GiB) stay resident
@@ -86,7 +89,7 @@ def test_smaller_budget_never_gives_a_larger_plan(attention: str, resolution: tu
     device = DEVICES["gpu24"]
     previous = None
     for mib in range(24 * 1024, 256, -128):
-        plan = make_plan(device, resolution, samples, True, torch.float16, attention, RELEASED_SIZES,
+        plan = _plan(device, resolution, samples, True, torch.float16, attention, RELEASED_SIZES,
                          max_memory=mib * MIB)
         if previous is not None:
             assert all(now >= before for now, before in zip(savings(plan), savings(previous), strict=True)), mib
@@ -100,7 +103,7 @@ def test_savings_come_on_in_order() -> None:
     """Offloading only after guidance split and VAE slicing/tiling are all on."""
     seen = set()
     for mib in range(12 * 1024, 512, -64):
-        plan = make_plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES,
+        plan = _plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES,
                          max_memory=mib * MIB)
         if plan.offload != "none":
             assert plan.guidance_split and plan.vae_slicing and plan.vae_tiling
@@ -109,7 +112,7 @@ def test_savings_come_on_in_order() -> None:
 
 
 def test_halved_halves_the_budget() -> None:
-    plan = make_plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
+    plan = _plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
     half = plan.halved()
     assert half.budget_bytes == plan.budget_bytes // 2
     assert all(h >= p for h, p in zip(savings(half), savings(plan), strict=True))
@@ -118,8 +121,8 @@ def test_halved_halves_the_budget() -> None:
 
 
 def test_plans_hash_and_compare_by_their_choices() -> None:
-    plan = make_plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
-    same = make_plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
+    plan = _plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
+    same = _plan(DEVICES["gpu12"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
     half = plan.halved()
     assert plan == same and hash(plan) == hash(same)
     assert plan != half
@@ -128,13 +131,13 @@ def test_plans_hash_and_compare_by_their_choices() -> None:
 
 def test_unknown_memory_plans_without_savings() -> None:
     mps = DeviceInfo(type="mps", vendor="apple", arch="mps", name="Apple MPS", unified_memory=True)
-    plan = make_plan(mps, (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES)
+    plan = _plan(mps, (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES)
     assert plan.fits and savings(plan) == (0, 0, 0, 0) and plan.budget_bytes == 0
     assert plan.halved().budget_bytes == plan.estimate["peak"] // 2
 
 
 def test_no_guidance_never_splits() -> None:
-    plan = make_plan(DEVICES["gpu8"], (768, 1024), 4, False, torch.float16, "sdpa", RELEASED_SIZES,
+    plan = _plan(DEVICES["gpu8"], (768, 1024), 4, False, torch.float16, "sdpa", RELEASED_SIZES,
                      max_memory=1 * GIB)
     assert not plan.guidance_split
 
@@ -143,8 +146,9 @@ def test_estimate_behaves() -> None:
     def peak(**kw) -> dict[str, int]:  # noqa: ANN003
         args = {"resolution": (768, 1024), "num_samples": 4, "guidance": True, "dtype": torch.float16,
                 "attention": "sdpa", "sizes": RELEASED_SIZES}
+        savings = {k: kw.pop(k) for k in list(kw) if k not in args}
         args.update(kw)
-        return estimate(**args)
+        return estimate(PlanRequest(DEVICES["gpu24"], **args), **savings)
 
     base = peak()
     assert peak(num_samples=1)["denoise"] < base["denoise"]
@@ -170,7 +174,7 @@ def test_estimate_behaves() -> None:
 
 
 def test_plan_to_dict_and_explain() -> None:
-    plan = make_plan(DEVICES["gpu8"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
+    plan = _plan(DEVICES["gpu8"], (768, 1024), 4, True, torch.float16, "chunked", RELEASED_SIZES)
     data = json.loads(json.dumps(plan.to_dict()))
     for key in ("budget_bytes", "attention_budget_bytes", "guidance_split", "vae_encode_batched", "vae_slicing",
                 "vae_tiling", "offload", "estimate", "fits"):
@@ -187,9 +191,9 @@ def test_apply_plan_to_vae_toggles_the_diffusers_flags() -> None:
     vae = AutoencoderKL(block_out_channels=(8, 8), down_block_types=("DownEncoderBlock2D",) * 2,
                         up_block_types=("UpDecoderBlock2D",) * 2, layers_per_block=1, norm_num_groups=4,
                         sample_size=32)
-    tight = make_plan(DEVICES["gpu8"], (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES,
+    tight = _plan(DEVICES["gpu8"], (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES,
                       max_memory=int(5.5 * GIB))
-    roomy = make_plan(DEVICES["gpu48"], (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES)
+    roomy = _plan(DEVICES["gpu48"], (768, 1024), 4, True, torch.float16, "sdpa", RELEASED_SIZES)
     assert tight.vae_slicing and tight.vae_tiling and not roomy.vae_slicing and not roomy.vae_tiling
     apply_plan_to_vae(vae, tight)
     assert vae.use_slicing and vae.use_tiling
@@ -228,12 +232,12 @@ def test_cpu_profile_encodes_one_image_at_a_time_and_the_estimate_follows() -> N
     cpu = DEVICES["cpu"]
     profile = load_profile(cpu)
     assert profile.vae_encode_batched is False  # measured faster on the CPU (docs/benchmarks.md)
-    plan = make_plan(cpu, (768, 1024), 1, True, torch.float32, "sdpa", RELEASED_SIZES, profile=profile)
-    batched = make_plan(cpu, (768, 1024), 1, True, torch.float32, "sdpa", RELEASED_SIZES)
+    plan = _plan(cpu, (768, 1024), 1, True, torch.float32, "sdpa", RELEASED_SIZES, profile=profile)
+    batched = _plan(cpu, (768, 1024), 1, True, torch.float32, "sdpa", RELEASED_SIZES)
     assert plan.fits and not plan.vae_slicing  # plenty of memory: not a saving, a speed choice
     assert not plan.vae_encode_batched and batched.vae_encode_batched
     assert plan.estimate["encode"] < batched.estimate["encode"]
     assert "one by one" in plan.explain()
-    gpu_plan = make_plan(DEVICES["gpu24"], (768, 1024), 1, True, torch.float16, "sdpa", RELEASED_SIZES,
+    gpu_plan = _plan(DEVICES["gpu24"], (768, 1024), 1, True, torch.float16, "sdpa", RELEASED_SIZES,
                          profile=load_profile(DEVICES["gpu24"]))
     assert gpu_plan.vae_encode_batched

@@ -26,7 +26,7 @@ def _latents(pipe, example_images, monkeypatch) -> torch.Tensor:  # noqa: ANN001
 def test_tight_budget_turns_savings_on_and_gives_the_same_result(pipe_hd, example_images, monkeypatch) -> None:  # noqa: ANN001
     """The savings of the denoising stage (guidance in two halves, chunked attention) change no latent; the VAE's
     (slicing, tiling) are switched on too."""
-    monkeypatch.setattr(pipe_hd, "max_memory", None)
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", None)
     resolution = Resolution(384, 512)
     person = pipe_hd.prepare_person(example_images["person"], Category.UPPER, mask=example_images["mask"],
                                     resolution=resolution)
@@ -34,7 +34,7 @@ def test_tight_budget_turns_savings_on_and_gives_the_same_result(pipe_hd, exampl
     settings = SamplingSettings(num_samples=2, steps=2, seed=21, resolution=resolution)
     roomy = _generated_latents(pipe_hd, person, garment, settings, monkeypatch)
     assert pipe_hd.plan is not None and not pipe_hd.plan.guidance_split
-    monkeypatch.setattr(pipe_hd, "max_memory", 1 * MiB)  # nothing fits: every saving on
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", 1 * MiB)  # nothing fits: every saving on
     tight = _generated_latents(pipe_hd, person, garment, settings, monkeypatch)
     plan = pipe_hd.plan
     assert plan.guidance_split and plan.vae_slicing and plan.vae_tiling and not plan.fits
@@ -42,8 +42,8 @@ def test_tight_budget_turns_savings_on_and_gives_the_same_result(pipe_hd, exampl
     chunked = [b for b in pipe_hd.attention.backends if type(b).__name__ == "ChunkedBackend"]
     assert all(b.budget_bytes == plan.attention_budget_bytes for b in chunked)
     assert (roomy - tight).abs().max().item() < 1e-5 * max(1.0, roomy.abs().max().item())
-    monkeypatch.setattr(pipe_hd, "max_memory", None)
-    pipe_hd.apply_plan(pipe_hd.make_plan(resolution, 1, True))
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", None)
+    pipe_hd.residency.apply(pipe_hd.residency.make_plan(resolution.size, 1, True))
     assert not pipe_hd.components.vae.use_tiling
 
 
@@ -67,9 +67,10 @@ def test_encodes_plan_for_one_image_whatever_the_call_before(pipe_hd, example_im
 
     monkeypatch.setattr(pipe_hd.residency, "plan", None)
     first = encoded()
-    monkeypatch.setattr(pipe_hd, "max_memory", 1 * MiB)
-    pipe_hd.apply_plan(pipe_hd.make_plan(resolution, 4, True))  # what a tight 4-sample call left behind
-    monkeypatch.setattr(pipe_hd, "max_memory", None)
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", 1 * MiB)
+    # what a tight 4-sample call left behind
+    pipe_hd.residency.apply(pipe_hd.residency.make_plan(resolution.size, 4, True))
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", None)
     assert torch.equal(encoded(), first) and pipe_hd.plan.request.num_samples == 1
     assert not pipe_hd.plan.vae_tiling
 
@@ -85,14 +86,14 @@ def test_out_of_memory_in_denoising_is_retried_once(pipe_hd, example_images, mon
         return real(*args, **kwargs)
 
     monkeypatch.setattr(pipe_hd, "_denoise", flaky)
-    monkeypatch.setattr(pipe_hd, "max_memory", 8 << 30)
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", 8 << 30)
     with caplog.at_level(logging.WARNING, logger="ootd"):
         result = pipe_hd(example_images["person"], example_images["tshirt"], "upper", mask=example_images["mask"],
                          steps=1, seed=1, resolution=(384, 512))
     assert calls["n"] == 2 and len(result.images) == 1
     assert any("retrying once with half the memory budget" in r.getMessage() for r in caplog.records)
     assert pipe_hd.plan.budget_bytes == 4 << 30
-    monkeypatch.setattr(pipe_hd, "max_memory", None)
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", None)
 
 
 def test_second_out_of_memory_is_a_clear_error(pipe_hd, example_images, monkeypatch) -> None:  # noqa: ANN001
@@ -112,7 +113,7 @@ def test_encode_batching_follows_the_device_profile(pipe_hd, example_images, mon
     batches: list[int] = []
     encode = vae.encode
     monkeypatch.setattr(vae, "encode", lambda x, *a, **k: (batches.append(x.shape[0]), encode(x, *a, **k))[1])
-    monkeypatch.setattr(pipe_hd, "max_memory", None)
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", None)
 
     def latents() -> torch.Tensor:
         batches.clear()
@@ -121,7 +122,7 @@ def test_encode_batching_follows_the_device_profile(pipe_hd, example_images, mon
     assert pipe_hd.profile.name == "cpu" and not pipe_hd.profile.vae_encode_batched
     one_by_one = latents()
     assert batches and set(batches) == {1} and not pipe_hd.plan.vae_encode_batched
-    monkeypatch.setattr(pipe_hd, "profile", dataclasses.replace(pipe_hd.profile, vae_encode_batched=True))
+    monkeypatch.setattr(pipe_hd.residency, "profile", dataclasses.replace(pipe_hd.profile, vae_encode_batched=True))
     monkeypatch.setattr(pipe_hd.residency, "plan", None)  # a plan made with the old profile
     batched = latents()
     assert 2 in batches and pipe_hd.plan.vae_encode_batched  # [masked person, person] together

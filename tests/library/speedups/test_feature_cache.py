@@ -132,7 +132,8 @@ def test_caching_with_guidance_in_two_halves(pipe_hd, example_images, monkeypatc
             yield cache
 
     monkeypatch.setattr(ootd.pipeline, "feature_cache", spied)
-    monkeypatch.setattr(pipe_hd, "max_memory", 1 << 20)  # nothing fits: guidance in two halves (and VAE tiling)
+    # nothing fits: guidance in two halves (and VAE tiling)
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", 1 << 20)
     person, garment, settings = _prepared(pipe_hd, example_images, num_samples=2)
     halves = pipe_hd.generate(person, garment, settings, modes=caching(2))
     assert pipe_hd.plan.guidance_split

@@ -15,6 +15,7 @@ from ootd import TryOnPipeline
 from ootd.errors import DeviceError, UnsupportedError, UsageError
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.policy import choose_quantization, supported_quantization
+from ootd.memory.estimate import PlanRequest
 from ootd.memory.planner import make_plan
 from ootd.memory.sizes import RELEASED_SIZES, ModelSizes
 from ootd.settings import QuantizeName
@@ -145,7 +146,7 @@ def test_the_plan_of_quantized_released_unets_is_smaller() -> None:
     assert RELEASED_SIZES.unet_linear == sum(m.weight.numel() for m in linears)
     assert RELEASED_SIZES.unet_linear_rows == sum(m.out_features for m in linears)
     cpu = DeviceInfo(type="cpu", total_memory=64 * GIB, free_memory=60 * GIB)
-    plans = [make_plan(cpu, (768, 1024), 1, True, torch.float32, "sdpa", sizes)
+    plans = [make_plan(PlanRequest(cpu, (768, 1024), 1, True, torch.float32, "sdpa", sizes))
              for sizes in (RELEASED_SIZES, RELEASED_SIZES.quantized())]
     weights = [plan.estimate["weights_total"] for plan in plans]
     # two UNets, each 270M Linear weights going from 4 bytes to 1, plus 5 bytes per row: ~1.5 GiB less

@@ -204,8 +204,8 @@ def test_merging_with_the_guidance_batch_split_gives_the_same_latents(pipe_hd, e
              "token_merge": 0.75}
     pipe_hd(example_images["person"], example_images["tshirt"], "upper", **words)
     assert not pipe_hd.plan.guidance_split
-    make_plan = pipe_hd.make_plan  # the plan's guidance split alone: the guidance batch runs in two halves
-    monkeypatch.setattr(pipe_hd, "make_plan",
+    make_plan = pipe_hd.residency.make_plan  # the plan's guidance split alone: the guidance batch runs in two halves
+    monkeypatch.setattr(pipe_hd.residency, "make_plan",
                         lambda *a, **k: dataclasses.replace(make_plan(*a, **k), guidance_split=True))
     pipe_hd(example_images["person"], example_images["tshirt"], "upper", **words)
     assert pipe_hd.plan.guidance_split
