@@ -20,6 +20,7 @@ from PIL import Image
 from ootd.attention import AttentionFn, install_attention, patch_sdpa, sdpa_attention
 from ootd.errors import UsageError
 from ootd.hardware.device import DeviceInfo
+from ootd.hardware.dtypes import dtype_name
 from ootd.hardware.policy import Precision, SpeedOptions
 from ootd.hardware.profiles import DeviceProfile, load_profile
 from ootd.imaging.files import ImageInput
@@ -35,12 +36,14 @@ from ootd.method.sampling import Inpaint, StepCallback, StepTimer, chain, sample
 from ootd.method.schedulers import build_scheduler
 from ootd.pipeline_types import GarmentInputs, PersonInputs, Progress, TryOnResult
 from ootd.preprocessing import PersonMask, Preprocessor, mask_person
-from ootd.runtime import resolve_runtime
+from ootd.runtime import Runtime, RuntimeRequest, resolve_runtime
 from ootd.settings import (
     AttentionName,
     Category,
     FitMode,
     ModelType,
+    ParsingProvider,
+    PrecisionName,
     QuantizeName,
     Resolution,
     SamplingSettings,
@@ -71,7 +74,7 @@ class TryOnPipeline:
         attention: AttentionFn = sdpa_attention,
         checkpoints_dir: Path | None = None,
         preprocessor: Preprocessor | None = None,  # pose + parsing; loaded lazily when None
-        parsing_provider: str = "cpu",
+        parsing_provider: ParsingProvider = ParsingProvider.CPU,
         max_memory: int | None = None,
         speed: SpeedOptions | None = None,
         profile: DeviceProfile | None = None,
@@ -139,21 +142,38 @@ class TryOnPipeline:
         follows it (channels_last and compile: the device profile). `progress` hears ("load", done, total) as
         each component loads.
         """
-        start = time.perf_counter()
-        model_type = ModelType.parse(model_type)
         given = {"channels_last": channels_last, "compile": compile,
                  "quantize": QuantizeName.parse(quantize) if quantize is not None else None}
         modes = replace(speed or SpeedModes(), **{k: v for k, v in given.items() if v is not None})
-        runtime = resolve_runtime(device, dtype, attention, profile, speed=modes)
+        if isinstance(dtype, torch.dtype):
+            dtype = dtype_name(dtype)
+        request = RuntimeRequest(
+            device=device, precision=PrecisionName.parse(dtype or PrecisionName.AUTO, "precision"),
+            attention=AttentionName.parse(attention, "attention backend") if isinstance(attention, str)
+            else AttentionName.AUTO, quantize=modes.quantize, channels_last=modes.channels_last,
+            compile=modes.compile, profile=Path(profile) if profile else None)
+        runtime = resolve_runtime(request, attention=None if isinstance(attention, str) else attention)
+        return cls.load(Path(checkpoints_dir), ModelType.parse(model_type), runtime, modes=modes,
+                        preprocessor=preprocessor, parsing_provider=ParsingProvider.parse(parsing_provider,
+                                                                                          "parsing provider"),
+                        max_memory=max_memory, progress=progress)
+
+    @classmethod
+    def load(cls, checkpoints: Path, model_type: ModelType, runtime: Runtime, *, modes: SpeedModes | None = None,
+             preprocessor: Preprocessor | None = None, parsing_provider: ParsingProvider = ParsingProvider.CPU,
+             max_memory: int | None = None, progress: Progress | None = None) -> TryOnPipeline:
+        """Load the hd or dc model on a resolved runtime (typed: the application layer resolves one per process and
+        loads every model with it); `modes` as `from_pretrained`'s `speed`."""
+        start = time.perf_counter()
+        modes = modes or SpeedModes()
         if runtime.quantize is not QuantizeName.NONE:
             require_torchao()  # a missing extra is said before minutes of loading
-        precision = runtime.precision
-        components = load_components(Path(checkpoints_dir), model_type, precision.dtypes(), progress)
+        attention = runtime.attention_fn()  # a backend that cannot run here fails before the loading too
+        components = load_components(checkpoints, model_type, runtime.precision.dtypes(), progress)
         # after the strict loading checks, before the residency places the models
         quantized = quantize_unets(components, runtime.quantize, runtime.device)
-        pipe = cls(components, model_type, runtime.device, precision, runtime.attention, Path(checkpoints_dir),
-                   preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile,
-                   replace(modes, quantize=quantized))
+        pipe = cls(components, model_type, runtime.device, runtime.precision, attention, checkpoints, preprocessor,
+                   parsing_provider, max_memory, runtime.speed, runtime.profile, replace(modes, quantize=quantized))
         pipe.load_seconds = time.perf_counter() - start
         return pipe
 

@@ -22,7 +22,7 @@ from PIL import Image
 from ootd import errors
 from ootd.imaging.framing import FitInfo, fit_to_aspect, restore_framing
 from ootd.imaging.masks import binarize_mask, grow_mask, masked_person_image
-from ootd.settings import PREPROCESS_RESOLUTION, Category, FitMode, ModelType, Resolution
+from ootd.settings import PREPROCESS_RESOLUTION, Category, FitMode, ModelType, ParsingProvider, Resolution
 from ootd.weights.layout import Layout, require_file
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class Preprocessor:
 
     @classmethod
     def from_checkpoints(cls, root: Path, device: torch.device | str = "cpu",
-                         parsing_provider: str = "cpu") -> Preprocessor:
+                         parsing_provider: ParsingProvider = ParsingProvider.CPU) -> Preprocessor:
         from preprocess.parsing import HumanParser
         from preprocess.pose import PoseEstimator
 
@@ -70,7 +70,9 @@ class Preprocessor:
             require_file(path, layout)
         with ootd_errors():
             pose = PoseEstimator.from_checkpoint(layout.body_pose, device)
-            parser = HumanParser(layout.parsing_atr, layout.parsing_lip, provider=parsing_provider)
+            # preprocess/ knows nothing of ootd: it takes the provider's word
+            parser = HumanParser(layout.parsing_atr, layout.parsing_lip,
+                                 provider=ParsingProvider(parsing_provider).value)
         return cls(pose, parser)
 
     @property

@@ -22,7 +22,7 @@ from ootd.settings import RESOLUTIONS, AttentionName, ModelType, Resolution
 
 logger = logging.getLogger(__name__)
 
-FRUGAL_ATTENTION = "sdpa"  # no score matrix in memory: the least an "auto" backend can need
+FRUGAL_ATTENTION = AttentionName.SDPA  # no score matrix in memory: the least an "auto" backend can need
 
 
 def model_sizes(checkpoints: Path, model_type: ModelType) -> Any:
@@ -61,16 +61,14 @@ def _quiet_planner():
 
 def _planner(config: RunConfig, model_type: ModelType) -> Any:
     """fits(resolution, samples) -> (fits, estimated peak bytes) for this config's device, precision, budget."""
-    from ootd.hardware.device import peek_device
-    from ootd.hardware.policy import choose_precision
-    from ootd.hardware.profiles import load_profile
     from ootd.memory.estimate import PlanRequest
     from ootd.memory.planner import make_plan
+    from ootd.runtime import choose_hardware
 
-    device = peek_device(config.device)  # the GPU runtime is not initialised here: loading sets it up first
-    profile = load_profile(device)
-    precision = choose_precision(device, config.precision.value, profile)
-    attention = FRUGAL_ATTENTION if config.attention is AttentionName.AUTO else config.attention.value
+    # the GPU runtime is not initialised here: loading sets it up first
+    hardware = choose_hardware(config.runtime_request)
+    device, profile, precision = hardware.device, hardware.profile, hardware.precision
+    attention = FRUGAL_ATTENTION if config.attention is AttentionName.AUTO else config.attention
     sizes = model_sizes(config.checkpoints, model_type)
     guidance = config.sampling.guidance
 

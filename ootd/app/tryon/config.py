@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ootd.app.tryon.naming import DEFAULT_NAME, check_template
 from ootd.errors import UsageError
@@ -30,6 +31,9 @@ from ootd.settings import (
     default_model_type,
 )
 from ootd.speedups.modes import SpeedModes, resolve_speed
+
+if TYPE_CHECKING:
+    from ootd.runtime import RuntimeRequest
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,15 @@ class RunConfig:
     grid: bool = False  # also write a contact sheet (person | garment | mask | samples) per try-on
     category_margin: float = DEFAULT_CATEGORY_MARGIN  # `auto`: the lead over the 2nd category it needs, 0..1
     seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
+
+    @property
+    def runtime_request(self) -> RuntimeRequest:
+        """Where and how to run, as this config asks it (resolved by ootd/runtime.py, once per loader)."""
+        from ootd.runtime import RuntimeRequest  # imports torch: not at --help time
+
+        speed = self.speed
+        return RuntimeRequest(device=self.device, precision=self.precision, attention=self.attention,
+                              quantize=speed.quantize, channels_last=speed.channels_last, compile=speed.compile)
 
     def model_type_for(self, category: Category) -> ModelType:
         """The model for a category: the forced one (if compatible) or the default (hd upper, dc otherwise)."""

@@ -23,10 +23,11 @@ from ootd.app.console import quiet_libraries
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import CheckpointError, DeviceError, OotdError, UnsupportedError, UsageError
 from ootd.pipeline_types import Progress
-from ootd.settings import ModelType, ParsingProvider, PrecisionName
+from ootd.settings import ModelType, ParsingProvider
 
 if TYPE_CHECKING:
     from ootd.pipeline import TryOnPipeline
+    from ootd.runtime import HardwareChoice, Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -54,76 +55,48 @@ def use_models(pipeline: Callable[[ModelType], Any], preprocessor: Callable[[], 
         _SOURCE.reset(token)
 
 
-def load_pipeline(config: RunConfig, model_type: ModelType, preprocessor: Any = None,
+def load_pipeline(config: RunConfig, model_type: ModelType, *, runtime: Runtime, preprocessor: Any = None,
                   progress: Progress | None = None) -> TryOnPipeline:
-    """Build the pipeline a config asks for (device, precision, attention, memory, speed modes).
-    `preprocessor`: pose + parsing already loaded (see `load_preprocessor`), else loaded when first needed;
-    `progress` hears ("load", done, total) per component."""
+    """Build the pipeline a config asks for on a resolved runtime (memory budget, speed modes, parsing
+    provider). `preprocessor`: pose + parsing already loaded, else loaded when first needed; `progress` hears
+    ("load", done, total) per component."""
     from ootd.pipeline import TryOnPipeline
 
     quiet_libraries(importing=True)  # importing transformers/diffusers may have reset their levels
-    return TryOnPipeline.from_pretrained(
-        config.checkpoints, model_type=model_type, device=config.device,
-        dtype=None if config.precision is PrecisionName.AUTO else config.precision.value,
-        attention=config.attention.value, parsing_provider=config.parsing_provider.value,
-        max_memory=config.max_memory, speed=config.speed, preprocessor=preprocessor, progress=progress,
-    )
+    return TryOnPipeline.load(config.checkpoints, model_type, runtime, modes=config.speed, preprocessor=preprocessor,
+                              parsing_provider=config.parsing_provider, max_memory=config.max_memory,
+                              progress=progress)
 
 
-def load_preprocessor(config: RunConfig) -> Any:
-    """Pose + parsing alone (seconds), on the device the pipeline will use, so "no person detected" comes before
-    the diffusion models load (minutes). The device's runtime settings are applied first, as the pipeline does."""
-    import torch
-
-    from ootd.hardware.device import detect_device, peek_device
-    from ootd.hardware.policy import apply_environment, runtime_environment
-    from ootd.preprocessing import Preprocessor
-
-    apply_environment(runtime_environment(peek_device(config.device), torch.__version__))
-    device = detect_device(config.device).torch_device
-    return Preprocessor.from_checkpoints(config.checkpoints, device, config.parsing_provider.value)
-
-
-def check_hardware(config: RunConfig, device_source: str | None = None) -> None:
-    """What a config asks of this machine, checked without loading anything: an unknown device word is a usage
-    error (exit 2); a precision, quantization, attention backend or parsing provider this machine cannot run
-    (fp16 on the CPU, fp8 without float8 units, flash without flash-attn, a missing extra) is an
+def check_hardware(config: RunConfig, device_source: str | None = None) -> HardwareChoice:
+    """What a config asks of this machine, checked without loading anything (and returned): an unknown device
+    word is a usage error (exit 2); a precision, quantization, attention backend or parsing provider this machine
+    cannot run (fp16 on the CPU, fp8 without float8 units, flash without flash-attn, a missing extra) is an
     UnsupportedError (exit 3), the class the same settings raise when a pipeline loads. `device_source` names
     where the device word came from when it was not an option (e.g. "OOTD_DEVICE"), so the message points at
     it."""
     from ootd.attention.select import check_attention
-    from ootd.hardware.device import peek_device, require_gpu
-    from ootd.hardware.policy import choose_precision, choose_quantization
-    from ootd.hardware.profiles import load_profile
+    from ootd.hardware.device import require_gpu
+    from ootd.runtime import choose_hardware
     from ootd.settings import QuantizeName
 
     where = f" (from {device_source})" if device_source else ""
     try:
-        info = peek_device(config.device)
+        hardware = choose_hardware(config.runtime_request)
+        if hardware.device.type == "cuda":
+            require_gpu(config.device, hardware.device.index or 0)
     except UnsupportedError as exc:
         raise UnsupportedError(f"{exc}{where}") from None
     except DeviceError as exc:
         raise UsageError(f"{exc}{where}") from None
-    if info.type == "cuda":
-        try:
-            require_gpu(config.device, info.index or 0)
-        except UnsupportedError as exc:
-            raise UnsupportedError(f"{exc}{where}") from None
-    profile = load_profile(info)
-    try:
-        precision = choose_precision(info, config.precision.value, profile)
-    except UnsupportedError:
-        raise
-    except DeviceError as exc:
-        raise UsageError(str(exc)) from None
-    check_attention(config.attention.value, info, precision.unet, profile)
+    check_attention(config.attention, hardware.device, hardware.precision.unet, hardware.profile)
     if config.speed.quantize is not QuantizeName.NONE:
         from ootd.speedups.quantize import require_torchao
 
-        choose_quantization(info, config.speed.quantize, precision.unet)
         require_torchao()
     if config.parsing_provider is not ParsingProvider.CPU:
         _check_parsing_provider(config.parsing_provider)
+    return hardware
 
 
 def _check_parsing_provider(provider: ParsingProvider) -> None:
@@ -154,18 +127,40 @@ class PipelineLoader:
         self._current: tuple[ModelType, Any] | None = None
         self._failed: dict[ModelType, OotdError] = {}
         self._preprocessor: Any = None
+        self._runtime: Runtime | None = None
+
+    def runtime(self) -> Runtime:
+        """Where and how every model of this loader runs, resolved when the first one loads (ootd/runtime.py)."""
+        if self._runtime is None:
+            from ootd.runtime import resolve_runtime
+
+            self._runtime = resolve_runtime(self.config.runtime_request)
+        return self._runtime
+
+    def hardware(self) -> HardwareChoice:
+        """What the config means on this machine, before anything loads (the memory budget's precision)."""
+        from ootd.runtime import choose_hardware
+
+        return choose_hardware(self.config.runtime_request)
 
     def preprocessor(self) -> Any:
-        """Pose + parsing, loaded once (the pipelines loaded afterwards use the same)."""
+        """Pose + parsing, loaded once, on the device the pipelines will use (they share it), so "no person
+        detected" comes before the diffusion models load."""
         if self._preprocessor is None:
-            make = self._make_preprocessor or (lambda: load_preprocessor(self.config))
-            self._preprocessor = make()
+            if self._make_preprocessor is not None:
+                self._preprocessor = self._make_preprocessor()
+            else:
+                from ootd.preprocessing import Preprocessor
+
+                self._preprocessor = Preprocessor.from_checkpoints(
+                    self.config.checkpoints, self.runtime().device.torch_device, self.config.parsing_provider)
         return self._preprocessor
 
     def _load(self, model_type: ModelType, progress: Progress | None) -> Any:
         if self.factory is not None:
             return self.factory(model_type)
-        return load_pipeline(self.config, model_type, preprocessor=self._preprocessor, progress=progress)
+        return load_pipeline(self.config, model_type, runtime=self.runtime(), preprocessor=self._preprocessor,
+                             progress=progress)
 
     def get(self, model_type: ModelType, progress: Progress | None = None) -> Any:
         """The pipeline of `model_type`, loaded now if it is not the one held (`progress` hears the load)."""

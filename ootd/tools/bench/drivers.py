@@ -83,8 +83,7 @@ def run_bench(config: RunConfig, *, model_type: ModelType = ModelType.HD, random
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     # before the weights are loaded: the plan's budget is what is free now
-    dtype = None if config.precision is PrecisionName.AUTO else config.precision.value
-    runtime = resolve_runtime(config.device, dtype, config.attention.value, speed=config.speed)
+    runtime = resolve_runtime(config.runtime_request)
     sampling, precision, info = config.sampling, runtime.precision, runtime.device
     other = _original_precision(options, precision, info, runtime)
     if other is not None and (components is not None or options.step_repeats > 0):
@@ -185,7 +184,8 @@ class _Bench:
         from ootd.pipeline import TryOnPipeline
 
         sampling = config.sampling
-        attention = str(getattr(runtime.attention, "label", config.attention.value))
+        attention_fn = runtime.attention_fn()
+        attention = str(getattr(attention_fn, "label", config.attention.value))
         plan = make_plan(PlanRequest(self.info, self.resolution, sampling.num_samples, sampling.guidance,
                                      self.precision.unet, attention, ModelSizes.from_components(self.components),
                                      config.max_memory, vae_dtype=self.precision.vae, profile=runtime.profile))
@@ -194,12 +194,12 @@ class _Bench:
         self.say(plan.explain())
         self.plan = plan
         self.pipe = TryOnPipeline(self.components, self.model_type, self.info, self.precision,
-                                  attention=runtime.attention, speed=runtime.speed, profile=runtime.profile,
+                                  attention=attention_fn, speed=runtime.speed, profile=runtime.profile,
                                   modes=replace(config.speed, quantize=runtime.quantize),
                                   max_memory=config.max_memory)  # the call plans with the budget the report shows
         apply_plan_to_vae(self.components.vae, plan)
         report["memory_after_load"] = self.meter.current()
-        self.attention_fn = runtime.attention
+        self.attention_fn = attention_fn
         self.sampling = sampling
 
     def ours(self, report: dict[str, Any], *, warmup: bool, profile: bool) -> None:

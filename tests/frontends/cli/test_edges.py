@@ -23,7 +23,7 @@ from ootd.app.tryon.config import ByteSize, build_config, parse_size
 from ootd.app.tryon.naming import MAX_STEM, check_template
 from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.errors import UnsupportedError, UsageError
-from ootd.imaging import files as ootd_files
+from ootd.imaging import atomic as ootd_files
 from tests.helpers.cli import assert_one_line_error, invoke
 from tests.helpers.fakes import images_tree
 from tests.helpers.synthetic import synthetic_preprocessor

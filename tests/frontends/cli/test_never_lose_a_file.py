@@ -23,7 +23,7 @@ from ootd import cli
 from ootd.app.batch.report import ReportWriter
 from ootd.app.tryon.config import build_config
 from ootd.errors import OutputError, UsageError
-from ootd.imaging import files as ootd_images
+from ootd.imaging import atomic as ootd_images
 from ootd.settings import MAX_MASK_GROW
 from tests.helpers import REPO
 from tests.helpers.fakes import FakePipe, images_tree, read_report

@@ -1,4 +1,4 @@
-"""Input validation/normalisation, 3:4 framing and atomic PNG saving (ootd/imaging/files.py)."""
+"""Input validation/normalisation and 3:4 framing (ootd/imaging/files.py, framing.py)."""
 
 from __future__ import annotations
 
