@@ -364,9 +364,8 @@ class TryOnPipeline:
         timings["total"] = sum(v for k, v in timings.items() if isinstance(v, float) and k != "total")
         return TryOnResult(
             images=images, mask=person.mask, masked_person=person.masked_person, seed=settings.seed,
-            timings=timings, intermediates=dict(person.intermediates),
-            settings={"model_type": self.model_type.value, "category": person.category.value,
-                      **settings.words(), **modes.words()},
+            timings=timings, intermediates=dict(person.intermediates), model_type=self.model_type,
+            category=person.category, sampling=settings, modes=modes,
         )
 
     # -- steps ------------------------------------------------------------------------------------

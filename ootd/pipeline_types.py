@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from PIL import Image
 
 from ootd.imaging.framing import FitInfo
-from ootd.settings import Category, Resolution
+from ootd.settings import Category, ModelType, Resolution, SamplingSettings
+from ootd.speedups.modes import SpeedModes
 
 if TYPE_CHECKING:
     import torch
@@ -19,7 +20,8 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total): how every st
 
 @dataclass
 class TryOnResult:
-    """What one call returns. `timings` holds seconds per stage (and "steps": seconds per step)."""
+    """What one call returns, and what made it (model, category, sampling settings, speed modes). `timings` holds
+    seconds per stage (and "steps": seconds per step)."""
 
     images: list[Image.Image]
     mask: Image.Image
@@ -27,7 +29,10 @@ class TryOnResult:
     seed: int
     timings: dict[str, float | list[float]] = field(default_factory=dict)
     intermediates: dict[str, Image.Image] = field(default_factory=dict)
-    settings: dict[str, str] = field(default_factory=dict)
+    model_type: ModelType | None = None
+    category: Category | None = None
+    sampling: SamplingSettings | None = None
+    modes: SpeedModes | None = None
 
 
 @dataclass

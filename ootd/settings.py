@@ -254,11 +254,6 @@ class SamplingSettings:
         """Whether image guidance runs (a conditional and an unconditional half per step)."""
         return self.guidance_scale >= GUIDANCE_ON
 
-    def words(self) -> dict[str, str]:
-        """What outputs record of these settings (PNG text keys, in the order they are written)."""
-        return {"samples": str(self.num_samples), "steps": str(self.steps), "scale": str(self.guidance_scale),
-                "seed": str(self.seed), "resolution": str(self.resolution), "scheduler": self.scheduler.value}
-
     @classmethod
     def from_words(cls, *, seed: int | None = None, resolution: str | tuple[int, int] | Resolution | None = None,
                    scheduler: str | SchedulerName | None = None, **numbers: float) -> SamplingSettings:

@@ -85,9 +85,9 @@ def _announce_replaced(paths: list[Path]) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ootd.app.tryon.config import RunConfig
-    from ootd.app.tryon.job import prepare_job
+    from ootd.app.tryon.inputs import JobInputs
     from ootd.app.tryon.loader import PipelineLoader
-    from ootd.app.tryon.request import TryOnRequest
+    from ootd.app.tryon.preflight import prepare_job
     from ootd.errors import UsageError
     from ootd.imaging.atomic import write_atomic
     from ootd.settings import Category, FitMode, ModelType, SamplingSettings
@@ -107,16 +107,16 @@ def run(args: argparse.Namespace) -> None:
     config = RunConfig(checkpoints=checkpoints, output=args.output_dir, sampling=sampling, model_type=model_type,
                        device=_device(args), fit=FitMode.STRETCH, overwrite=True, name_template=OUTPUT_NAME)
     loader = PipelineLoader(config)
-    job = prepare_job(config, TryOnRequest(args.model_path, args.cloth_path, category, args.mask_path), loader)
-    outcome = job.run(loader.get(model_type))
+    job = prepare_job(config, JobInputs.single(args.model_path, args.cloth_path, category, args.mask_path), loader)
+    outcome = job.run(loader.get)
     mask_file = config.output / "mask.jpg"
     _announce_replaced([mask_file, *job.targets.images])
-    write_atomic(mask_file, lambda handle: outcome.result.masked_person.convert("RGB").save(handle, format="JPEG"),
-                 overwrite=True)
+    masked = outcome.final[0].result.masked_person
+    write_atomic(mask_file, lambda handle: masked.convert("RGB").save(handle, format="JPEG"), overwrite=True)
     images, _ = job.save(outcome)
     for path in images:
         print(path)
-    print(f"seed: {outcome.result.seed}")
+    print(f"seed: {config.sampling.seed}")
 
 
 def main(argv: list[str] | None = None) -> int:

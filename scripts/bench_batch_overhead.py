@@ -95,7 +95,7 @@ def instrument(components: Components) -> None:
 
     components.patch("pairs", pairs, "collect_pairs")
     components.patch("checks", precheck, "check_batch_outputs")
-    for name in ("precheck", "check_checkpoints_present", "check_memory_budget"):
+    for name in ("precheck", "check_batch"):
         components.patch("checks", runner, name)
     components.patch("options", cli_batch, "checked_config")  # imports torch (the device check)
     components.patch("try-on", TryOnJob, "run")
@@ -157,8 +157,8 @@ def standin_class(components: Components | None) -> type:
             images = [Image.new("RGB", (48, 64), (settings.seed % 256, 40 * i % 256, 7))
                       for i in range(settings.num_samples)]
             return SimpleNamespace(images=images, seed=settings.seed, timings={}, intermediates={},
-                                   settings={"model_type": self.model_type.value, "category": str(person.category),
-                                             **settings.words(), **(modes or self.modes).words()})
+                                   model_type=self.model_type, category=person.category, sampling=settings,
+                                   modes=modes or self.modes)
 
     return InstantPipe
 

@@ -10,8 +10,8 @@ tower, the per-category features, text tower dropped, image tower kept) and clas
 before and after. The random weights make the timing and memory real and the probabilities meaningless.
 
 outfit: on the tiny random-weight tree (scripts/make_tiny_checkpoints.py), both pipelines loaded once: a two-pass
-outfit (prepare_outfit + run + save) against the same two try-ons run one after the other as separate jobs
-(prepare_job + run + save each, the second on the first's result). Pose and parsing are a STAND-IN
+outfit (prepare_job with two garments + run + save) against the same two try-ons run one after the other as
+separate jobs (prepare_job + run + save each, the second on the first's result). Pose and parsing are a STAND-IN
 (tests/helpers/synthetic.py: the tiny tree's random pose network finds nobody), so the parse the outfit saves is
 nearly free here; on real weights it is one pose + parsing (about a second on the CPU, docs/benchmarks.md).
 """
@@ -109,10 +109,10 @@ def outfit(repeats: int) -> None:
 
     from ootd import TryOnPipeline
     from ootd.app.tryon.config import RunConfig
-    from ootd.app.tryon.job import prepare_job
+    from ootd.app.tryon.inputs import GarmentInput, JobInputs
     from ootd.app.tryon.loader import PipelineLoader, use_models
-    from ootd.app.tryon.outfit import Garment, pass_seed, prepare_outfit
-    from ootd.app.tryon.request import TryOnRequest
+    from ootd.app.tryon.passes import pass_seed
+    from ootd.app.tryon.preflight import prepare_job
     from ootd.settings import Category, ModelType, SamplingSettings, parse_resolution
     from tests.helpers.synthetic import synthetic_preprocessor
 
@@ -132,8 +132,8 @@ def outfit(repeats: int) -> None:
         def two_pass(n: int) -> tuple[float, float]:
             t, c = time.perf_counter(), time.process_time()
             loader = PipelineLoader(config(f"o{n}"))
-            job = prepare_outfit(config(f"o{n}"), person, [Garment(top, Category.UPPER),
-                                                          Garment(trousers, Category.LOWER)], loader)
+            outfit = JobInputs.of(person, [GarmentInput(top, Category.UPPER), GarmentInput(trousers, Category.LOWER)])
+            job = prepare_job(config(f"o{n}"), outfit, loader)
             job.save(job.run(loader.get))
             assert job.parses == 1
             return time.perf_counter() - t, time.process_time() - c
@@ -145,13 +145,13 @@ def outfit(repeats: int) -> None:
                                         "sampling": SamplingSettings(steps=4, seed=pass_seed(7, "lower"),
                                                                      resolution=sampling.resolution)})
             loader = PipelineLoader(first_config)
-            job = prepare_job(first_config, TryOnRequest(person, trousers, Category.LOWER), loader)
-            images, _ = job.save(job.run(loader.get(job.model_type)))
+            job = prepare_job(first_config, JobInputs.single(person, trousers, Category.LOWER), loader)
+            images, _ = job.save(job.run(loader.get))
             second_config = RunConfig(**{**config(f"s{n}b").__dict__,
                                          "sampling": SamplingSettings(steps=4, seed=pass_seed(7, "upper 0"),
                                                                       resolution=sampling.resolution)})
-            job = prepare_job(second_config, TryOnRequest(images[0], top, Category.UPPER), loader)
-            job.save(job.run(loader.get(job.model_type)))
+            job = prepare_job(second_config, JobInputs.single(images[0], top, Category.UPPER), loader)
+            job.save(job.run(loader.get))
             return time.perf_counter() - t, time.process_time() - c
 
         with use_models(lambda m: pipes[m], lambda: preprocessor):

@@ -1,5 +1,5 @@
 """What the serving layer costs: request latency of `POST /api/tryon` against the same try-on called directly
-(what `ootd run` does once its model is loaded: run_tryon + save_outcome), the part of a request spent outside
+(what `ootd run` does once its model is loaded: the job's run and save), the part of a request spent outside
 the worker (upload, form, checks, queue hand-off, base64, JSON), and the resident memory of an idle `ootd serve`
 before and after its model is loaded.
 
@@ -36,9 +36,9 @@ def rss_mib(pid: int) -> float:
 
 def latency(checkpoints: Path, steps: int, resolution: str, repeats: int) -> dict[str, float]:
     from ootd.app.tryon.config import build_config
-    from ootd.app.tryon.job import TryOnJob
+    from ootd.app.tryon.inputs import JobInputs
     from ootd.app.tryon.loader import ModelSource, PipelineLoader
-    from ootd.app.tryon.request import TryOnRequest
+    from ootd.app.tryon.preflight import plan_inputs
     from ootd.settings import Category
     from tests.helpers.serving import live_server
 
@@ -53,9 +53,9 @@ def latency(checkpoints: Path, steps: int, resolution: str, repeats: int) -> dic
         data = {"category": "upper", "steps": str(steps), "resolution": resolution, "seed": "1"}
         for i in range(repeats + 1):  # the first of each is a warm-up
             start = time.perf_counter()
-            request = TryOnRequest(files["person"], files["garment"], Category.UPPER, files["mask"]).decoded()
-            job = TryOnJob.planned(config, request)
-            job.save(job.run(pipe))
+            inputs = JobInputs.single(files["person"], files["garment"], Category.UPPER, files["mask"])
+            job = plan_inputs(config, inputs)
+            job.save(job.run(lambda model_type: pipe))
             if i:
                 direct.append(time.perf_counter() - start)
             start = time.perf_counter()

@@ -42,32 +42,18 @@ def mask_command(
 ) -> None:
     """The mask a try-on would use: writes [bold]<person>__<category>__mask.png[/bold], the masked person, pose
     and parsing (framed like try-on results), to fix and pass back with [bold]ootd run --mask[/bold]."""
-    from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
-    from ootd.app.tryon.masking import describe_mask_file, make_mask, mask_targets
-    from ootd.app.tryon.outputs import prepare_output_dir, refuse_existing
-    from ootd.app.tryon.provenance import mask_record
-    from ootd.app.tryon.tempfiles import clean_stale_temps
-    from ootd.imaging.atomic import save_png_atomic
-    from ootd.imaging.files import load_image
+    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.app.tryon.masking import describe_mask_file
+    from ootd.app.tryon.preflight import prepare_mask_job
     from ootd.settings import Category
 
     config = checked_config(options)  # the device and parsing provider as `ootd run` checks them
-    chosen = Category.parse(category)
-    config.model_type_for(chosen)  # hd with lower/dress: a usage error now
-    person = load_image(model, "person")
-    check_checkpoints_present(config.checkpoints, [], need_preprocess=True)
-    prepare_output_dir(config.output)  # `-o FILE` is the usage error it is for `ootd run`
-    clean_stale_temps(config.output)
-    targets = mask_targets(model.name, chosen, config)
-    if not config.overwrite:
-        refuse_existing(list(targets.values()))
-    outcome = make_mask(person, chosen, config, PipelineLoader(config).preprocessor(), label=str(model))
-    metadata = mask_record(model.name, chosen, outcome.model_type, config)
-    for kind, path in targets.items():
-        save_png_atomic(outcome.images[kind], path, metadata, overwrite=config.overwrite)
+    job = prepare_mask_job(config, model, Category.parse(category))  # every check, in `ootd run`'s order
+    outcome = job.run(PipelineLoader(config).preprocessor())
+    targets = job.save(outcome)
     described = {kind: describe_mask_file(kind, outcome.images[kind]) for kind in targets}
     if json_out:
-        print_json({"outputs": {k: str(p) for k, p in targets.items()}, "category": chosen.value,
+        print_json({"outputs": {k: str(p) for k, p in targets.items()}, "category": outcome.category.value,
                     "model_type": outcome.model_type.value, "person": str(model),
                     "files": {k: {"path": str(p), "size": list(outcome.images[k].size), "what": described[k]}
                               for k, p in targets.items()}})

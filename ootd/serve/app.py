@@ -40,7 +40,6 @@ from ootd import __version__
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.loader import ModelSource
-from ootd.app.tryon.outputs import settings_json
 from ootd.errors import NoPersonError, OotdError, UsageError
 from ootd.serve import schema
 from ootd.serve.access import CLIENT_GONE, AccessLog
@@ -73,8 +72,8 @@ def result_json(job: Job, base_url: str | None) -> dict[str, Any]:
 
     seconds = job.seconds()
     timings = {**done.timings, **seconds, "total": seconds["queue"] + seconds["run"]}
-    settings = {**settings_json(done.settings), "fit": str(job.spec.config.fit),
-                "mask": "uploaded" if job.spec.request.mask is not None else "auto"}
+    settings = {**done.settings, "fit": str(job.spec.config.fit),
+                "mask": "uploaded" if job.spec.job.inputs.garments[0].mask is not None else "auto"}
     return {
         "images": [ref(name) for name in done.names], "names": done.names, "seed": done.seed,
         "mask": ref(done.mask), "masked_person": ref(done.masked_person), "person_mask": ref(done.person_mask),

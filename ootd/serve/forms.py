@@ -15,8 +15,7 @@ from typing import Any
 from starlette.datastructures import UploadFile
 
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.masking import check_mask_input
-from ootd.app.tryon.request import TryOnRequest
+from ootd.app.tryon.inputs import GarmentInput, JobInputs
 from ootd.errors import CheckpointError, OotdError, UsageError
 from ootd.imaging.atomic import write_atomic
 from ootd.serve.limits import Limits
@@ -127,50 +126,24 @@ def save_uploads(form: Any, folder: Path) -> dict[str, tuple[Path, str]]:
     return saved
 
 
-def _outfit_spec(form: Any, word: CategoryWord, saved: dict[str, tuple[Path, str]], config: RunConfig,
-                 folder: Path) -> JobSpec:
-    """Two garments: checked as `ootd run` with two --cloth checks them (ootd/app/tryon/outfit.py)."""
-    from ootd.app.tryon.autocategory import resolve_category
-    from ootd.app.tryon.outfit import Garment, order_outfit
-
-    if "garment2" not in saved:
-        raise FieldError("mask2 is the second garment's mask: it needs garment2")
-    if ("mask" in saved) != ("mask2" in saved):
-        raise FieldError("give a mask for both garments (mask and mask2), or for neither")
-    try:
-        second_word = parse_category_word(_text(form, "category2") or word)
-    except UsageError as exc:
-        raise FieldError(str(exc)) from None
+def _garments(form: Any, word: CategoryWord, saved: dict[str, tuple[Path, str]]) -> list[GarmentInput]:
+    """The request's garments: one, or two with `garment2` (both with a mask, or neither), each with its word."""
+    roles = [("garment", "mask", word)]
+    if "garment2" in saved or "mask2" in saved:
+        if "garment2" not in saved:
+            raise FieldError("mask2 is the second garment's mask: it needs garment2")
+        if ("mask" in saved) != ("mask2" in saved):
+            raise FieldError("give a mask for both garments (mask and mask2), or for neither")
+        try:
+            roles.append(("garment2", "mask2", parse_category_word(_text(form, "category2") or word)))
+        except UsageError as exc:
+            raise FieldError(str(exc)) from None
     garments = []
-    try:
-        for role, mask_role, each in (("garment", "mask", word), ("garment2", "mask2", second_word)):
-            path, name = saved[role]
-            category, p = resolve_category(each, path, name, config.checkpoints, config.category_margin)
-            mask = saved.get(mask_role)
-            garments.append(Garment(path, category, mask[0] if mask else None, p, name, mask[1] if mask else None))
-        lower, _ = order_outfit(garments)
-        first = TryOnRequest(saved["person"][0], lower.source, lower.category, lower.mask,
-                             person_name=saved["person"][1], garment_name=lower.name, mask_name=lower.mask_name)
-        decoded = check_mask_input(first.decoded(), raw_mask=first.mask, fit=config.fit)
-    except CheckpointError:
-        raise
-    except OotdError as exc:
-        message = str(exc)
-        for path, name in saved.values():
-            message = message.replace(str(path), name)
-        raise BadRequest(message) from None
-    return JobSpec(decoded, replace(config, output=folder / "results", save_intermediates=True),
-                   decoded.person.size, outfit=tuple(garments))
-
-
-def _category(word: CategoryWord, garment: tuple[Path, str], config: RunConfig) -> tuple[Category, float | None]:
-    """The request's category: the given one, or `auto` classified from the uploaded garment (refused under the
-    margin: 400); the model for it checked as for a given one."""
-    from ootd.app.tryon.autocategory import resolve_category
-
-    category, probability = resolve_category(word, garment[0], garment[1], config.checkpoints, config.category_margin)
-    config.model_type_for(category)
-    return category, probability
+    for role, mask_role, each in roles:
+        path, name = saved[role]
+        mask = saved.get(mask_role)
+        garments.append(GarmentInput(path, each, mask[0] if mask else None, name, mask[1] if mask else None))
+    return garments
 
 
 def _safe_name(filename: str | None, role: str) -> str:
@@ -181,26 +154,28 @@ def _safe_name(filename: str | None, role: str) -> str:
 
 
 def build_spec(form: Any, base: RunConfig, folder: Path, limits: Limits) -> JobSpec:
-    """Everything checked that can be checked before queueing: fields, then the images themselves. The job
-    writes what `ootd run --save-intermediates` writes: the mask and masked person framed as the results."""
+    """Everything checked that can be checked before queueing: fields, then every image of the request (steps 1
+    and 2 of the pre-flight: ootd/app/tryon/preflight.py), each garment's `auto` classified. The job writes what
+    `ootd run --save-intermediates` writes: the mask and masked person framed as the results."""
+    from ootd.app.tryon.autocategory import resolve_inputs
+    from ootd.app.tryon.preflight import plan_inputs
+
     word, config = parse_settings(form, base, limits)
     saved = save_uploads(form, folder)
-    if "garment2" in saved or "mask2" in saved:
-        return _outfit_spec(form, word, saved, config, folder)
-    mask = saved.get("mask")
+    garments = _garments(form, word, saved)
+    config = replace(config, output=folder / "results", save_intermediates=True)
+    inputs = JobInputs.of(saved["person"][0], garments, person_name=saved["person"][1])
     try:  # the file checks of `ootd run`: not an image, truncated, too small or large, a mask of another aspect
-        category, probability = _category(word, saved["garment"], config)
-        request = TryOnRequest(
-            person=saved["person"][0], garment=saved["garment"][0], category=category,
-            mask=mask[0] if mask else None, person_name=saved["person"][1], garment_name=saved["garment"][1],
-            mask_name=mask[1] if mask else None, category_p=probability,
-        )
-        decoded = check_mask_input(request.decoded(), raw_mask=request.mask, fit=config.fit)
+        job = plan_inputs(config, resolve_inputs(inputs, config.checkpoints, config.category_margin))
     except CheckpointError:
         raise
     except OotdError as exc:
-        message = str(exc)
-        for path, name in saved.values():  # the client's file name, never this server's folders
-            message = message.replace(str(path), name)
-        raise BadRequest(message) from None
-    return JobSpec(decoded, replace(config, output=folder / "results", save_intermediates=True), decoded.person.size)
+        raise BadRequest(client_words(str(exc), saved)) from None
+    return JobSpec(job, job.inputs.person.size)
+
+
+def client_words(message: str, saved: dict[str, tuple[Path, str]]) -> str:
+    """A message with the uploads named by the client's file names, never by this server's folders."""
+    for path, name in saved.values():
+        message = message.replace(str(path), name)
+    return message

@@ -66,8 +66,7 @@ class TryOnReplica:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         folder = self.workspace.path / "jobs" / job_id
-        job = Job(dataclasses.replace(spec, config=dataclasses.replace(spec.config, output=folder / "results")),
-                  folder, id=job_id)
+        job = Job(dataclasses.replace(spec, job=spec.job.relocated(folder / "results")), folder, id=job_id)
         report = job.progress
 
         def progress(stage: str, done: int, total: int) -> None:
@@ -109,7 +108,7 @@ class TryOnReplica:
     def _test_hooks(self, job: Job, stage: str) -> None:
         if stage != "denoise":
             return
-        if self.exit_on is not None and job.spec.request.person_name == self.exit_on:
+        if self.exit_on is not None and job.spec.job.inputs.person_name == self.exit_on:
             os._exit(17)
         while self.hold is not None and os.path.exists(self.hold) and not job.cancelled:
             time.sleep(0.05)

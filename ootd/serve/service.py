@@ -1,4 +1,4 @@
-"""The try-on behind the worker: the pipelines it keeps, one request run through `run_tryon`, its files.
+"""The try-on behind the worker: the pipelines it keeps, one request run through the job of `ootd run`, its files.
 
 Each model type is loaded when the first request needs it and then kept (a server answers both kinds of garment
 all day; reloading for every switch would cost seconds each time). Results are written into the job's folder as
@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.job import TryOnJob, prepare_job
+from ootd.app.tryon.job import JobOutcome, TryOnJob
 from ootd.app.tryon.loader import ModelSource, PipelineLoader
-from ootd.app.tryon.outcome import TryOnOutcome
-from ootd.app.tryon.request import TryOnRequest
+from ootd.app.tryon.outputs import attention_used
+from ootd.app.tryon.preflight import check_job
 from ootd.imaging.atomic import save_png_atomic
 from ootd.serve.worker import Job
 from ootd.settings import FitMode, ModelType
@@ -25,12 +25,15 @@ from ootd.settings import FitMode, ModelType
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One request as the worker runs it: the inputs and the server's config with this request's settings."""
+    """One request as the worker runs it: its job, planned and its images checked when it came in (steps 1-2 of
+    the pre-flight), with the server's config and this request's settings."""
 
-    request: TryOnRequest
-    config: RunConfig
+    job: TryOnJob
     person_size: tuple[int, int]  # the photo's size (EXIF orientation applied), for the editor's mask
-    outfit: tuple[Any, ...] | None = None  # two garments (ootd.app.tryon.outfit.Garment): `request` is the first
+
+    @property
+    def config(self) -> RunConfig:
+        return self.job.config
 
 
 @dataclass
@@ -43,7 +46,7 @@ class Finished:
     person_mask: str  # the mask in the person photo's own framing and size: the editor's starting point
     seed: int
     model_type: str
-    settings: dict[str, str]
+    settings: dict[str, Any]  # the pictures' settings as their record gives them for JSON
     timings: dict[str, Any]
     files: dict[str, Path] = field(default_factory=dict)  # every servable name -> its path
     replica: str | None = None  # the Ray Serve replica that ran it (the Ray engine); None: this process
@@ -71,9 +74,6 @@ class TryOnService:
         return {"device": config.device or "auto", "precision": config.precision.value,
                 "attention": config.attention.value}
 
-    def _run_outfit(self, job: Job) -> Finished:
-        return _outfit_finished(self, job)
-
     def loaded(self) -> list[str]:
         return [m.value for m, loader in self.loaders.items() if loader.holds(m)]
 
@@ -86,22 +86,21 @@ class TryOnService:
 
     def _run(self, job: Job) -> Finished:
         spec: JobSpec = job.spec
-        if spec.outfit is not None:
-            return self._run_outfit(job)
-        model_type = spec.config.model_type_for(spec.request.category)
-        loader = self.loaders[model_type]
-        # the checks of every try-on, in their order (the uploads were decoded when the request came in)
-        prepared = prepare_job(spec.config, spec.request, loader, progress=job.progress)
-        timings: dict[str, Any] = {}
-        if not loader.holds(model_type):
-            job.progress("load", 0, 1)
-            start = time.perf_counter()
-            pipe = loader.get(model_type)
-            timings["load"] = time.perf_counter() - start
-        else:
-            pipe = loader.get(model_type)
-        job.check()  # cancelled while the model loaded
-        outcome = prepared.run(pipe, progress=job.progress, callback=job.step)
+        loaders, timings = self.loaders, {}
+        # the rest of the checks of every try-on, in their order (the uploads were checked when the request came in)
+        prepared = check_job(spec.job, loaders[spec.job.model_type], progress=job.progress)
+
+        def pipe_for(model_type: ModelType) -> Any:
+            loader = loaders[model_type]
+            if not loader.holds(model_type):
+                job.progress("load", 0, 1)
+                start = time.perf_counter()
+                loader.get(model_type)
+                timings["load"] = timings.get("load", 0.0) + time.perf_counter() - start
+                job.check()  # cancelled while the model loaded
+            return loader.get(model_type)
+
+        outcome = prepared.run(pipe_for, progress=job.progress, callback=job.step)
         self.info = dict(outcome.info)
         job.check()  # cancelled during the decode: nobody will fetch the files
         start = time.perf_counter()
@@ -110,41 +109,6 @@ class TryOnService:
         timings["encode"] = time.perf_counter() - start
         finished.timings = timings
         return finished
-
-
-def _outfit_finished(service: TryOnService, job: Job) -> Finished:
-    """An outfit through the same job as `ootd run` with two --cloth (ootd/app/tryon/outfit.py)."""
-    from ootd.app.tryon.outfit import prepare_outfit
-
-    spec: JobSpec = job.spec
-    request = spec.request
-    prepared = prepare_outfit(spec.config, request.person, list(spec.outfit), service.loaders[ModelType.DC],
-                              person_name=request.person_name)
-    start = time.perf_counter()
-    outcome = prepared.run(lambda model_type: service.loaders[model_type].get(model_type), progress=job.progress,
-                           callback=job.step)
-    timings: dict[str, Any] = {"run": time.perf_counter() - start}
-    service.info = dict(outcome.second[0].info)
-    job.check()
-    images, intermediates = prepared.save(outcome)
-    editable = mask_in_person_frame(outcome.second[0].result.mask, spec.person_size, spec.config.fit)
-    person_mask = save_png_atomic(editable, prepared.targets.path("mask_editable"), {}, overwrite=True)
-    files = {path.name: path for path in (*images, *intermediates.values(), person_mask)}
-    second = outcome.second[0].result
-    timings.update(outcome.timings())
-    return Finished([p.name for p in images], intermediates["upper_mask"].name,
-                    intermediates["upper_masked_person"].name, person_mask.name, int(spec.config.sampling.seed),
-                    prepared.upper_model.value, dict(second.settings or {}), timings, files)
-
-
-def attention_used(described: Any) -> str:
-    """The backends that ran, without the dispatcher's call counts, which grow with every request
-    (`auto: sdpa > chunked > math (used: sdpa x 268)` -> `sdpa`)."""
-    text = str(described or "unknown")
-    if "(used:" in text:
-        used = text.split("(used:", 1)[1].rstrip(") ")
-        return ", ".join(part.split(" x ")[0].strip() for part in used.split(","))
-    return text.split(":", 1)[0]
 
 
 def checkpoints_note(config: RunConfig) -> str | None:
@@ -157,18 +121,19 @@ def checkpoints_note(config: RunConfig) -> str | None:
     return summary(diffs) if diffs else None
 
 
-def write_outcome(job: TryOnJob, outcome: TryOnOutcome, person_size: tuple[int, int]) -> Finished:
+def write_outcome(job: TryOnJob, outcome: JobOutcome, person_size: tuple[int, int]) -> Finished:
     """The files `ootd run --save-intermediates` writes (results, mask and masked person framed like the
-    results, with `ootd run`'s names and records) and the editor's mask, each written atomically into the job's
-    results folder."""
+    results, with `ootd run`'s names and records) and the editor's mask (recorded as the job's other pictures),
+    each written atomically into the job's results folder."""
     images, intermediates = job.save(outcome)
-    editable = mask_in_person_frame(outcome.result.mask, person_size, job.config.fit)
-    person_mask = save_png_atomic(editable, job.targets.path("mask_editable"), {}, overwrite=True)
+    final = job.passes[-1]  # the pass that made the pictures: its mask is the one to edit
+    editable = mask_in_person_frame(outcome.final[0].result.mask, person_size, job.config.fit)
+    person_mask = save_png_atomic(editable, job.targets.path("mask_editable"), outcome.record(None).text(),
+                                  overwrite=True)
     files = {path.name: path for path in (*images, *intermediates.values(), person_mask)}
-    result = outcome.result
-    return Finished([p.name for p in images], intermediates["mask"].name, intermediates["masked_person"].name,
-                    person_mask.name, int(result.seed), outcome.model_type.value, dict(result.settings or {}), {},
-                    files)
+    return Finished([p.name for p in images], intermediates[f"{final.prefix}mask"].name,
+                    intermediates[f"{final.prefix}masked_person"].name, person_mask.name,
+                    int(job.config.sampling.seed), final.model_type.value, outcome.record(0).settings(), {}, files)
 
 
 def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: FitMode) -> Any:

@@ -5,7 +5,7 @@ Imported at `--help` time, so no torch here: each mode's hook (token_merge.py, f
 execution.py) imports its settings from this module. A preset fills the options a user left out; an option given
 explicitly wins. `--speed exact` with an option that changes the images is refused: exact is a guarantee. What ran
 is described by `SpeedModes.label()`: the preset whose values it matches, else `custom`; outputs record it with
-every option (PNG text, JSON).
+every option (PNG text, JSON: ootd/app/tryon/record.py).
 
 Precision is not part of a preset: `--precision auto` already picks the fastest dtype that is safe on the device
 (bf16 on CPUs with bf16 matrix units, fp16 on GPUs), and `--precision fp32` gives fp32 numbers in any preset.
@@ -76,26 +76,6 @@ class SpeedModes:
                    for f in fields(self)):
                 return name.value
         return "custom"
-
-    def words(self) -> dict[str, str]:
-        """What outputs record (PNG text keys; JSON turns the numbers back into numbers)."""
-        return {"speed": self.label(), "token_merge": str(self.token_merge.ratio),
-                "cache_interval": str(self.feature_cache.interval), "quantize": self.quantize.value}
-
-
-# what a record without these keys means (written before the modes existed): the exact path
-EXACT_WORDS = {"token_merge": str(TokenMerge().ratio), "cache_interval": str(FeatureCache().interval),
-               "quantize": QuantizeName.NONE.value}
-
-
-def speed_summary(recorded: dict[str, str]) -> str:
-    """`speed fast (token merge 0.5, cache interval 3)` from an output's recorded settings; empty when exact."""
-    speed = recorded.get("speed", SpeedPreset.EXACT.value)
-    if speed == SpeedPreset.EXACT.value:
-        return ""
-    on = [f"{key.replace('_', ' ')} {recorded[key]}" for key in EXACT_WORDS
-          if key in recorded and recorded[key] != EXACT_WORDS[key]]
-    return f"speed {speed}" + (f" ({', '.join(on)})" if on else "")
 
 
 PRESETS: dict[SpeedPreset, SpeedModes] = {

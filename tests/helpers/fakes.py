@@ -78,8 +78,8 @@ class FakePipe:
                            "masked_person": Image.new("RGB", (48, 64), (127, 127, 127)),
                            **({"pose": Image.new("RGB", (36, 48)), "parsing": Image.new("RGB", (36, 48))}
                               if getattr(person, "auto", False) else {})},
-            settings={"model_type": self.model_type.value, "category": person.category.value,  # as the real one
-                      **settings.words(), **(modes or self.modes).words()},
+            model_type=self.model_type, category=person.category, sampling=settings,  # as the real one
+            modes=modes or self.modes,
         )
 
 

@@ -264,7 +264,7 @@ def test_speed_modes_reach_the_call_and_its_plan_uses_the_given_budget(monkeypat
 
     def spy(pipe, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         result = original_call(pipe, *args, **kwargs)
-        calls.append({"budget": pipe.plan.budget_bytes, "max_memory": pipe.max_memory, "settings": result.settings})
+        calls.append({"budget": pipe.plan.budget_bytes, "max_memory": pipe.max_memory, "modes": result.modes})
         return result
 
     monkeypatch.setattr(TryOnPipeline, "__call__", spy)
@@ -273,8 +273,8 @@ def test_speed_modes_reach_the_call_and_its_plan_uses_the_given_budget(monkeypat
                     random_weights="tiny")
     assert out["plan"]["budget_bytes"] == budget
     assert [(c["budget"], c["max_memory"]) for c in calls] == [(budget, budget)]
-    assert (calls[0]["settings"]["cache_interval"], calls[0]["settings"]["token_merge"]) == ("2", "0.5")
-    assert calls[0]["settings"]["speed"] == "custom"
+    modes = calls[0]["modes"]
+    assert (modes.feature_cache.interval, modes.token_merge.ratio) == (2, 0.5) and modes.label() == "custom"
 
 
 def test_vae_profile_splits_a_call_into_parts_that_add_up() -> None:

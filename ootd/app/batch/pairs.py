@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.request import TryOnRequest
-from ootd.errors import UsageError, printable
+from ootd.app.tryon.inputs import GarmentInput, JobInputs
+from ootd.errors import CheckpointError, UsageError, printable
 from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, Pairing, parse_category_word
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".avif", ".bmp", ".tif", ".tiff", ".gif", ".ppm")
@@ -59,10 +59,17 @@ class Pair:
     garment2: Path | None = None  # an outfit row's second garment (`top.png;trousers.png`), its category, mask
     category2: Category | None = None
     mask2: Path | None = None
+    auto2: bool = False
+    category2_p: float | None = None
 
     @property
     def outfit(self) -> bool:
         return self.garment2 is not None
+
+    @property
+    def classified(self) -> bool:
+        """Every garment's category is known (given, or `auto` done)."""
+        return not (self.auto or self.auto2)
 
     def describe(self) -> str:
         second = f" + {self.garment2.name}" if self.garment2 is not None else ""
@@ -71,11 +78,16 @@ class Pair:
     def inputs(self) -> tuple[Path | None, ...]:
         return self.person, self.garment, self.mask, self.garment2, self.mask2
 
-    def request(self) -> TryOnRequest:
-        """The try-on this pair asks for (pairs with a `problem` have none)."""
-        if self.category is None:
-            raise UsageError(self.problem or f"{self.source}: no category")
-        return TryOnRequest(self.person, self.garment, self.category, self.mask, category_p=self.category_p)
+    def job_inputs(self) -> JobInputs:
+        """What this pair tries on (a pair with a `problem` has nothing to try on)."""
+        if self.problem is not None:
+            raise UsageError(self.problem)
+        garments = [GarmentInput(self.garment, AUTO_CATEGORY if self.auto else self.category, self.mask,
+                                 category_p=self.category_p)]
+        if self.garment2 is not None:
+            garments.append(GarmentInput(self.garment2, AUTO_CATEGORY if self.auto2 else self.category2, self.mask2,
+                                         category_p=self.category2_p))
+        return JobInputs.of(self.person, garments)
 
 
 def _cells(row: list[str]) -> list[str]:
@@ -184,9 +196,10 @@ def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = Non
             (garment, garment2), words, masks = outfit
             category_word, mask = words[0], masks[0] if masks else ""
             try:
-                second = {"garment2": resolve(garment2), "category2": _outfit_category(words[1]),
-                          "mask2": resolve(masks[1]) if masks else None}
-                category = _outfit_category(category_word)
+                category2 = parse_category_word(words[1])
+                second = {"garment2": resolve(garment2), "category2": None if category2 == AUTO_CATEGORY else category2,
+                          "auto2": category2 == AUTO_CATEGORY, "mask2": resolve(masks[1]) if masks else None}
+                category = parse_category_word(category_word)
             except UsageError as exc:
                 problem = f"{source}: {exc}"
         else:
@@ -207,15 +220,6 @@ def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = Non
     if not pairs:
         raise UsageError(f"pairs file {path} lists no pairs (expected rows person,garment,category[,mask])")
     return pairs
-
-
-def _outfit_category(word: str) -> Category:
-    """A garment's category in an outfit row: given (upper, lower, ...); `auto` is for one-garment rows."""
-    category = parse_category_word(word)
-    if category == AUTO_CATEGORY:
-        raise UsageError(f"an outfit row names each garment's category (upper{OUTFIT_SEPARATOR}lower); auto "
-                         "classifies one-garment rows only")
-    return category  # type: ignore[return-value]
 
 
 def list_images(folder: str | Path, what: str, output: str | Path | None = None) -> list[Path]:
@@ -296,30 +300,28 @@ def collect_pairs(
 
 
 def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> list[Pair]:
-    """Each `auto` pair with its garment's category (each garment classified once); a garment that cannot be
-    read or is refused under the margin fails its pairs alone. A CLIP without its text tower stops the batch."""
-    from ootd.app.tryon.autocategory import classify_image, release_classifier
-    from ootd.errors import CheckpointError, OotdError
+    """Each pair with its `auto` garments' categories (each garment file classified once, by the function every
+    front end uses); a garment that cannot be read or is refused under the margin fails its pairs alone. A CLIP
+    without its text tower stops the batch."""
+    from ootd.app.tryon.autocategory import release_classifier, resolve_inputs
+    from ootd.errors import OotdError
 
-    found: dict[Path, tuple[Category, float] | str] = {}
+    known: dict = {}
     out = []
     for pair in pairs:
-        if not pair.auto or pair.problem is not None:
+        if pair.classified or pair.problem is not None:
             out.append(pair)
             continue
-        if pair.garment not in found:
-            try:
-                result = classify_image(pair.garment, pair.garment.name, checkpoints, margin)
-                found[pair.garment] = (result.category, result.probability)
-            except CheckpointError:
-                raise
-            except OotdError as exc:
-                found[pair.garment] = str(exc)
-        chosen = found[pair.garment]
-        if isinstance(chosen, str):
-            out.append(replace(pair, problem=f"{pair.source}: {chosen}"))
-        else:
-            out.append(replace(pair, category=chosen[0], category_p=chosen[1], auto=False))
+        try:
+            garments = resolve_inputs(pair.job_inputs(), checkpoints, margin, known).garments
+        except CheckpointError:
+            raise
+        except OotdError as exc:
+            out.append(replace(pair, problem=f"{pair.source}: {exc}"))
+            continue
+        second = {"category2": garments[1].category, "category2_p": garments[1].category_p} if pair.outfit else {}
+        out.append(replace(pair, category=garments[0].category, category_p=garments[0].category_p, auto=False,
+                           auto2=False, **second))
     release_classifier()  # every garment is classified: not resident while the try-ons run
     return out
 

@@ -1,5 +1,6 @@
-"""Every pair of a batch checked before any model loads: the single try-on's per-request checks for each pair,
-output names that collide, outputs that would replace an input or a file that is not ours, and resume.
+"""Every pair of a batch checked before any model loads: the pair steps of the pre-flight (ootd/app/tryon/
+preflight.py) for each pair, output names that collide, outputs that would replace an input or a file that is not
+ours, and resume.
 
 `check_batch_outputs` refuses outputs that are inputs (all pairs at once, each distinct input looked at once).
 `precheck` sorts the pairs into reports that are final already (unreadable rows, missing files, model/category
@@ -16,14 +17,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ootd.app.batch.outfits import OutfitPlan, planned_outputs
 from ootd.app.batch.pairs import Pair
 from ootd.app.batch.report import PairReport, is_our_report
 from ootd.app.batch.resume import resume_state, stale_error
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.job import TryOnJob
-from ootd.app.tryon.outputs import targets_for
-from ootd.app.tryon.provenance import expected_record, is_ours, read_record
+from ootd.app.tryon.job import TryOnJob, plan_job
+from ootd.app.tryon.provenance import is_ours, read_record
 from ootd.app.tryon.safety import Other, check_outputs
 from ootd.errors import OutputError, UsageError
 
@@ -37,11 +36,9 @@ def check_batch_outputs(pairs: Iterable[Pair], config: RunConfig, report: Path |
     outputs: list[Other] = []
     for pair in pairs:
         inputs.update(dict.fromkeys(p for p in pair.inputs() if p is not None))
-        if pair.problem is None and pair.outfit:
-            outputs += [Other(p, "output") for p in planned_outputs(pair, config)]
-        elif pair.problem is None and pair.category is not None:
+        if pair.problem is None and pair.classified:
             try:
-                outputs += [Other(p, "output") for p in targets_for(pair.request(), config).all()]
+                outputs += [Other(p, "output") for p in plan_job(config, pair.job_inputs()).targets.all()]
             except UsageError:  # a pair the batch reports as its own error (e.g. hd with a lower garment)
                 continue
     others = [Other(Path(report), "report", is_our_report, "a batch report")] if report is not None else []
@@ -55,7 +52,7 @@ class Precheck:
     resumed batch whose seed was drawn keeps the seed its files were made with)."""
 
     done: list[PairReport]
-    todo: list[tuple[Pair, TryOnJob | OutfitPlan]]
+    todo: list[tuple[Pair, TryOnJob]]
     config: RunConfig
 
 
@@ -90,12 +87,6 @@ class _Records:
             record = self.seen[path] = read_record(path)
         return record
 
-    def outfit(self, path: Path) -> dict[str, str]:
-        """An outfit picture's record with the lower pass's seed as its seed: each sample's upper pass has its
-        own seed, the lower pass one for all of them (what resume compares across the samples)."""
-        record = self(path)
-        return {**record, "seed": record.get("lower_seed", "")} if record else record
-
     def ours(self, path: Path) -> bool:
         return is_ours(self(path))
 
@@ -103,7 +94,7 @@ class _Records:
 def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
     """Everything knowable without models, per pair (see the module docstring)."""
     done: list[PairReport] = []
-    todo: list[tuple[Pair, TryOnJob | OutfitPlan]] = []
+    todo: list[tuple[Pair, TryOnJob]] = []
     claimed: dict[Path, Pair] = {}
     stale: list[str] = []
     seeds: set[int] = set()  # the seeds existing outputs were made with
@@ -114,12 +105,11 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
             done.append(PairReport(pair, "error", error=pair.problem, seed=seed))
             continue
         try:
-            job: TryOnJob | OutfitPlan = (OutfitPlan.planned(config, pair) if pair.outfit
-                                          else TryOnJob.planned(config, pair.request()))
+            job = plan_job(config, pair.job_inputs())  # step 1
         except UsageError as exc:
             done.append(PairReport(pair, "error", error=f"{pair.source}: {exc}", seed=seed))
             continue
-        model = job.describe_models() if isinstance(job, OutfitPlan) else job.model_type.value
+        model = job.describe_models()
         outputs = job.targets.all()
         records = _Records()
         if not config.overwrite:  # an existing file at an output name must be ours (exit 2 otherwise)
@@ -137,14 +127,12 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
             ))
             continue
         claimed.update(dict.fromkeys(outputs, pair))
-        expected = (job.expected() if isinstance(job, OutfitPlan)
-                    else expected_record(job.request, job.model_type, config))
-        read = records.outfit if isinstance(job, OutfitPlan) else records
-        state = None if config.overwrite else resume_state(job.targets, expected, read=read)
+        state = None if config.overwrite else resume_state(job.targets, job.expected(), read=records,
+                                                           view=job.comparable)
         if state is not None and state.status == "stale":
             stale.append(f"{pair.source}: {state.reason}")
             continue
-        if state is not None and state.seed is not None and not isinstance(job, OutfitPlan):
+        if state is not None and state.seed is not None and job.records_run_seed:
             seeds.add(state.seed)
         if state is not None and state.status == "done":
             done.append(PairReport(
@@ -159,7 +147,7 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
     if config.seed_random and len(seeds) == 1:  # a rerun of the same command finishes the batch it started
         (kept,) = seeds
         config = replace(config, sampling=replace(config.sampling, seed=kept))
-        todo = [(pair, replace(job, config=config)) for pair, job in todo]
+        todo = [(pair, plan_job(config, job.inputs)) for pair, job in todo]
         for report in done:
             if report.status == "error":
                 report.seed = kept

@@ -41,7 +41,7 @@ from ootd.app.batch.report import BatchSummary, PairReport
 from ootd.app.batch.runner import BatchRunner
 from ootd.app.signals import sigterm_kept
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.job import TryOnJob
+from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.outputs import peak_memory
 from ootd.errors import OotdError, UsageError
 from ootd.pipeline_types import Progress
@@ -66,7 +66,7 @@ class PairWorker:
         import ray
 
         runner = self.runner
-        job = TryOnJob.planned(runner.config, pair.request())  # what the driver's precheck planned, made here
+        job = plan_job(runner.config, pair.job_inputs())  # what the driver's precheck planned, made here
         runner.progress = self._exit_mid_pair if attempt == 1 and pair.index == self.exit_on_first else None
         before = self._counters()
         report = runner.run_one(pair, job)
@@ -123,10 +123,6 @@ class RayBatchRunner(BatchRunner):
         """Join (or start) the cluster and size the pool before anything is written; nothing to do: no Ray."""
         if not todo:
             return
-        outfit = next((pair for pair, _ in todo if pair.outfit), None)
-        if outfit is not None:
-            raise UsageError(f"{outfit.source}: the ray engine runs one garment per row; run outfit rows "
-                             "(two garments) with the local engine")
         import ray
 
         if not ray.is_initialized():
@@ -167,7 +163,7 @@ class RayBatchRunner(BatchRunner):
             for (pair, job), result in results:
                 if isinstance(result, Lost):
                     report = PairReport(
-                        pair, "error", job.model_type.value, seed=self.config.sampling.seed,
+                        pair, "error", job.describe_models(), seed=self.config.sampling.seed,
                         error=f"the worker running this pair died on each of its {result.attempts} attempt(s) "
                               "(killed, or out of memory?); see the Ray logs on its node")
                 else:

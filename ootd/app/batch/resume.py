@@ -29,15 +29,17 @@ class ResumeState:
 
 
 def resume_state(targets: Targets, expected: dict[str, str],
-                 read: Callable[[Path], dict[str, str]] = read_record) -> ResumeState:
+                 read: Callable[[Path], dict[str, str]] = read_record,
+                 view: Callable[[dict[str, str]], dict[str, str]] = lambda record: record) -> ResumeState:
     """The rule: `done` when every output (samples, intermediates, grid) exists and records `expected`; `stale`
     when an existing one records something else; `todo` otherwise (only the missing files will be written).
-    `read`: how a file's record is read (a batch passes the records it already read)."""
+    `read`: how a file's record is read (a batch passes the records it already read); `view`: the record as
+    `expected` is compared with (the job's `comparable`)."""
     wanted = targets.all()
     existing = [p for p in wanted if p.exists()]
     seeds: set[str] = set()
     for path in existing:
-        recorded = read(path)
+        recorded = view(read(path))
         problem = differences(recorded, expected)
         if problem is not None:
             return ResumeState("stale", reason=f"{path} was made with {problem}")

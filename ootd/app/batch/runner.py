@@ -21,18 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from ootd.app.batch.index import ContactIndex
-from ootd.app.batch.outfits import OutfitPlan, is_outfit
 from ootd.app.batch.pages import Heading
 from ootd.app.batch.pairs import Pair, order_key
 from ootd.app.batch.precheck import Precheck, precheck
 from ootd.app.batch.report import BatchSummary, PairReport, ReportWriter
 from ootd.app.console import one_line
-from ootd.app.tryon.budget import check_memory_budget
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
-from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
-from ootd.app.tryon.outputs import peak_memory, prepare_output_dir
-from ootd.app.tryon.tempfiles import clean_stale_temps
+from ootd.app.tryon.loader import PipelineLoader
+from ootd.app.tryon.outputs import peak_memory, prepare_output_dir, rounded
+from ootd.app.tryon.preflight import check_batch, check_output_folder
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
 from ootd.pipeline_types import Progress
 from ootd.settings import ModelType
@@ -124,10 +122,7 @@ class BatchRunner:
         checked = precheck(pairs, self.config)
         self.config, todo = checked.config, checked.todo
         if todo:  # a fully resumed batch needs no checkpoints at all
-            models = set().union(*(job.models if is_outfit(job) else {job.model_type} for _, job in todo))
-            automatic = any(p.mask is None or (p.outfit and p.mask2 is None) for p, _ in todo)
-            check_checkpoints_present(self.config.checkpoints, models, automatic)
-            check_memory_budget(self.config, models)  # --max-memory: fits before loading?
+            check_batch(self.config, {m for _, job in todo for m in job.models}, any(job.made_masks for _, job in todo))
         self._start(todo)
         try:
             reports = self._run(pairs, checked)
@@ -149,8 +144,7 @@ class BatchRunner:
         """Undo `_start` (always called after it)."""
 
     def _run(self, pairs: Sequence[Pair], checked: Precheck) -> list[PairReport]:
-        prepare_output_dir(self.config.output)
-        clean_stale_temps(self.config.output)
+        check_output_folder(self.config.output)
         if self.index_path is not None:
             self._index = ContactIndex(self.index_path, pairs, Heading.of(self.config))
         if self.report_path is not None:  # locked: a second batch on the same report stops here
@@ -191,29 +185,21 @@ class BatchRunner:
         process; another engine (ootd/app/batch/ray_engine.py) runs them elsewhere."""
         for pair, job in order:
             report = self.run_one(pair, job)
-            failed = self.loader.failure(job.model_type) or (
-                self.loader.failure(job.upper_model) if is_outfit(job) else None)
+            failed = next((f for m in job.models if (f := self.loader.failure(m)) is not None), None)
             if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
                 # every later pair of this model would fail the same way: stop once, with one line
                 raise type(failed)(f"cannot load the {job.model_type.value} model: {one_line(failed)}; stopped "
                                    f"before {pair.source} (finished pairs are in the report)") from failed
             yield report
 
-    def run_one(self, pair: Pair, job: TryOnJob | OutfitPlan) -> PairReport:
+    def run_one(self, pair: Pair, job: TryOnJob) -> PairReport:
         """One pair that passed the precheck; never raises (a failure is the report's error)."""
-        if isinstance(job, OutfitPlan):  # its second pass may leave the other model loaded
-            self._model = None
-            report = PairReport(pair, "error", job.describe_models(), seed=job.config.sampling.seed)
-            return self._guarded(pair, report, lambda report: self._outfit(job, report))
-        if job.model_type is not self._model:  # inputs prepared by the other model are no use now
+        if job.models != (self._model,):  # inputs prepared by another model are no use now
             self.persons.clear()
             self.garments.clear()
-            self._model = job.model_type
-        return self._run_pair(pair, job)
-
-    def _run_pair(self, pair: Pair, job: TryOnJob) -> PairReport:
-        report = PairReport(pair, "error", job.model_type.value, seed=job.config.sampling.seed)
-        return self._guarded(pair, report, lambda report: self._single(job, report))
+            self._model = job.model_type if len(job.models) == 1 else None
+        report = PairReport(pair, "error", job.describe_models(), seed=job.config.sampling.seed)
+        return self._guarded(pair, report, lambda report: self._run_job(job, report))
 
     def _guarded(self, pair: Pair, report: PairReport, work: Callable[[PairReport], None]) -> PairReport:
         """`work` fills the report of a pair that succeeded; a failure is the report's error instead."""
@@ -229,34 +215,30 @@ class BatchRunner:
             logger.warning("pair %s (%s): %s", pair.source, pair.describe(), report.error, exc_info=True)
         return report
 
-    def _single(self, job: TryOnJob, report: PairReport) -> None:
-        start = time.perf_counter()
-        loading = not self.loader.holds(job.model_type)
-        if loading:
+    def _run_job(self, job: TryOnJob, report: PairReport) -> None:
+        start, loading = time.perf_counter(), 0.0
+
+        def pipe_for(model_type: ModelType) -> Any:  # loading is reported once, not in this pair's time
+            nonlocal loading
+            if self.loader.holds(model_type):
+                return self.loader.get(model_type)
             self._tick("load", 0, 1)
-        pipe = self.loader.get(job.model_type)
-        if loading:
+            t = time.perf_counter()
+            pipe = self.loader.get(model_type)
+            loading += time.perf_counter() - t
             self._tick("load", 1, 1)
-            start = time.perf_counter()  # loading is reported once, not in this pair's time
-        outcome = job.run(pipe, self.progress, persons=self.persons, garments=self.garments)
+            return pipe
+
+        outcome = job.run(pipe_for, self.progress, persons=self.persons, garments=self.garments,
+                          preprocessor=self.loader.preprocessor)
         self.info = outcome.info
         t = time.perf_counter()
         images, intermediates = job.save(outcome, keep_existing=True)
         timings = outcome.timings()
         timings["save"] = time.perf_counter() - t
-        timings["wall"] = time.perf_counter() - start
-        self._succeeded(report, outcome.result.seed, images, intermediates, timings)
+        timings["wall"] = time.perf_counter() - start - loading
+        self._succeeded(report, job.config.sampling.seed, images, intermediates, timings)
         report.reused = dict(outcome.reused)
-
-    def _outfit(self, plan: OutfitPlan, report: PairReport) -> None:
-        """An outfit row: the outfit job of `ootd run` with two garments (both passes, the loader swapping
-        models between them when they differ)."""
-        start = time.perf_counter()
-        _, outcome, images, intermediates = plan.run(self.loader, self.progress)
-        self.info = outcome.first.info
-        timings = outcome.timings()
-        timings["wall"] = time.perf_counter() - start
-        self._succeeded(report, plan.config.sampling.seed, images, intermediates, timings)
 
     @staticmethod
     def _succeeded(report: PairReport, seed: int | None, images: list[Path], intermediates: dict[str, Path],
@@ -265,16 +247,4 @@ class BatchRunner:
         report.seed = seed
         report.outputs = [str(p) for p in images]
         report.intermediates = {k: str(p) for k, p in intermediates.items()}
-        report.timings = _rounded(timings)
-
-
-def _rounded(timings: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in timings.items():
-        if isinstance(value, float):
-            out[key] = round(value, 4)
-        elif isinstance(value, list):
-            out[key] = [round(v, 4) if isinstance(v, float) else v for v in value]
-        else:
-            out[key] = value
-    return out
+        report.timings = rounded(timings)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ootd.errors import UsageError
+from ootd.app.tryon.inputs import JobInputs
+from ootd.errors import CheckpointError, OotdError, UsageError
 from ootd.imaging.files import decode_image, load_image
-from ootd.settings import AUTO_CATEGORY, Category, CategoryWord
+from ootd.settings import Category
 
 CATEGORY_SOURCE_AUTO = "auto"
 
@@ -99,13 +100,37 @@ def classify_image(garment: Any, label: str, checkpoints: Path, margin: float) -
     return classification
 
 
-def resolve_category(word: CategoryWord, garment: Any, label: str, checkpoints: Path,
-                     margin: float) -> tuple[Category, float | None]:
-    """The category of a garment and its probability: a given category as it is (None), `auto` classified."""
-    if word != AUTO_CATEGORY:
-        return Category.parse(word), None
-    classification = classify_image(garment, label, checkpoints, margin)
-    return classification.category, classification.probability
+Classified = dict[Any, "tuple[Category, float] | OotdError"]  # a garment's key -> its category, or why not
+
+
+def resolve_inputs(inputs: JobInputs, checkpoints: Path, margin: float, known: Classified | None = None
+                   ) -> JobInputs:
+    """The inputs with every `auto` garment classified (refused under the margin: that garment's UsageError, or
+    its image's error): what every front end calls before a job is planned. `known`: garments already classified
+    (a batch classifies each of its garment files once), filled as garments are classified."""
+    if all(garment.resolved for garment in inputs.garments):
+        return inputs
+    garments = []
+    for garment in inputs.garments:
+        if garment.resolved:
+            garments.append(garment)
+            continue
+        key = str(garment.image) if isinstance(garment.image, str | Path) else None
+        found = known.get(key) if known is not None and key is not None else None
+        if found is None:
+            try:
+                classification = classify_image(garment.image, garment.label(), checkpoints, margin)
+                found = (classification.category, classification.probability)
+            except CheckpointError:
+                raise
+            except OotdError as exc:
+                found = exc
+            if known is not None and key is not None:
+                known[key] = found
+        if isinstance(found, OotdError):
+            raise found
+        garments.append(replace(garment, category=found[0], category_p=found[1]))
+    return inputs.with_garments(garments)
 
 
 def category_words(category: Category, probability: float | None) -> str:

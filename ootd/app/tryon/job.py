@@ -1,178 +1,272 @@
-"""One try-on job: every pre-flight check once, in one order, then the try-on on a loaded pipeline, then atomic
-files. `ootd run`, `ootd batch`, `ootd serve` and `run/run_ootd.py` all go through here.
+"""One try-on job, as every front end runs it (`ootd run`, `ootd mask`, `run/run_ootd.py`, both batch engines,
+the local server and the Ray Serve replicas): one garment or an outfit of two, planned as passes, checked once,
+run, saved.
 
-    job = prepare_job(config, request, loader)   # the checks below; nothing heavy loads, nothing is written
-    pipe = loader.get(job.model_type)            # minutes, the first time
-    outcome = job.run(pipe)                      # the try-on sequence
-    images, intermediates = job.save(outcome)    # complete files or none
+    job = prepare_job(config, inputs, loader)       # every check (ootd/app/tryon/preflight.py); nothing heavy
+    outcome = job.run(loader.get)                   # the passes, in order, each on its model
+    images, intermediates = job.save(outcome)       # complete files or none, each with its record
 
-The pre-flight sequence, cheapest first, so a mistake fails in one line before minutes of loading:
-  1. the model for the category (hd takes upper-body garments only)
-  2. the inputs decoded and checked (not an image, truncated, too small or large; a mask of another aspect)
-  3. the checkpoint files the run needs are there
-  4. the output folder exists and is writable (stale temporary files of ours removed)
-  5. the output names, and no output replaces an input or a file that is not ours (or exists, without
-     --overwrite)
-  6. --max-memory: the request fits the budget with every saving on
-  7. an automatic mask: pose and parsing (seconds) find a person; the mask made here is the one the try-on uses
-A batch checks the per-pair part (1, 5 and the files' existence) for every pair before anything runs, and 3, 4
-and 6 once for the whole batch (ootd/app/batch/precheck.py); its jobs are made by `TryOnJob.planned`.
+`plan_job` makes the job of some inputs without any I/O: its passes (one garment: one pass on the photo; two: the
+lower garment on the photo, then the upper garment on each of its results, ootd/app/tryon/passes.py), the models
+they need and the output names. This module is where one garment and an outfit differ; everything else asks the
+job (its passes, models and records).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ootd.app.tryon.budget import check_memory_budget
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
+from ootd.app.tryon.grid import grid_image
+from ootd.app.tryon.inputs import JobInputs
 from ootd.app.tryon.masking import check_mask_input, no_person_error
 from ootd.app.tryon.outcome import InputCache, TryOnOutcome
-from ootd.app.tryon.outputs import (
-    Targets,
-    describe_pipeline,
-    prepare_output_dir,
-    refuse_existing,
-    save_outcome,
-    targets_for,
-)
-from ootd.app.tryon.request import TryOnRequest
-from ootd.app.tryon.safety import check_outputs
-from ootd.app.tryon.tempfiles import clean_stale_temps
-from ootd.errors import NoPersonError
+from ootd.app.tryon.outputs import INTERMEDIATES, WITH_MASK_INTERMEDIATES, Targets, job_targets, save_pictures
+from ootd.app.tryon.passes import PASS_NAMES, ParseOnce, Pass, order_outfit, pass_seed, run_pass
+from ootd.app.tryon.record import PassRecord, Record, comparable
+from ootd.errors import NoPersonError, OotdError, UsageError
 from ootd.imaging.framing import restore_framing
 from ootd.pipeline_types import Progress
-from ootd.preprocessing import PersonMask, mask_person
-from ootd.settings import ModelType
+from ootd.preprocessing import mask_person
+from ootd.settings import Category, ModelType, default_model_type
+
+PipeFor = Callable[[ModelType], Any]  # a pass's pipeline by model type (a PipelineLoader's `get`)
+
+
+def plan_passes(config: RunConfig, inputs: JobInputs) -> tuple[Pass, ...]:
+    """The passes of a job: its one decision between one garment and an outfit (a refused combination is a
+    UsageError: hd with a lower garment, a dress with a second garment, two garments of one category, --grid with
+    an outfit)."""
+    garments = inputs.garments
+    if len(garments) == 1:
+        (garment,) = garments
+        return (Pass("", garment, config.model_type_for(garment.category), config),)
+    if config.grid:
+        raise UsageError("--grid shows one garment's try-on; an outfit has two passes: leave --grid out")
+    lower, upper = order_outfit(garments)
+    first = replace(config, model_type=ModelType.DC,
+                    sampling=replace(config.sampling, seed=pass_seed(config.sampling.seed, PASS_NAMES[0])))
+    # the lower pass is always dc (the only model that dresses legs); --model-type chooses the upper pass's model
+    upper_model = config.model_type or default_model_type(Category.UPPER)
+    return (Pass(PASS_NAMES[0], lower, ModelType.DC, first),
+            Pass(PASS_NAMES[1], upper, upper_model, config, on_results=True))
+
+
+def plan_job(config: RunConfig, inputs: JobInputs) -> TryOnJob:
+    """The job of `inputs` (categories resolved), without I/O: its passes and output names."""
+    passes = plan_passes(config, inputs)
+    kinds: list[str] = []
+    if config.save_intermediates:
+        for number, one in enumerate(passes):
+            made = one.made_mask and not one.on_results
+            kinds += [one.prefix + kind for kind in (INTERMEDIATES if made else WITH_MASK_INTERMEDIATES)]
+            if number < len(passes) - 1:  # a pass whose results the next one is tried on
+                kinds += [f"{one.prefix}result_{i}" for i in range(config.sampling.num_samples)]
+    requests = [one.request(inputs) for one in passes]
+    first, last = requests[0], requests[-1]
+    targets = job_targets(config, replace(first, category=last.category), passes[-1].model_type,
+                          [r.name("garment") for r in reversed(requests)], kinds)
+    return TryOnJob(config, inputs, passes, targets)
 
 
 @dataclass(frozen=True)
 class TryOnJob:
-    """A checked try-on: what to run, with which model, into which files; `run` it on a loaded pipeline and
-    `save` what it gives."""
+    """A planned try-on: its inputs, its passes, its output files; `run` it on loaded pipelines and `save` what
+    it gives."""
 
     config: RunConfig
-    request: TryOnRequest
-    model_type: ModelType
+    inputs: JobInputs
+    passes: tuple[Pass, ...]
     targets: Targets
-    person_mask: PersonMask | None = None  # made during the checks (automatic masks), used by `run`
+    parses: int = 0  # pose + parsing runs made for its automatic masks (one for every mask of the photo)
 
-    @classmethod
-    def planned(cls, config: RunConfig, request: TryOnRequest) -> TryOnJob:
-        """The job of a request, with its model and output names (checks 1 and the names of 5; no I/O)."""
-        return cls(config, request, config.model_type_for(request.category), targets_for(request, config))
+    @property
+    def model_type(self) -> ModelType:
+        """The first pass's model: what a batch orders and loads by."""
+        return self.passes[0].model_type
 
-    def run(self, pipe: Any, progress: Progress | None = None, callback: Callable[..., Any] | None = None, *,
-            persons: InputCache | None = None, garments: InputCache | None = None) -> TryOnOutcome:
-        """The try-on sequence: prepare the person (no person found: its error, naming the file), prepare the
-        garment, generate. `persons`/`garments` let a batch reuse prepared inputs; `callback` goes to the
-        pipeline's per-step hook."""
-        return run_tryon(pipe, self.request, self.config, progress, callback, persons=persons, garments=garments,
-                         person_mask=self.person_mask)
+    @property
+    def models(self) -> tuple[ModelType, ...]:
+        """Every model the passes need, once each, in the order they run."""
+        return tuple(dict.fromkeys(one.model_type for one in self.passes))
 
-    def save(self, outcome: TryOnOutcome, keep_existing: bool = False) -> tuple[list[Path], dict[str, Path]]:
-        """Every output of the job, written atomically with its record (`keep_existing`: a resumed batch)."""
-        return save_outcome(outcome, self.config, self.targets, keep_existing=keep_existing)
+    def describe_models(self) -> str:
+        """`hd`, or an outfit's `dc+hd` (each pass's model)."""
+        return "+".join(one.model_type.value for one in self.passes)
+
+    @property
+    def made_masks(self) -> bool:
+        """Whether any mask is to come from pose and parsing (their files are then needed)."""
+        return any(one.made_mask for one in self.passes)
+
+    @property
+    def records_run_seed(self) -> bool:
+        """Whether the pictures record the run's seed (an outfit's record each pass's own seed)."""
+        return len(self.passes) == 1
+
+    def relocated(self, output: Path) -> TryOnJob:
+        """The same job writing into another folder (a replica's own)."""
+        return plan_job(replace(self.config, output=output), self.inputs)
+
+    def with_masks(self, preprocessor: Any) -> TryOnJob:
+        """Every mask that is not the user's, made now from one pose + parsing of the photo (step 7 of the
+        pre-flight; a batch makes them when the pair runs): the photo's own for a pass on the photo, one in the
+        photo's framing for a pass on another pass's results. No person found: its one-line error."""
+        made = sum(one.made_mask for one in self.passes)
+        if not made:
+            return self
+        parse = ParseOnce(preprocessor) if made > 1 else preprocessor  # one mask: the preprocessor as it is
+        photo = self.passes[0].request(self.inputs).pipeline_input("person")
+        config, passes = self.config, []
+        try:
+            for one in self.passes:
+                if not one.made_mask:
+                    passes.append(one)
+                    continue
+                made = mask_person(photo, one.garment.category, one.model_type, config.sampling.resolution,
+                                   config.fit, config.mask_grow, preprocessor=parse)
+                if one.on_results:
+                    passes.append(replace(one, mask=restore_framing(made.mask, made.fit, keep_scale=True)))
+                else:
+                    passes.append(replace(one, person_mask=made))
+        except NoPersonError:
+            raise no_person_error(self.inputs.person_label()) from None
+        return replace(self, passes=tuple(passes), parses=getattr(parse, "parses", 1))
+
+    def run(self, pipe_for: PipeFor, progress: Progress | None = None, callback: Callable[..., Any] | None = None,
+            *, persons: InputCache | None = None, garments: InputCache | None = None,
+            preprocessor: Callable[[], Any] | None = None) -> JobOutcome:
+        """Every pass in order, each on `pipe_for(its model)` (a PipelineLoader's `get`: one model held at a
+        time). `persons`/`garments`: a batch's caches of prepared inputs, for the passes on the photo.
+        `preprocessor`: pose + parsing, for masks a later pass needs and the checks did not make (a batch)."""
+        job = self
+        if any(one.on_results and one.made_mask and one.mask is None for one in self.passes):
+            # a mask for another pass's results comes from the photo's one parse: made now (steps 2 and 7)
+            if preprocessor is None:
+                raise OotdError("this job's masks were not made: prepare it (prepare_job) or pass its preprocessor")
+            decoded = self.inputs.decoded(self.config.fit, [one.garment for one in self.passes])
+            job = plan_job(self.config, decoded).with_masks(preprocessor())
+        done: list[list[TryOnOutcome]] = []
+        for one in job.passes:
+            pipe = pipe_for(one.model_type)
+            if not one.on_results:
+                done.append([run_pass(pipe, one.request(job.inputs), one.config, progress, callback, persons=persons,
+                                      garments=garments, person_mask=one.person_mask)])
+                continue
+            outcomes = []
+            for sample, image in enumerate(done[-1][0].result.images):
+                config = one.config_for(sample)
+                request = check_mask_input(one.request_on(image, job.inputs), fit=config.fit)
+                outcomes.append(run_pass(pipe, request, config, progress, callback))
+            done.append(outcomes)
+        return JobOutcome(job, done)
+
+    def save(self, outcome: JobOutcome, keep_existing: bool = False) -> tuple[list[Path], dict[str, Path]]:
+        """Every picture of the job, written atomically with its record (`keep_existing`: a resumed batch leaves
+        the files it already has)."""
+        grid = grid_image(outcome.final[0]) if self.targets.grid is not None else None
+        return save_pictures(self.targets, outcome.images, outcome.record, outcome.intermediates(), grid,
+                             overwrite=self.config.overwrite, keep_existing=keep_existing)
+
+    def planned_record(self) -> Record:
+        """What its pictures will record of the settings and inputs (before anything runs)."""
+        passes = [PassRecord.of(one.request(self.inputs), one.config, one.name) for one in self.passes]
+        if len(passes) == 1:
+            return Record(passes[0])
+        return Record(passes[-1], tuple(passes))
+
+    def expected(self) -> dict[str, str]:
+        """What its pictures record when they were made with this job's settings (resume)."""
+        return self.planned_record().expected(self.config.seed_random)
+
+    @staticmethod
+    def comparable(text: dict[str, str]) -> dict[str, str]:
+        """A picture's record as `expected` compares it."""
+        return comparable(text)
 
 
-def prepare_job(config: RunConfig, request: TryOnRequest, loader: PipelineLoader | None = None, *,
-                protect: Iterable[Path | None] = (), progress: Progress | None = None) -> TryOnJob:
-    """Every pre-flight check of one try-on, once, in the order of this module's docstring, and the job that
-    passed them. `loader` gives the pose and parsing models for an automatic mask (None: a loader of `config`);
-    `protect`: files besides the request's own inputs that no output may replace."""
-    tick = progress or (lambda stage, done, total: None)
-    config.model_type_for(request.category)  # 1
-    inputs = [*request.paths(), *protect]
-    request = check_mask_input(request.decoded(), raw_mask=request.source("mask"), fit=config.fit)  # 2
-    job = TryOnJob.planned(config, request)
-    check_checkpoints_present(config.checkpoints, [job.model_type], need_preprocess=request.mask is None)  # 3
-    prepare_output_dir(config.output)  # 4
-    clean_stale_temps(config.output)
-    check_outputs(job.targets.all(), inputs, overwrite=config.overwrite)  # 5
-    if not config.overwrite:
-        refuse_existing(job.targets.all())
-    check_memory_budget(config, [job.model_type])  # 6
-    if request.mask is not None:
-        return job
-    tick("pose", 0, 2)  # 7
-    preprocessor = (loader or PipelineLoader(config)).preprocessor()
-    tick("pose", 1, 2)
-    try:
-        masked = mask_person(request.pipeline_input("person"), request.category, job.model_type,
-                             config.sampling.resolution, config.fit, config.mask_grow, preprocessor=preprocessor)
-    except NoPersonError:
-        raise no_person_error(request.label("person")) from None
-    tick("pose", 2, 2)
-    return TryOnJob(config, request, job.model_type, job.targets, masked)
+@dataclass
+class JobOutcome:
+    """A finished job: each pass's outcomes (one on the photo, or one per result of the pass before)."""
 
+    job: TryOnJob
+    passes: list[list[TryOnOutcome]]
 
-def _frame_like_results(result: Any, fit: Any) -> None:
-    """Crop the padding off the intermediates (mask, masked person, pose, parsing) as the pipeline crops it off
-    the results, so every saved picture of a --fit pad try-on has the photo's framing."""
-    intermediates = getattr(result, "intermediates", None)
-    if fit is None or not intermediates:
-        return
-    result.intermediates = {k: restore_framing(v, fit, keep_scale=True) for k, v in intermediates.items()}
+    @property
+    def final(self) -> list[TryOnOutcome]:
+        """The outcomes that made the pictures (the last pass's)."""
+        return self.passes[-1]
 
+    @property
+    def images(self) -> list[Any]:
+        return [image for outcome in self.final for image in outcome.result.images]
 
-def _cached(cache: InputCache | None, key: tuple | None, compute: Callable[[], Any]) -> tuple[Any, bool]:
-    if cache is None or key is None:
-        return compute(), True
-    return cache.get(key, compute)
+    @property
+    def info(self) -> dict[str, Any]:
+        """How the last pass ran (device, precision, attention, the memory plan)."""
+        return self.final[0].info
 
+    @property
+    def reused(self) -> dict[str, bool]:
+        """Which prepared inputs of the first pass came from a batch's caches."""
+        return self.passes[0][0].reused
 
-def run_tryon(
-    pipe: Any, request: TryOnRequest, config: RunConfig, progress: Progress | None = None,
-    callback: Callable[..., Any] | None = None, *, persons: InputCache | None = None,
-    garments: InputCache | None = None, person_mask: PersonMask | None = None,
-) -> TryOnOutcome:
-    """The try-on sequence on a loaded pipeline (see `TryOnJob.run`); `person_mask`: the person's mask made
-    before the pipeline loaded, encoded as it is."""
-    tick = progress or (lambda stage, done, total: None)
-    category = request.category
-    model_type = config.model_type_for(category)
-    resolution = config.sampling.resolution
+    def _outcome(self, number: int, sample: int | None) -> tuple[TryOnOutcome, int | None]:
+        """The outcome of pass `number` behind picture `sample` (None: the first), and the sample within it."""
+        outcomes = self.passes[number]
+        if len(outcomes) > 1 or self.job.passes[number].on_results:
+            return outcomes[sample or 0], None if sample is None else 0
+        return outcomes[0], sample
 
-    def prepare_person() -> Any:
-        tick("person", 0, 1)
-        if person_mask is not None:
-            prepared = pipe.encode_person(person_mask)
-        else:
-            check_mask_input(request, fit=config.fit)
-            mask = request.pipeline_input("mask") if request.mask is not None else None
-            try:
-                prepared = pipe.prepare_person(request.pipeline_input("person"), category, mask=mask,
-                                               resolution=resolution, fit=config.fit, mask_grow=config.mask_grow)
-            except NoPersonError:
-                raise no_person_error(request.label("person")) from None
-        tick("person", 1, 1)
-        return prepared
+    def record(self, sample: int | None) -> Record:
+        """The record of picture `sample` (None: of the job's other pictures: masks, intermediates, grid)."""
+        job, info = self.job, self.info
+        records = []
+        for number, one in enumerate(job.passes):
+            outcome, _ = self._outcome(number, sample)
+            records.append(PassRecord.of(outcome.request, outcome.config or one.config, one.name))
+        outcome, _ = self._outcome(len(job.passes) - 1, sample)
+        described = outcome.info or info
+        ran = {"device": str(described.get("device", "")), "precision": str(described.get("precision", "")),
+               "attention": str(described.get("attention", ""))}
+        passes = tuple(records) if len(records) > 1 else ()
+        return Record(records[-1], passes, sample=sample, **ran)
 
-    def prepare_garment() -> Any:
-        tick("garment", 0, 1)
-        prepared = pipe.prepare_garment(request.pipeline_input("garment"), category, resolution=resolution,
-                                        fit=config.fit)
-        tick("garment", 1, 1)
-        return prepared
+    def describe(self) -> dict[str, Any]:
+        """What the job tried on, as its answers report it (`--json`): one garment's inputs, category and
+        settings, or an outfit's passes as its pictures record them."""
+        job, record = self.job, self.record(0)
+        if record.passes:
+            return {"person": job.inputs.person_label(), "passes": record.pass_summary(),
+                    "pose_parsing_runs": job.parses}
+        request = self.final[0].request
+        return {"person": request.label("person"), "garment": request.label("garment"),
+                "mask": request.label("mask") if request.mask is not None else None,
+                "category": request.category.value, "model_type": record.picture.model_type.value,
+                "category_source": "auto" if request.category_p is not None else "given",
+                "category_p": request.category_p, "settings": record.settings()}
 
-    person_key = request.key("person"), request.key("mask")
-    person, person_new = _cached(persons, None if None in person_key else (model_type, category, *person_key),
-                                 prepare_person)
-    garment_key = request.key("garment")
-    garment, garment_new = _cached(garments, None if garment_key is None else (model_type, category, garment_key),
-                                   prepare_garment)
-    extra = {"callback": callback} if callback is not None else {}
+    def intermediates(self) -> dict[str, Any]:
+        """The pictures besides the results, by kind: each pass's mask and masked person (and pose and parsing
+        for a mask made from them), and the results of a pass the next one was tried on."""
+        pictures: dict[str, Any] = {}
+        for number, (one, outcomes) in enumerate(zip(self.job.passes, self.passes, strict=True)):
+            pictures.update({one.prefix + k: v for k, v in (outcomes[0].result.intermediates or {}).items()})
+            if number < len(self.passes) - 1:
+                pictures.update({f"{one.prefix}result_{i}": image for i, image in enumerate(outcomes[0].result.images)})
+        return pictures
 
-    def staged(stage: str, done: int, total: int) -> None:  # the decode starts when the last step ends
-        tick(stage, done, total)
-        if stage == "denoise" and done == total:
-            tick("decode", 0, config.sampling.num_samples)
-
-    result = pipe.generate(person, garment, config.sampling, progress=staged if progress else None,
-                           modes=config.speed, **extra)
-    _frame_like_results(result, getattr(person, "fit", None))
-    return TryOnOutcome(request, model_type, result, describe_pipeline(pipe, config),
-                        {"person": not person_new, "garment": not garment_new})
+    def timings(self) -> dict[str, Any]:
+        """Seconds per stage, every pass's added up (stages of inputs reused from an earlier pair left out)."""
+        total: dict[str, Any] = {}
+        for outcomes in self.passes:
+            for outcome in outcomes:
+                for key, value in outcome.timings().items():
+                    if isinstance(value, list):
+                        total[key] = [*total.get(key, []), *value]
+                    elif isinstance(value, float):
+                        total[key] = total.get(key, 0.0) + value
+        return total

@@ -1,8 +1,8 @@
 """Masks a user can see, fix and give back: the mask alone (no diffusion models), and checks on a given mask.
 
-`make_mask` runs the person -> mask step of a try-on (ootd.preprocessing.mask_person) and returns the mask and
-the masked person framed like a try-on's results (with --fit pad the padding is cropped away), so the mask can be
-edited and passed back with `--mask`. `check_mask_input` refuses a mask whose aspect is not the person photo's
+`MaskJob` (`ootd mask`) runs the person -> mask step of a try-on (ootd.preprocessing.mask_person) and writes the
+mask and the masked person framed like a try-on's results (with --fit pad the padding is cropped away), so the mask
+can be edited and passed back with `--mask`. `check_mask_input` refuses a mask whose aspect is not the person photo's
 (it would be stretched over the wrong pixels) and says when a mask is not two-tone.
 """
 
@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.record import mask_record
 from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import NoPersonError, UsageError
+from ootd.imaging.atomic import save_png_atomic
 from ootd.imaging.files import decode_image, load_image, sanitise_stem
 from ootd.preprocessing import mask_person
 from ootd.settings import PREPROCESS_RESOLUTION, Category, FitMode, ModelType
@@ -137,15 +139,34 @@ def describe_mask_file(kind: str, image: Image.Image) -> str:
     return f"{kind}, {image.width}x{image.height}: {MASK_FILES[kind]}"
 
 
-def make_mask(person: Any, category: Category, config: RunConfig, preprocessor: Any,
-              label: str = "the person photo") -> MaskOutcome:
-    """Pose, parsing, mask and masked person of a person photo, as a try-on with `config` would make them
-    (framing, working resolution, mask growth: ootd.preprocessing.mask_person), without the diffusion models."""
-    model_type = config.model_type_for(category)
-    try:
-        masked = mask_person(_image(person, "person"), category, model_type, config.sampling.resolution,
-                             config.fit, config.mask_grow, preprocessor=preprocessor)
-    except NoPersonError:
-        raise no_person_error(label, MASK_REMEDY) from None
-    framed = masked.framed_like_results()
-    return MaskOutcome({k: framed[k] for k in MASK_FILES}, category, model_type)
+@dataclass(frozen=True)
+class MaskJob:
+    """`ootd mask`'s job: the mask of one person photo for one category (checked by
+    ootd/app/tryon/preflight.py `prepare_mask_job`), made by `run` and written by `save`."""
+
+    config: RunConfig
+    person: Any  # decoded
+    label: str  # how messages name the photo
+    category: Category
+    model_type: ModelType
+    targets: dict[str, Path]
+
+    def run(self, preprocessor: Any) -> MaskOutcome:
+        """Pose, parsing, mask and masked person of the photo, as a try-on with this config would make them
+        (framing, working resolution, mask growth: ootd.preprocessing.mask_person), without the diffusion
+        models; framed like try-on results."""
+        config = self.config
+        try:
+            masked = mask_person(self.person, self.category, self.model_type, config.sampling.resolution,
+                                 config.fit, config.mask_grow, preprocessor=preprocessor)
+        except NoPersonError:
+            raise no_person_error(self.label, MASK_REMEDY) from None
+        framed = masked.framed_like_results()
+        return MaskOutcome({k: framed[k] for k in MASK_FILES}, self.category, self.model_type)
+
+    def save(self, outcome: MaskOutcome) -> dict[str, Path]:
+        """Every file, atomically, with the record of what made the mask."""
+        metadata = mask_record(Path(self.label).name, self.category, self.model_type, self.config)
+        for kind, path in self.targets.items():
+            save_png_atomic(outcome.images[kind], path, metadata, overwrite=self.config.overwrite)
+        return dict(self.targets)

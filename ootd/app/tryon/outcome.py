@@ -1,5 +1,5 @@
-"""A finished try-on (TryOnOutcome) and what the sequence hands around: the progress callback, the caches of
-prepared inputs a batch passes in, and which timings belong to preparing which input."""
+"""A finished pass of a try-on (TryOnOutcome) and what the passes hand around: the caches of prepared inputs a
+batch passes in, and which timings belong to preparing which input."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ootd.app.tryon.request import TryOnRequest
 from ootd.settings import ModelType
 
 if TYPE_CHECKING:
+    from ootd.app.tryon.config import RunConfig
     from ootd.pipeline_types import TryOnResult
 
 PERSON_STAGES = ("preprocess", "encode_person")  # result timings that belong to preparing the person
@@ -25,13 +26,14 @@ class InputCache(Protocol):
 
 @dataclass
 class TryOnOutcome:
-    """A finished try-on: the pipeline's result, the request it answers and what saving and reports need."""
+    """A finished pass: the pipeline's result, the request and config it ran and what saving and reports need."""
 
     request: TryOnRequest
     model_type: ModelType
     result: TryOnResult
     info: dict[str, Any] = field(default_factory=dict)  # describe_pipeline(...) after the call
     reused: dict[str, bool] = field(default_factory=lambda: {"person": False, "garment": False})
+    config: RunConfig | None = None
 
     def timings(self) -> dict[str, Any]:
         """Seconds per stage of this try-on, leaving out stages of inputs reused from an earlier one."""

@@ -2,7 +2,7 @@
 
 Names come from the config's template (ootd/app/tryon/naming.py; default `<person>__<garment>__<i>.png` per
 sample and `<person>__<garment>__<kind>.png` per intermediate), filled from the request's names (so an upload
-without a path gets stable names too). Every file carries the PNG record of ootd/app/tryon/provenance.py.
+without a path gets stable names too). Every file carries its record (ootd/app/tryon/record.py).
 """
 
 from __future__ import annotations
@@ -10,23 +10,21 @@ from __future__ import annotations
 import io
 import logging
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.grid import grid_image
 from ootd.app.tryon.naming import render_name
-from ootd.app.tryon.provenance import png_record
 from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import OotdError, OutputError, UsageError
 from ootd.imaging.atomic import check_output_dir, png_info, save_png_atomic
 from ootd.imaging.files import sanitise_stem
+from ootd.settings import ModelType
 
 if TYPE_CHECKING:
     from PIL import Image
-
-    from ootd.app.tryon.outcome import TryOnOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +65,14 @@ def name_fields(request: TryOnRequest, config: RunConfig) -> dict[str, Any]:
     }
 
 
-def targets_for(request: TryOnRequest, config: RunConfig) -> Targets:
-    """The config's name template per sample (`{i}` = 0, 1, ...) and per intermediate (`{i}` = its kind)."""
-    targets = Targets([], folder=config.output, fields=name_fields(request, config), template=config.name_template)
-    kinds = (INTERMEDIATES if request.mask is None else WITH_MASK_INTERMEDIATES) if config.save_intermediates else ()
+def job_targets(config: RunConfig, request: TryOnRequest, model_type: ModelType, garments: list[str],
+                kinds: list[str]) -> Targets:
+    """The config's name template per sample (`{i}` = 0, 1, ...) and per kind of other picture (`{i}` = its
+    kind): filled from `request` (an outfit's: its first pass's, with the category of its last) and `model_type`,
+    with the garment field made of every garment's name (`top-with-trousers`)."""
+    fields = {**name_fields(request, replace(config, model_type=model_type)),
+              "garment": "-with-".join(sanitise_stem(Path(name).stem) for name in garments)}
+    targets = Targets([], folder=config.output, fields=fields, template=config.name_template)
     return Targets([targets.path(i) for i in range(config.sampling.num_samples)],
                    {kind: targets.path(kind) for kind in kinds}, targets.path(GRID) if config.grid else None,
                    targets.folder, targets.fields, targets.template)
@@ -93,50 +95,35 @@ def refuse_existing(paths: list[Path]) -> None:
         )
 
 
-def settings_json(settings: dict[str, Any] | None) -> dict[str, Any]:
-    """The pipeline's settings for JSON: numbers as numbers (`"steps": 2`), words as words."""
-    out: dict[str, Any] = {}
-    for key, value in (settings or {}).items():
-        if isinstance(value, str):
-            for kind in (int, float):
-                try:
-                    value = kind(value)
-                    break
-                except ValueError:
-                    continue
-        out[str(key)] = value
-    return out
+def save_pictures(targets: Targets, images: list[Any], record: Callable[[int | None], Any],
+                  intermediates: dict[str, Any], grid: Any = None, *, overwrite: bool = False,
+                  keep_existing: bool = False) -> tuple[list[Path], dict[str, Path]]:
+    """Write the images (and the intermediates the targets name, and the grid) atomically, each with its record
+    (`record(sample)`; None for the other pictures). `keep_existing`: leave files that already exist alone (a
+    resumed batch), instead of failing on them."""
 
-
-def save_outcome(outcome: TryOnOutcome, config: RunConfig, targets: Targets,
-                 keep_existing: bool = False) -> tuple[list[Path], dict[str, Path]]:
-    """Write the images (and intermediates, and the grid) atomically, each with its record. `keep_existing`:
-    leave files that already exist alone (a resumed batch), instead of failing on them."""
-
-    def write(image: Any, path: Path, meta: dict[str, str]) -> None:
-        if keep_existing and not config.overwrite and path.exists():
+    def write(image: Any, path: Path, sample: int | None) -> None:
+        if keep_existing and not overwrite and path.exists():
             logger.info("keeping existing %s", path)
             return
-        save_png_atomic(image, path, meta, overwrite=config.overwrite)
+        save_png_atomic(image, path, record(sample).text(), overwrite=overwrite)
 
-    images = list(outcome.result.images)
     if len(images) != len(targets.images):
         raise OotdError(f"expected {len(targets.images)} images from the pipeline, got {len(images)}")
     for i, (image, path) in enumerate(zip(images, targets.images, strict=True)):
-        write(image, path, png_record(outcome, config, sample=i))
-    written_intermediates = {}
-    available = dict(getattr(outcome.result, "intermediates", None) or {})
+        write(image, path, i)
+    written = {}
     for kind, path in targets.intermediates.items():
-        image = available.get(kind)
+        image = intermediates.get(kind)
         if image is None:
-            logger.debug("no %s intermediate for %s", kind, describe_request(outcome.request))
+            logger.debug("no %s picture for %s", kind, path)
             continue
-        write(image, path, png_record(outcome, config))
-        written_intermediates[kind] = path
-    if targets.grid is not None:
-        write(grid_image(outcome), targets.grid, png_record(outcome, config))
-        written_intermediates[GRID] = targets.grid
-    return list(targets.images), written_intermediates
+        write(image, path, None)
+        written[kind] = path
+    if targets.grid is not None and grid is not None:
+        write(grid, targets.grid, None)
+        written[GRID] = targets.grid
+    return list(targets.images), written
 
 
 def encode_png(image: Image.Image, metadata: dict[str, str] | None = None) -> bytes:
@@ -144,10 +131,6 @@ def encode_png(image: Image.Image, metadata: dict[str, str] | None = None) -> by
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", pnginfo=png_info(metadata or {}))
     return buffer.getvalue()
-
-
-def describe_request(request: TryOnRequest) -> str:
-    return f"{request.name('person')} + {request.name('garment')}"
 
 
 def describe_pipeline(pipe: Any, config: RunConfig) -> dict[str, Any]:
@@ -204,6 +187,29 @@ def peak_memory(pipe: Any = None) -> dict[str, int | None]:
     except (ImportError, OSError):
         pass
     return {"device_bytes": device_peak, "host_rss_bytes": host_peak}
+
+
+def attention_used(described: Any) -> str:
+    """The backends that ran, without the dispatcher's trace and call counts, which grow with every call
+    (`auto: sdpa > chunked > math (used: sdpa x 17)` -> `sdpa`); the full description is in --json and --explain."""
+    text = str(described or "unknown")
+    if "(used:" in text:
+        used = text.split("(used:", 1)[1].rstrip(") ")
+        return ", ".join(part.split(" x ")[0].strip() for part in used.split(","))
+    return text.split(":", 1)[0]
+
+
+def rounded(timings: dict[str, Any], digits: int = 4) -> dict[str, Any]:
+    """Seconds per stage as answers report them: to a tenth of a millisecond (the step lists too)."""
+    out: dict[str, Any] = {}
+    for key, value in timings.items():
+        if isinstance(value, float):
+            out[key] = round(value, digits)
+        elif isinstance(value, list):
+            out[key] = [round(v, digits) if isinstance(v, float) else v for v in value]
+        else:
+            out[key] = value
+    return out
 
 
 def format_seconds(value: float) -> str:

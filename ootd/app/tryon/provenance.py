@@ -1,10 +1,5 @@
-"""The PNG record: what every picture ootd writes says about how it was made, written and read here only.
-
-Written as PNG text chunks before the pixels: `software` (what makes a file ours), the settings that determine
-the pixels (model, category, sampling and speed modes, input names, framing, mask growth), then where they were
-computed (device, precision, attention) and the sample number. The pipeline formats its own part with
-`SamplingSettings.words()` and `SpeedModes.words()`, and `expected_record` builds the same keys from a config
-with the same two methods, so a resumed batch compares like with like without restating any formatting.
+"""Reading a PNG's record back: its text chunks (what ootd writes is the typed record of ootd/app/tryon/record.py),
+whether a file is ours, and how a record differs from what a run expects (resume).
 """
 
 from __future__ import annotations
@@ -12,72 +7,8 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ootd import __version__
-from ootd.speedups.modes import EXACT_WORDS
-
-if TYPE_CHECKING:
-    from ootd.app.tryon.config import RunConfig
-    from ootd.app.tryon.outcome import TryOnOutcome
-    from ootd.app.tryon.request import TryOnRequest
-    from ootd.settings import Category, ModelType
-
-SOFTWARE_KEY = "software"
-SOFTWARE_PREFIX = "ootd"
-# the keys that record what determines the pixels (and which inputs they came from): what resume compares
-PIXEL_SETTINGS = ("model_type", "category", "samples", "steps", "scale", "seed", "resolution", "scheduler",
-                  "cache_interval", "token_merge", "quantize", "person", "garment", "mask", "fit", "mask_grow")
-
-
-def software() -> dict[str, str]:
-    return {SOFTWARE_KEY: f"{SOFTWARE_PREFIX} {__version__}"}
-
-
-def input_record(request: TryOnRequest, config: RunConfig) -> dict[str, str]:
-    """Which inputs, and how they were framed and masked (and, for `--category auto`, that the category was
-    classified and with which probability)."""
-    record = {"person": request.name("person"), "garment": request.name("garment"),
-              "mask": request.name("mask") if request.mask is not None else "auto",
-              "fit": config.fit.value, "mask_grow": str(config.mask_grow)}
-    if request.category_p is not None:
-        record.update(category_source="auto", category_p=f"{request.category_p:.4f}")
-    return record
-
-
-def run_record(model_type: ModelType, category: Category, config: RunConfig) -> dict[str, str]:
-    """The pipeline's own part of the record, as a run with `config` writes it (TryOnPipeline.generate)."""
-    return {"model_type": model_type.value, "category": category.value, **config.sampling.words(),
-            **config.speed.words()}
-
-
-def png_record(outcome: TryOnOutcome, config: RunConfig, sample: int | None = None) -> dict[str, str]:
-    """The record of one output of a finished try-on (`sample`: which image; None for intermediates)."""
-    result, info = outcome.result, outcome.info
-    record = {**software(), **{str(k): str(v) for k, v in (result.settings or {}).items()},
-              "seed": str(result.seed), **input_record(outcome.request, config),
-              "device": str(info.get("device", "")), "precision": str(info.get("precision", "")),
-              "attention": str(info.get("attention", ""))}
-    if sample is not None:
-        record["sample"] = str(sample)
-    return record
-
-
-def mask_record(person_name: str, category: Category, model_type: ModelType, config: RunConfig) -> dict[str, str]:
-    """The record of `ootd mask` outputs: what made the mask (a try-on with these settings makes the same)."""
-    return {**software(), "person": person_name, "category": category.value, "model_type": model_type.value,
-            "resolution": str(config.sampling.resolution), "fit": config.fit.value, "mask_grow": str(config.mask_grow)}
-
-
-def expected_record(request: TryOnRequest, model_type: ModelType, config: RunConfig) -> dict[str, str]:
-    """What a run with `config` would record for `request`, for the keys in PIXEL_SETTINGS (without the seed when
-    it was drawn at random: a resumed batch keeps its files' seed)."""
-    full = {**run_record(model_type, request.category, config), **input_record(request, config)}
-    expected = {key: full[key] for key in PIXEL_SETTINGS}
-    if config.seed_random:
-        del expected["seed"]
-    return expected
-
+from ootd.app.tryon.record import EXACT_WORDS, SOFTWARE_KEY, SOFTWARE_PREFIX
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEAD_BYTES = 1 << 16  # ootd's record is 1-2 KB of text chunks between the header and the pixels

@@ -73,5 +73,15 @@ class TryOnRequest:
             if value is None:
                 continue
             loaded[f"{role}_name"] = self.label(role)
-            loaded[role] = load_image(value, role) if isinstance(value, str | Path) else self.pipeline_input(role)
+            loaded[role] = load_input(value, role, self.label(role))
         return replace(self, **loaded)
+
+
+def load_input(value: Any, role: str, label: str) -> Any:
+    """An input image loaded and checked: a path read, bytes decoded (`label` names them in errors), a PIL image
+    as it is."""
+    if isinstance(value, str | Path):
+        return load_image(value, role)
+    if isinstance(value, bytes | bytearray):
+        return decode_image(bytes(value), role, label)
+    return value

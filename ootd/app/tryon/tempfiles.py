@@ -1,6 +1,6 @@
 """Stale temporary files of our own naming: what a kill -9 (or a power cut) during a write leaves behind.
 
-`ootd.imaging.files.write_atomic` writes each file to a hidden `.NAME.<12 hex>.tmp` next to it and holds an
+`ootd.imaging.atomic.write_atomic` writes each file to a hidden `.NAME.<12 hex>.tmp` next to it and holds an
 exclusive lock (flock) on it until it is renamed, so a temporary file is stale exactly when nobody holds its
 lock, whatever its age: a rerun right after a kill removes what the kill left. The next run in that folder
 removes stale ones: only names of our own pattern (`TEMP_FILE_NAME`), only regular files, only when their lock

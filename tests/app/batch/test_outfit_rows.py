@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.helpers.cli import assert_one_line_error, invoke
+from tests.helpers.cli import invoke
 from tests.helpers.images import pixels, text
 from tests.helpers.synthetic import synthetic_preprocessor
 
@@ -87,7 +87,6 @@ def test_outfit_row_equals_ootd_run_and_a_refused_row_fails_alone(tiny_tree: Pat
 
 @pytest.mark.parametrize(("cells", "fragment"), [
     ("tshirt.png;trousers.png,upper", "one category per garment"),
-    ("tshirt.png;trousers.png,auto;lower", "auto classifies one-garment rows only"),
     ("tshirt.png;trousers.png;dress.png,upper;lower", "an outfit is two garments"),
 ])
 def test_unreadable_outfit_rows_fail_alone(tiny_tree: Path, tmp_path: Path, inputs: Path, use_pipes,  # noqa: ANN001
@@ -101,11 +100,25 @@ def test_unreadable_outfit_rows_fail_alone(tiny_tree: Path, tmp_path: Path, inpu
     assert statuses["pairs.csv line 1"][0] == "error" and fragment in statuses["pairs.csv line 1"][1]
 
 
-def test_the_ray_engine_refuses_outfit_rows_in_one_line(tiny_tree: Path, tmp_path: Path, inputs: Path,
-                                                        models) -> None:  # noqa: ANN001
-    models.forbid()
-    (inputs / "pairs.csv").write_text("person.png,tshirt.png;trousers.png,upper;lower,mask_upper.png;mask_lower.png\n")
-    result = invoke("batch", inputs / "pairs.csv", "-o", tmp_path / "batch", "--engine", "ray", "--workers", "1",
-                    "--gpus-per-worker", "0", "--checkpoints", tiny_tree, *RUN)
-    assert_one_line_error(result, 2, "pairs.csv line 1", "local engine")
-    assert not (tmp_path / "batch").exists()
+def test_an_outfit_rows_auto_garment_is_classified_as_a_single_rows(tiny_tree: Path, tmp_path: Path, inputs: Path,
+                                                                    use_pipes, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """`auto` in an outfit row goes through the one classification every front end uses, per garment file."""
+    import ootd.app.tryon.autocategory as autocategory
+    from ootd.method.classify import Classification
+    from ootd.settings import Category
+
+    asked: list[str] = []
+
+    def classify(garment, label, checkpoints, margin):  # noqa: ANN001, ANN202
+        asked.append(Path(label).name)
+        return Classification(((Category.UPPER, 0.9), (Category.LOWER, 0.06), (Category.DRESS, 0.04)))
+
+    monkeypatch.setattr(autocategory, "classify_image", classify)
+    (inputs / "pairs.csv").write_text("person.png,tshirt.png;trousers.png,auto;lower,mask_upper.png;mask_lower.png\n"
+                                      "person.png,tshirt.png,auto,mask_upper.png\n")
+    result = invoke("batch", inputs / "pairs.csv", "-o", tmp_path / "batch", "--checkpoints", tiny_tree, *RUN)
+    assert result.exit_code == 0, result.output
+    assert asked == ["tshirt.png"]  # each garment file once, whatever rows it is in
+    record = text(tmp_path / "batch" / "person__tshirt-with-trousers__0.png")
+    assert record["upper_category"] == "upper" and record["upper_category_p"] == "0.9000"
+    assert record["lower_category_p"] == "given" and record["category_source"] == "auto"

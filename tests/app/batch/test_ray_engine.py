@@ -98,6 +98,7 @@ def test_ray_engine_gives_the_local_engines_images_and_report(ray_instance, one_
         "p1.png,g1.png,lower,",  # random pose weights find nobody: an error from the worker
         "missing.png,g1.png,lower,",  # an error from the precheck
         "p0.png,g2.png,dress,m0.png",
+        "p1.png,g0.png;g1.png,upper;lower,m1.png;m1.png",  # an outfit: both passes on one worker
     ])
     common = [str(pairs), "--checkpoints", str(tiny_tree), *RUN]
     code_local, _ = batch([*common, "-o", str(tmp_path / "local")])
@@ -105,7 +106,8 @@ def test_ray_engine_gives_the_local_engines_images_and_report(ray_instance, one_
                               "--gpus-per-worker", "0"])
     assert code_local == code_ray == 1, output  # two bad pairs in each
     local, ray = report_lines(tmp_path / "local"), report_lines(tmp_path / "ray")
-    assert sorted(local) == sorted(ray) == list(range(6))
+    assert sorted(local) == sorted(ray) == list(range(7))
+    assert local[6]["status"] == "ok" and local[6]["model_type"] == "dc+hd"
     for index in local:
         assert comparable(ray[index], tmp_path / "ray") == comparable(local[index], tmp_path / "local"), index
     assert [local[i]["status"] for i in range(6)] == ["ok", "ok", "ok", "error", "error", "ok"]
@@ -114,6 +116,10 @@ def test_ray_engine_gives_the_local_engines_images_and_report(ray_instance, one_
         a = np.asarray(Image.open(tmp_path / "local" / name))
         b = np.asarray(Image.open(tmp_path / "ray" / name))
         assert np.array_equal(a, b), name
+        records = [{k: v for k, v in Image.open(tmp_path / side / name).info.items()
+                    if isinstance(v, str) and k != "attention"} for side in ("local", "ray")]  # its calls counted
+        assert records[0] == records[1], name
+    assert "lower_seed" in Image.open(tmp_path / "ray" / "p1__g0-with-g1__0.png").info
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(
         p.name for p in (tmp_path / "local").iterdir())
 

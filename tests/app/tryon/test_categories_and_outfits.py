@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ootd.app.tryon.autocategory import check_margin
-from ootd.app.tryon.outfit import Garment, order_outfit, pass_seed
+from ootd.app.tryon.inputs import GarmentInput as Garment
+from ootd.app.tryon.passes import order_outfit, pass_seed
 from ootd.errors import UsageError
 from ootd.method.classify import Classification
 from ootd.settings import AUTO_CATEGORY, Category, check_category_margin, parse_category_word

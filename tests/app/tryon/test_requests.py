@@ -11,9 +11,10 @@ import pytest
 from PIL import Image
 
 from ootd.app.tryon.config import RunConfig, build_config
-from ootd.app.tryon.job import run_tryon
-from ootd.app.tryon.outputs import encode_png, targets_for
-from ootd.app.tryon.provenance import png_record
+from ootd.app.tryon.inputs import JobInputs
+from ootd.app.tryon.job import plan_job
+from ootd.app.tryon.outputs import encode_png
+from ootd.app.tryon.passes import run_pass as run_tryon
 from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import InputImageError, NoPersonError
 from ootd.imaging.files import decode_image
@@ -42,8 +43,10 @@ def test_in_memory_request_gives_the_images_of_the_same_files(pipe_hd, tiny_tree
     assert len(in_memory.result.images) == 1
     for ours, reference in zip(in_memory.result.images, by_path.result.images, strict=True):
         assert np.array_equal(np.asarray(ours), np.asarray(reference))
-    assert [p.name for p in targets_for(request, config).images] == ["alice__shirt__0.png"]
-    meta = png_record(in_memory, config, sample=0)
+    job = plan_job(config, JobInputs.single(person, example_images["tshirt"].read_bytes(), Category.UPPER, mask,
+                                            person_name="alice.png", garment_name="upload/shirt.png"))
+    assert [p.name for p in job.targets.images] == ["alice__shirt__0.png"]
+    meta = job.run(lambda model_type: pipe_hd).record(0).text()
     assert (meta["person"], meta["garment"], meta["mask"], meta["seed"]) == ("alice.png", "shirt.png", "mask", "11")
 
 

@@ -100,7 +100,7 @@ class WarningPipe(FakePipe):
 def test_timing_line_adds_up_plain_attention_and_json_numbers(models, tmp_path: Path, tiny_tree: Path, example_images,  # noqa: ANN001
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     models.use(WarningPipe)
-    monkeypatch.setattr("ootd.app.tryon.job.describe_pipeline",
+    monkeypatch.setattr("ootd.app.tryon.passes.describe_pipeline",
                         lambda pipe, config: {"device": "cpu", "precision": "fp32",
                                               "attention": "auto: sdpa > chunked > math (used: sdpa x 17)"})
     result = invoke(*run_args(example_images, tiny_tree, tmp_path / "a"), "--max-memory", "1GiB")

@@ -276,22 +276,3 @@ def test_already_3_4_pad_is_plain_resize() -> None:
     fitted, info = fit_to_aspect(src, (768, 1024))
     assert info.box == (0, 0, 768, 1024)
     assert np.array_equal(np.asarray(fitted), np.asarray(src.resize((768, 1024))))
-
-
-# ------------------------------------------------------------------------------------------- outputs
-
-
-def test_default_output_names_fold_file_stems() -> None:
-    from ootd.app.tryon.config import RunConfig
-    from ootd.app.tryon.outputs import targets_for
-    from ootd.app.tryon.request import TryOnRequest
-    from ootd.settings import Category, SamplingSettings
-
-    config = RunConfig(checkpoints=Path("c"), output=Path("o"), sampling=SamplingSettings(num_samples=4))
-
-    def names(person: str, garment: str) -> list[str]:
-        return [p.name for p in targets_for(TryOnRequest(person, garment, Category.UPPER), config).images]
-
-    assert names("/a/b/model 01.jpg", "shirts/Red Shirt!.PNG")[2] == "model_01__Red_Shirt__2.png"
-    assert names("José.png", "a__b.png")[0] == "Jose__a_b__0.png"
-    assert names(".hidden.png", "???.png")[3] == "hidden__image__3.png"

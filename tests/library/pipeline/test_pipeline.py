@@ -30,7 +30,7 @@ def test_hd_images_have_the_working_size(pipe_hd, example_images, resolution) ->
     assert result.masked_person.size == resolution
     assert result.seed == 5
     assert len(result.timings["steps"]) == steps
-    assert result.settings["resolution"] == f"{resolution[0]}x{resolution[1]}"
+    assert str(result.sampling.resolution) == f"{resolution[0]}x{resolution[1]}"
 
 
 @pytest.mark.parametrize("category", ["lower", "dress", "upper"])
@@ -38,7 +38,7 @@ def test_dc_runs_every_category(pipe_dc, example_images, category) -> None:  # n
     result = pipe_dc(example_images["person"], example_images["trousers"], category, mask=example_images["mask"],
                      steps=1, seed=1, resolution=(384, 512))
     assert result.images[0].size == (384, 512)
-    assert result.settings["category"] == category
+    assert result.category.value == category
 
 
 def test_same_seed_same_images_other_seed_other_images(pipe_hd, example_images) -> None:  # noqa: ANN001

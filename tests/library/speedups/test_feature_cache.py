@@ -99,7 +99,7 @@ def test_interval_1_is_the_exact_path_even_with_the_hooks_installed(pipe_hd, exa
         hooked = pipe_hd.generate(person, garment, settings, callback=cache.on_step)
     assert cache.cached_calls == 0
     assert all(np.array_equal(a, b) for a, b in zip(plain, _arrays(hooked), strict=True))
-    assert one.settings["cache_interval"] == "1"
+    assert one.modes.feature_cache.interval == 1
 
 
 def _words(settings) -> dict:  # noqa: ANN001
@@ -113,7 +113,7 @@ def test_caching_changes_the_images_and_keeps_their_shapes(pipe_hd, example_imag
     person, garment, settings = _prepared(pipe_hd, example_images, num_samples=samples, guidance_scale=scale)
     exact = pipe_hd.generate(person, garment, settings)
     cached = pipe_hd.generate(person, garment, settings, modes=caching(interval))
-    assert len(cached.images) == samples and cached.settings["cache_interval"] == str(interval)
+    assert len(cached.images) == samples and cached.modes.feature_cache.interval == interval
     assert [im.size for im in cached.images] == [im.size for im in exact.images]
     assert all(not np.array_equal(a, b) for a, b in zip(_arrays(exact), _arrays(cached), strict=True))
 

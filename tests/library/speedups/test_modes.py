@@ -99,12 +99,18 @@ def test_cli_refuses_exact_with_a_mode_in_one_line(tiny_tree, example_images, tm
     assert not any(tmp_path.iterdir())
 
 
-def test_the_summary_line_names_the_modes_that_are_on() -> None:
-    from ootd.speedups.modes import speed_summary
+def _recorded(modes: SpeedModes):  # noqa: ANN202 - the record of a picture made with these modes
+    from ootd.app.tryon.record import PassRecord, Record
+    from ootd.settings import Category, FitMode, ModelType, SamplingSettings
 
-    assert speed_summary(resolve_speed().words()) == ""
-    assert speed_summary(resolve_speed("fast").words()) == "speed fast (token merge 0.5, cache interval 3)"
-    assert speed_summary(resolve_speed(quantize="int8-dynamic").words()) == "speed custom (quantize int8-dynamic)"
+    return Record(PassRecord(ModelType.HD, Category.UPPER, SamplingSettings(seed=1), modes, "p.png", "g.png", "auto",
+                             FitMode.PAD, 0))
+
+
+def test_the_summary_line_names_the_modes_that_are_on() -> None:
+    assert _recorded(resolve_speed()).speed_summary() == ""
+    assert _recorded(resolve_speed("fast")).speed_summary() == "speed fast (token merge 0.5, cache interval 3)"
+    assert _recorded(resolve_speed(quantize="int8-dynamic")).speed_summary() == "speed custom (quantize int8-dynamic)"
 
 
 def test_a_batch_resumed_with_other_speed_modes_is_stale() -> None:
@@ -130,7 +136,7 @@ def test_the_server_keeps_its_speed_modes_for_every_request(tmp_path) -> None:  
 
 def test_a_ratio_is_recorded_the_same_however_it_was_spelt() -> None:
     assert str(TokenMerge(0).ratio) == "0.0"
-    assert resolve_speed(token_merge=0).words()["token_merge"] == "0.0"
+    assert _recorded(resolve_speed(token_merge=0)).text()["token_merge"] == "0.0"
 
 
 def test_auto_precision_on_a_bf16_cpu_runs_bf16_and_says_why(tiny_tree, example_images, tmp_path,  # noqa: ANN001

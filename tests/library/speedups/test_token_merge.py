@@ -161,7 +161,7 @@ def test_ratio_0_is_the_exact_path_and_nothing_is_left_installed(pipe_hd, exampl
     plain = pipe_hd(example_images["person"], example_images["tshirt"], "upper", **words)
     zero = pipe_hd(example_images["person"], example_images["tshirt"], "upper", token_merge=0.0, **words)
     assert all(np.array_equal(a, b) for a, b in zip(_arrays(plain), _arrays(zero), strict=True))
-    assert zero.settings["token_merge"] == "0.0" and _no_merge_left(pipe_hd)
+    assert zero.modes.token_merge.ratio == 0.0 and _no_merge_left(pipe_hd)
 
     class Stop(Exception):
         pass
@@ -188,7 +188,7 @@ def test_merging_changes_the_images_and_keeps_their_shapes(pipe_hd, example_imag
     exact = pipe_hd.generate(person, garment, settings, modes=cached)
     merged = pipe_hd.generate(person, garment, settings, modes=replace(cached, token_merge=TokenMerge(0.5)))
     again = pipe_hd.generate(person, garment, settings, modes=replace(cached, token_merge=TokenMerge(0.5)))
-    assert len(merged.images) == samples and merged.settings["token_merge"] == "0.5"
+    assert len(merged.images) == samples and merged.modes.token_merge.ratio == 0.5
     assert [im.size for im in merged.images] == [im.size for im in exact.images]
     assert all(not np.array_equal(a, b) for a, b in zip(_arrays(exact), _arrays(merged), strict=True))
     assert all(np.array_equal(a, b) for a, b in zip(_arrays(merged), _arrays(again), strict=True))  # same seed

@@ -1,0 +1,103 @@
+"""The pre-flight sequence: every check of a try-on job, cheapest first, in one order, so a mistake fails in one
+line before minutes of model loading. Each check says whether it holds per pair or once per batch (a single
+try-on is a batch of one):
+
+  step            scope   what
+  1 passes        pair    the model for each garment's category; an outfit's garments go together (plan_job)
+  2 inputs        pair    the images decoded and checked: not an image, truncated, too small or large, a mask of
+                          another aspect (a batch: the files exist; they are decoded when the pair runs, each input
+                          once)
+  3 checkpoints   batch   the files the jobs' models need are there (pose and parsing only for automatic masks)
+  4 output folder batch   exists and is writable; stale temporary files of ours removed
+  5 outputs       pair    no output replaces an input or a file that is not ours (or exists, without --overwrite;
+                          a batch: resume decides, ootd/app/batch/precheck.py)
+  6 memory        batch   --max-memory: the request fits the budget with every saving on
+  7 masks         pair    pose and parsing find a person; the masks made here are the ones the try-on uses (a
+                          batch: when the pair runs, once per person)
+
+`prepare_job` runs them all for one job (`ootd run`, `run/run_ootd.py`, the server's worker); `plan_inputs` is
+steps 1-2, which the server runs when a request comes in (every input checked before it is accepted), and
+`check_job` the rest. A batch runs the pair steps for every pair and the batch steps once (`check_batch`);
+`ootd mask` runs the steps a mask needs (ootd/app/tryon/masking.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from ootd.app.tryon.budget import check_memory_budget
+from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.inputs import JobInputs
+from ootd.app.tryon.job import TryOnJob, plan_job
+from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
+from ootd.app.tryon.masking import MaskJob, mask_targets
+from ootd.app.tryon.outputs import prepare_output_dir, refuse_existing
+from ootd.app.tryon.request import load_input
+from ootd.app.tryon.safety import check_outputs
+from ootd.app.tryon.tempfiles import clean_stale_temps
+from ootd.pipeline_types import Progress
+from ootd.settings import Category, ModelType
+
+
+def plan_inputs(config: RunConfig, inputs: JobInputs) -> TryOnJob:
+    """Steps 1 and 2: the job's passes, then every image decoded and checked (in the order the passes use them)."""
+    job = plan_job(config, inputs)  # 1
+    return plan_job(config, inputs.decoded(config.fit, [one.garment for one in job.passes]))  # 2
+
+
+def check_job(job: TryOnJob, loader: PipelineLoader | None = None, *, protect: Iterable[Path | None] = (),
+              progress: Progress | None = None) -> TryOnJob:
+    """Steps 3 to 7 of a planned job (`plan_inputs`), and the job with its masks. `loader` gives the pose and
+    parsing models (None: a loader of the job's config); `protect`: files besides the job's own inputs that no
+    output may replace."""
+    config = job.config
+    check_checkpoints_present(config.checkpoints, job.models, need_preprocess=job.made_masks)  # 3
+    check_output_folder(config.output)  # 4
+    check_outputs(job.targets.all(), [*job.inputs.paths(), *protect], overwrite=config.overwrite)  # 5
+    if not config.overwrite:
+        refuse_existing(job.targets.all())
+    check_memory_budget(config, list(job.models))  # 6
+    if not job.made_masks:
+        return job
+    tick = progress or (lambda stage, done, total: None)
+    tick("pose", 0, 2)  # 7
+    preprocessor = (loader or PipelineLoader(config)).preprocessor()
+    tick("pose", 1, 2)
+    job = job.with_masks(preprocessor)
+    tick("pose", 2, 2)
+    return job
+
+
+def prepare_job(config: RunConfig, inputs: JobInputs, loader: PipelineLoader | None = None, *,
+                protect: Iterable[Path | None] = (), progress: Progress | None = None) -> TryOnJob:
+    """Every pre-flight step of one job, in order, and the job that passed them (nothing heavy loads, nothing is
+    written but the checked output folder)."""
+    return check_job(plan_inputs(config, inputs), loader, protect=protect, progress=progress)
+
+
+def check_output_folder(folder: Path) -> None:
+    """Step 4: the output folder created and proven writable, stale temporary files of ours removed."""
+    prepare_output_dir(folder)
+    clean_stale_temps(folder)
+
+
+def prepare_mask_job(config: RunConfig, person: Path, category: Category) -> MaskJob:
+    """The steps `ootd mask` needs, in the same order: the model for the category (1), the photo decoded (2), pose
+    and parsing's files (3), the output folder (4), no existing file replaced without --overwrite (5); step 7 is
+    the job's run."""
+    model_type = config.model_type_for(category)  # 1
+    decoded = load_input(person, "person", str(person))  # 2
+    check_checkpoints_present(config.checkpoints, [], need_preprocess=True)  # 3
+    check_output_folder(config.output)  # 4: `-o FILE` is the usage error it is for `ootd run`
+    targets = mask_targets(Path(person).name, category, config)
+    if not config.overwrite:  # 5
+        refuse_existing(list(targets.values()))
+    return MaskJob(config, decoded, str(person), category, model_type, targets)
+
+
+def check_batch(config: RunConfig, models: Iterable[ModelType], made_masks: bool) -> None:
+    """The batch steps 3 and 6 over every pair left to run (step 4 runs when the batch starts writing)."""
+    models = set(models)
+    check_checkpoints_present(config.checkpoints, models, made_masks)  # 3
+    check_memory_budget(config, models)  # 6
