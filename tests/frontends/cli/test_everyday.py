@@ -304,7 +304,7 @@ def test_help_shows_choices_no_bool_has_examples_completion_fits_80_columns() ->
         assert "Example" in shown, command
         assert max(len(line) for line in shown.splitlines()) <= 80, command
     run_help = subprocess.run([sys.executable, "-m", "ootd", "run", "--help"], capture_output=True, text=True,
-                              env=env, check=True).stdout
+                              env={**env, "COLUMNS": "120"}, check=True).stdout  # at 80 a long metavar folds
     for choice in ("[pad|crop|stretch]", "[upper|lower|dress|auto]", "[hd|dc]"):
         assert choice in run_help
     top = subprocess.run([sys.executable, "-m", "ootd", "--help"], capture_output=True, text=True, env=env).stdout
