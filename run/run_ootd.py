@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> None:
     write_atomic(mask_file, lambda handle: outcome.result.masked_person.convert("RGB").save(handle, format="JPEG"),
                  overwrite=True)
     images, _ = job.save(outcome)
-    for path in images:
+    for path in (*images, mask_file):  # every file it wrote
         print(path)
     print(f"seed: {outcome.result.seed}")
 
