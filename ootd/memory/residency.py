@@ -20,7 +20,7 @@ import torch
 from ootd.attention import ChunkedBackend
 from ootd.errors import OutOfMemoryError
 from ootd.hardware.device import DeviceInfo
-from ootd.memory.planner import Plan, apply_plan_to_vae, gib
+from ootd.memory.planner import Plan, apply_plan_to_vae, size_text
 from ootd.speedups.execution import compile_error, is_compile_failure
 
 logger = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class Residency:
             raise OutOfMemoryError(f"out of memory during {stage}: {str(first).splitlines()[0]}") from first
         smaller = plan.halved()
         logger.warning("out of memory during %s; retrying once with half the memory budget (%s)",
-                       stage, gib(smaller.budget_bytes))
+                       stage, size_text(smaller.budget_bytes))
         self.apply(smaller)
         try:
             return fn()
