@@ -47,6 +47,7 @@ class Finished:
     timings: dict[str, Any]
     files: dict[str, Path] = field(default_factory=dict)  # every servable name -> its path
     replica: str | None = None  # the Ray Serve replica that ran it (the Ray engine); None: this process
+    person_mask2: str | None = None  # an outfit's: `person_mask` is the first garment's, this the second's
 
 
 class TryOnService:
@@ -127,14 +128,25 @@ def _outfit_finished(service: TryOnService, job: Job) -> Finished:
     service.info = dict(outcome.second[0].info)
     job.check()
     images, intermediates = prepared.save(outcome)
-    editable = mask_in_person_frame(outcome.second[0].result.mask, spec.person_size, spec.config.fit)
-    person_mask = save_png_atomic(editable, prepared.targets.path("mask_editable"), {}, overwrite=True)
-    files = {path.name: path for path in (*images, *intermediates.values(), person_mask)}
+    person_masks = outfit_person_masks(prepared, outcome, spec)
+    files = {path.name: path for path in (*images, *intermediates.values(), *person_masks)}
     second = outcome.second[0].result
     timings.update(outcome.timings())
     return Finished([p.name for p in images], intermediates["upper_mask"].name,
-                    intermediates["upper_masked_person"].name, person_mask.name, int(spec.config.sampling.seed),
-                    prepared.upper_model.value, dict(second.settings or {}), timings, files)
+                    intermediates["upper_masked_person"].name, person_masks[0].name, int(spec.config.sampling.seed),
+                    prepared.upper_model.value, dict(second.settings or {}), timings, files,
+                    person_mask2=person_masks[1].name)
+
+
+def outfit_person_masks(prepared: Any, outcome: Any, spec: JobSpec) -> list[Path]:
+    """Each garment's mask in the person photo's framing, in the request's order (`garment`, `garment2`): what
+    the page puts back into its editor as `mask` and `mask2`."""
+    from ootd.settings import Category
+
+    by_pass = {Category.LOWER: outcome.first.result.mask, Category.UPPER: outcome.second[0].result.mask}
+    return [save_png_atomic(mask_in_person_frame(by_pass[garment.category], spec.person_size, spec.config.fit),
+                            prepared.targets.path(f"{garment.category.value}_mask_editable"), {}, overwrite=True)
+            for garment in spec.outfit]
 
 
 def attention_used(described: Any) -> str:
