@@ -20,7 +20,7 @@ from ootd.app.tryon.outcome import TryOnOutcome
 from ootd.app.tryon.request import TryOnRequest
 from ootd.imaging.files import save_png_atomic
 from ootd.serve.worker import Job
-from ootd.settings import FitMode, ModelType
+from ootd.settings import Category, FitMode, ModelType
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,6 @@ def _outfit_finished(service: TryOnService, job: Job) -> Finished:
 def outfit_person_masks(prepared: Any, outcome: Any, spec: JobSpec) -> list[Path]:
     """Each garment's mask in the person photo's framing, in the request's order (`garment`, `garment2`): what
     the page puts back into its editor as `mask` and `mask2`."""
-    from ootd.settings import Category
-
     by_pass = {Category.LOWER: outcome.first.result.mask, Category.UPPER: outcome.second[0].result.mask}
     return [save_png_atomic(mask_in_person_frame(by_pass[garment.category], spec.person_size, spec.config.fit),
                             prepared.targets.path(f"{garment.category.value}_mask_editable"), {}, overwrite=True)
