@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> None:
     masked = outcome.final[0].result.masked_person
     write_atomic(mask_file, lambda handle: masked.convert("RGB").save(handle, format="JPEG"), overwrite=True)
     images, _ = job.save(outcome)
-    for path in images:
+    for path in (*images, mask_file):  # every file it wrote
         print(path)
     print(f"seed: {config.sampling.seed}")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Draw the example inputs that ship in examples/: a person, a T-shirt, trousers and a mask.
+"""Draw the example inputs that ship in examples/: a person, a T-shirt, trousers and a mask for each garment.
 
 They are simple drawings, made so that a fresh clone has inputs to try the tool on; a real
 photo of a person works much better with the real checkpoints.
@@ -68,6 +68,13 @@ def draw_mask() -> Image.Image:
     return img
 
 
+def draw_lower_mask() -> Image.Image:
+    """The lower-body region of the drawn person: both legs from the waist to the shoes, white = repaint."""
+    img = Image.new("L", (W, H), 0)
+    ImageDraw.Draw(img).polygon([(236, 545), (532, 545), (516, 948), (252, 948)], fill=255)
+    return img
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).resolve().parents[1] / "examples",
@@ -78,6 +85,7 @@ def main(argv: list[str]) -> int:
     draw_tshirt().save(out / "tshirt.png")
     draw_trousers().save(out / "trousers.png")
     draw_mask().save(out / "person_mask_upper.png")
+    draw_lower_mask().save(out / "person_mask_lower.png")
     print(f"wrote example images to {out}")
     return 0
 

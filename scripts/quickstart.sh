@@ -3,7 +3,8 @@
 # to type next (the environment to activate, a try-on on the checkpoints it used).
 # With the released checkpoints in ./checkpoints (see checkpoints/README.md) the result is a real
 # try-on; without them, tiny random-weight checkpoints are generated in .tiny-checkpoints and the picture is
-# NOISE: that only shows that the whole chain runs.
+# NOISE: that only shows that the whole chain runs. It then says what needs the released weights (automatic
+# masks, `ootd mask`, --category auto) and prints an outfit's command with the examples' masks too.
 #
 #   bash scripts/quickstart.sh
 #
@@ -39,12 +40,22 @@ else
     --mask examples/person_mask_upper.png --checkpoints "$CKPT" --output outputs/quickstart \
     --resolution 384x512 --steps 4 --seed 1 --overwrite
   echo "Done. outputs/quickstart/ holds a NOISE picture made with random weights."
+  cat <<TINY
+
+What needs the released weights (on these random ones each stops with one line; that is expected):
+  automatic masks (ootd run without --mask, ootd mask, the page's "Automatic mask"): "no person detected";
+    give the examples' masks: examples/person_mask_upper.png (the T-shirt), examples/person_mask_lower.png
+  --category auto and ootd classify: every category p 0.33, refused; give --category upper or lower
+  a real picture: these weights give noise
+TINY
   NEXT="ootd run --model examples/person.png --cloth examples/tshirt.png --category upper --mask examples/person_mask_upper.png --checkpoints $CKPT --resolution 384x512 --steps 4 -o outputs/mine"
+  OUTFIT="ootd run --model examples/person.png --cloth examples/tshirt.png --cloth examples/trousers.png --category upper --category lower --mask examples/person_mask_upper.png --mask examples/person_mask_lower.png --checkpoints $CKPT --resolution 384x512 --steps 4 -o outputs/outfit"
 fi
 cat <<NEXT_STEPS
 
 Next, in this folder ($PWD):
   . $VENV/bin/activate
   $NEXT
-(the first line puts \`ootd\` on PATH in this shell; \`ootd run --help\` lists every option)
+${OUTFIT:+  $OUTFIT
+}(the first line puts \`ootd\` on PATH in this shell; \`ootd run --help\` lists every option)
 NEXT_STEPS

@@ -45,6 +45,7 @@ def example_images() -> dict[str, Path]:
         "tshirt": EXAMPLES / "tshirt.png",
         "trousers": EXAMPLES / "trousers.png",
         "mask": EXAMPLES / "person_mask_upper.png",
+        "mask_lower": EXAMPLES / "person_mask_lower.png",
     }
 
 

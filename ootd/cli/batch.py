@@ -140,7 +140,8 @@ def batch_command(
 ) -> None:
     """Many pairs with the models loaded once; continues past bad pairs; reruns skip finished pairs.
 
-    OUTPUT/index.html shows every pair's results (people x garments), refreshed as pairs finish.
+    OUTPUT/index.html shows every pair's results (people x garments), refreshed as pairs finish; its address is
+    the last line printed.
 
     Exit code 0 only if every pair succeeded (now or in an earlier run).
     """
@@ -165,8 +166,8 @@ def batch_command(
         pairs = select_shard(pairs, sharding, config)
     pairs = classify_pairs(pairs, config.checkpoints, config.category_margin)  # `auto` rows (seconds each)
     report = report if report is not None else config.output / report_name(sharding)
-    check_batch_outputs(pairs, config, report, [csv_file],  # no output replaces an input
-                        pages=[config.output / index_name(sharding)])
+    index = config.output / index_name(sharding)
+    check_batch_outputs(pairs, config, report, [csv_file], pages=[index])  # no output replaces an input
 
     plain = not options["quiet"] and not json_out and not sys.stderr.isatty()  # nohup, 2> file: lines to follow
     with Display(show_progress(options["quiet"], json_out)) as display, PairLog(log_file, len(pairs)) as log:
@@ -182,13 +183,16 @@ def batch_command(
 
         quiet = options["quiet"] or json_out
         summary = make_engine(engine_name, config, cluster=cluster, report_path=report, progress=display,
-                              on_report=on_report, index_path=config.output / index_name(sharding),
+                              on_report=on_report, index_path=index,
                               status=None if quiet else echo_err).run(pairs)
 
+    sheet = index.resolve().as_uri() if index.is_file() else None  # a page that could not be written: warned
     if json_out:
-        print_json(summary.to_json())
+        print_json({**summary.to_json(), "index": sheet})
     else:
         for line in summary.summary_lines(config):
             typer.echo(line)
+        if sheet is not None:  # last, where a terminal shows it: a file:// address opens with a click
+            typer.echo(f"contact sheet: {sheet}")
     if not summary.ok:
         raise typer.Exit(1)

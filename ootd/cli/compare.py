@@ -42,7 +42,8 @@ def compare_command(
     **options: Any,
 ) -> None:
     """How far two folders of try-on results differ: PSNR, SSIM, max/mean absolute pixel difference per image and
-    overall (the mean). Images missing on one side, of different sizes or unreadable are reported, not compared."""
+    overall (how many are identical, the mean over the others). Images missing on one side, of different sizes or
+    unreadable are reported, not compared."""
     from ootd.cli.display import print_json
     from ootd.tools.compare import compare_folders
 
@@ -61,10 +62,20 @@ def compare_command(
                                                  else "")
         typer.echo(f"skipped {len(result.skipped)} intermediate(s) and contact sheet(s), not results ({shown}); "
                    "--include-intermediates compares them too")
-    overall = result.summary()
-    if not overall["compared"]:
-        typer.echo(f"overall: nothing compared ({overall['problems']} problem(s))")
-        return
-    typer.echo(f"overall ({overall['compared']} compared, {overall['identical']} identical, {overall['problems']} "
-               f"problem(s)): PSNR {_psnr_text(overall['psnr_mean'])}  SSIM {overall['ssim_mean']:.4f}  "
-               f"max |diff| {overall['max_abs']}  mean |diff| {overall['mean_abs']:.3f}")
+    typer.echo(overall_line(result.summary()))
+
+
+def overall_line(overall: dict[str, Any]) -> str:
+    """`overall (3 compared, 0 problem(s)): 1 of 3 identical; the other 2: PSNR ...`: the identical pairs counted,
+    the means taken over the others (an identical pair's infinite PSNR would make any mean infinite)."""
+    compared, identical = overall["compared"], overall.get("identical", 0)
+    head = f"overall ({compared} compared, {overall['problems']} problem(s))"
+    if not compared:
+        return f"overall: nothing compared ({overall['problems']} problem(s))"
+    if identical == compared:
+        return f"{head}: all {compared} identical (PSNR inf, SSIM 1.0000, max |diff| 0)"
+    others = compared - identical
+    which = "mean" if not identical else "the other" if others == 1 else f"the other {others} (mean)"
+    return (f"{head}: {identical} of {compared} identical; {which}: PSNR {_psnr_text(overall['psnr_mean'])}  "
+            f"SSIM {overall['ssim_mean']:.4f}  max |diff| {overall['max_abs']}  mean |diff| "
+            f"{overall['mean_abs']:.3f}")

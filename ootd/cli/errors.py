@@ -83,7 +83,8 @@ class OotdGroup(TyperGroup):
 
 
 def tidy_help(command: Any) -> None:
-    """Flags show no value type in --help (typer would print `<bool>` after them), here and in subcommands."""
+    """Flags show no value type in --help (typer would print `<bool>` after them), here and in subcommands; each
+    subcommand's line in its group's list is its docstring's first paragraph on one line."""
     params = list(getattr(command, "params", []))
     make_help = getattr(command, "get_help_option", None)
     if callable(make_help) and not getattr(make_help, "_tidied", False):
@@ -99,4 +100,12 @@ def tidy_help(command: Any) -> None:
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
     for sub in (getattr(command, "commands", None) or {}).values():
+        if getattr(sub, "short_help", None) is None and getattr(sub, "help", None):
+            sub.short_help = first_paragraph(sub.help)
         tidy_help(sub)
+
+
+def first_paragraph(text: str) -> str:
+    """A docstring's first paragraph on one line: `ootd --help` lists it, and in rich markup mode typer keeps the
+    docstring's own line breaks, which then fall mid-sentence."""
+    return " ".join(inspect.cleandoc(text).split("\n\n")[0].split())

@@ -20,6 +20,7 @@ from ootd.app.tryon.config import RunConfig, build_config
 from ootd.app.tryon.naming import NAME_FIELDS
 from ootd.hardware.spec import ENV_DEVICE
 from ootd.settings import (
+    AUTO_CATEGORY,
     AttentionName,
     Category,
     Choice,
@@ -52,7 +53,7 @@ def _opt(*names: str, panel: str, default_shown: bool = True, **kwargs: Any) -> 
 
 
 MODEL_TYPES = tuple(m.value for m in ModelType)
-CATEGORY_METAVAR = choices(tuple(c.value for c in Category))  # `auto` is in the help (80 columns)
+CATEGORY_METAVAR = choices((*(c.value for c in Category), AUTO_CATEGORY))  # run's and batch's --category
 
 ModelTypeOpt = Annotated[str | None, _opt(
     "--model-type", metavar=choices(MODEL_TYPES), panel=INPUTS, default_shown=False,

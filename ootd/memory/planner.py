@@ -30,9 +30,13 @@ from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, PlanRequest, 
 logger = logging.getLogger(__name__)
 
 
-def gib(n: float) -> str:
-    """Bytes as 'x.xx GiB' for tables and logs."""
-    return f"{n / GIB:.2f} GiB"
+def size_text(n: float) -> str:
+    """Bytes for tables and logs in the unit that shows them: `4.20 GiB`, `10.0 MiB`, `512.0 KiB`, `0 B` (a
+    budget of 10 MiB is not `0.01 GiB`)."""
+    for unit, scale, digits in (("GiB", GIB, 2), ("MiB", MIB, 1), ("KiB", 1024, 1)):
+        if abs(n) >= scale:
+            return f"{n / scale:.{digits}f} {unit}"
+    return f"{n:.0f} B"
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,8 @@ class Plan:
                 f", {r.dtype}{' (UNet linear layers quantized)' if r.sizes.unets_quantized else ''}"
                 f", attention {r.attention}, on {r.device.name} ({r.device.type})")
         source = "--max-memory" if self.request is not None and self.request.max_memory else "free memory - margin"
-        lines.append(f"  budget                 {gib(self.budget_bytes):>11}  ({source})")
-        lines.append(f"  attention chunk budget {gib(self.attention_budget_bytes):>11}")
+        lines.append(f"  budget                 {size_text(self.budget_bytes):>11}  ({source})")
+        lines.append(f"  attention chunk budget {size_text(self.attention_budget_bytes):>11}")
         batch = ""
         if self.request is not None:
             r = self.request
@@ -99,11 +103,11 @@ class Plan:
         lines.append(f"  offload                {self.offload:>11}")
         lines.append("  stage                     estimate")
         for stage in (*STAGES, "peak"):
-            lines.append(f"    {stage:<20} {gib(self.estimate[stage]):>11}")
+            lines.append(f"    {stage:<20} {size_text(self.estimate[stage]):>11}")
         parts = ("weights_resident", "garment_features", "unet_activations", "attention_workspace")
-        lines.append("    (" + ", ".join(f"{p} {gib(self.estimate[p])}" for p in parts) + ")")
+        lines.append("    (" + ", ".join(f"{p} {size_text(self.estimate[p])}" for p in parts) + ")")
         verdict = "fits" if self.fits else "DOES NOT FIT even with every saving on"
-        lines.append(f"  peak {gib(self.estimate['peak'])} of {gib(self.budget_bytes)}: {verdict}")
+        lines.append(f"  peak {size_text(self.estimate['peak'])} of {size_text(self.budget_bytes)}: {verdict}")
         return "\n".join(lines)
 
 
@@ -203,7 +207,7 @@ def make_plan(request: PlanRequest) -> Plan:
     )
     if not fits_budget:
         logger.warning("estimated peak %s exceeds the memory budget %s even with every saving on",
-                       gib(numbers["peak"]), gib(budget_bytes))
+                       size_text(numbers["peak"]), size_text(budget_bytes))
     return plan
 
 

@@ -24,7 +24,7 @@ from ootd.errors import OutOfMemoryError
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.profiles import DeviceProfile
 from ootd.memory.estimate import PlanRequest
-from ootd.memory.planner import Plan, apply_plan_to_vae, gib, make_plan
+from ootd.memory.planner import Plan, apply_plan_to_vae, make_plan, size_text
 from ootd.memory.sizes import ModelSizes
 from ootd.speedups.execution import compile_error, is_compile_failure
 
@@ -156,7 +156,7 @@ class Residency:
             raise OutOfMemoryError(f"out of memory during {stage}: {str(first).splitlines()[0]}") from first
         smaller = plan.halved()
         logger.warning("out of memory during %s; retrying once with half the memory budget (%s)",
-                       stage, gib(smaller.budget_bytes))
+                       stage, size_text(smaller.budget_bytes))
         self.apply(smaller)
         try:
             return fn()

@@ -13,7 +13,8 @@
     server.py     host/auth policy, the socket, uvicorn, stopping on signals
     ray_engine.py `--engine ray`: the app's worker over a Ray Serve deployment (routing, line, replicas)
     ray_replica.py  the Ray Serve replica: one pipeline on one device, its jobs streamed back
-    static/       the page (plain HTML, CSS and JavaScript, no CDN), its icon and example images
+    static/       the page (plain HTML, CSS and JavaScript, no CDN: app.js the page, editor.js the mask editor
+                  with a mask per garment, zip.js "download all"), its icon and example images
 
 FastAPI, uvicorn and python-multipart come with the `serve` extra, Ray Serve with `ray-serve`; nothing here is
 imported by the library or the application layer.

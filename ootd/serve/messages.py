@@ -1,8 +1,9 @@
 """Every failure -> an HTTP status and one line for the client, worded for a web page or a program, never naming
 this server's files.
 
-Statuses: 400 unusable image or impossible combination, 413 too large, 422 bad field, 503 busy (Retry-After),
-stopping, out of memory or models that cannot load; 500 only for a fault of the server itself.
+Statuses: 400 unusable image, impossible combination or a setting this server cannot run (UnsupportedError, exit 3
+in the CLI: retrying cannot help), 413 too large, 422 bad field, 503 busy (Retry-After), stopping, out of memory or
+models that cannot load; 500 only for a fault of the server itself.
 
 The library's messages are written for the command line ("give a mask image with --mask"); `for_client` turns
 those hints into the API's words (the `mask` field) and replaces every absolute path by its last part (the
@@ -17,7 +18,15 @@ import re
 from fastapi.responses import JSONResponse
 
 from ootd.app.console import one_line
-from ootd.errors import CheckpointError, DeviceError, InputImageError, NoPersonError, OotdError, UsageError
+from ootd.errors import (
+    CheckpointError,
+    DeviceError,
+    InputImageError,
+    NoPersonError,
+    OotdError,
+    UnsupportedError,
+    UsageError,
+)
 from ootd.serve.forms import BadRequest, FieldError
 from ootd.serve.worker import QueueFull, ReplicaLost, ShuttingDown
 
@@ -65,6 +74,8 @@ def _classify(exc: BaseException) -> tuple[int, str, dict[str, str]]:
         return 503, str(exc), {"Retry-After": str(exc.retry_after)}
     if isinstance(exc, ShuttingDown):
         return 503, str(exc), {"Retry-After": "5"}
+    if isinstance(exc, UnsupportedError):
+        return 400, f"this server cannot run that: {exc}", {}
     if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower():
         return 503, f"out of memory: {one_line(exc)[:200]}; {OOM_HINT}", {}
     if isinstance(exc, CheckpointError | DeviceError):

@@ -50,6 +50,7 @@ class Finished:
     timings: dict[str, Any]
     files: dict[str, Path] = field(default_factory=dict)  # every servable name -> its path
     replica: str | None = None  # the Ray Serve replica that ran it (the Ray engine); None: this process
+    person_mask2: str | None = None  # an outfit's: `person_mask` is the first garment's, this the second's
 
 
 class TryOnService:
@@ -123,17 +124,23 @@ def checkpoints_note(config: RunConfig) -> str | None:
 
 def write_outcome(job: TryOnJob, outcome: JobOutcome, person_size: tuple[int, int]) -> Finished:
     """The files `ootd run --save-intermediates` writes (results, mask and masked person framed like the
-    results, with `ootd run`'s names and records) and the editor's mask (recorded as the job's other pictures),
+    results, with `ootd run`'s names and records) and each garment's mask in the photo's framing, in the
+    request's order (what the page's editor starts from: `mask`, `mask2`; recorded as the job's other pictures),
     each written atomically into the job's results folder."""
     images, intermediates = job.save(outcome)
-    final = job.passes[-1]  # the pass that made the pictures: its mask is the one to edit
-    editable = mask_in_person_frame(outcome.final[0].result.mask, person_size, job.config.fit)
-    person_mask = save_png_atomic(editable, job.targets.path("mask_editable"), outcome.record(None).text(),
-                                  overwrite=True)
-    files = {path.name: path for path in (*images, *intermediates.values(), person_mask)}
+    record = outcome.record(None).text()
+    editable: dict[int, Path] = {}  # garment's place in the request -> its mask's file
+    for number, one in enumerate(job.passes):
+        mask = mask_in_person_frame(outcome.passes[number][0].result.mask, person_size, job.config.fit)
+        editable[job.inputs.garments.index(one.garment)] = save_png_atomic(
+            mask, job.targets.path(f"{one.prefix}mask_editable"), record, overwrite=True)
+    masks = [editable[i] for i in sorted(editable)]
+    final = job.passes[-1]  # the pass that made the pictures
+    files = {path.name: path for path in (*images, *intermediates.values(), *masks)}
     return Finished([p.name for p in images], intermediates[f"{final.prefix}mask"].name,
-                    intermediates[f"{final.prefix}masked_person"].name, person_mask.name,
-                    int(job.config.sampling.seed), final.model_type.value, outcome.record(0).settings(), {}, files)
+                    intermediates[f"{final.prefix}masked_person"].name, masks[0].name,
+                    int(job.config.sampling.seed), final.model_type.value, outcome.record(0).settings(), {}, files,
+                    person_mask2=masks[1].name if len(masks) > 1 else None)
 
 
 def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: FitMode) -> Any:

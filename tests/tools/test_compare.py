@@ -45,6 +45,54 @@ def reference_ssim(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(values))
 
 
+def whole_image_ssim(a: np.ndarray, b: np.ndarray) -> float:
+    """SSIM as one float64 pass over each whole channel (the form the strips must reproduce)."""
+    from scipy.ndimage import gaussian_filter
+
+    def blur(v: np.ndarray) -> np.ndarray:
+        return gaussian_filter(v, 1.5, truncate=3.5, mode="reflect")
+
+    values = []
+    for c in range(a.shape[-1]):
+        x, y = a[..., c].astype(np.float64), b[..., c].astype(np.float64)
+        mx, my = blur(x), blur(y)
+        vx, vy, cxy = blur(x * x) - mx * mx, blur(y * y) - my * my, blur(x * y) - mx * my
+        c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+        s = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+        values.append(s[5:-5, 5:-5].mean())
+    return float(np.mean(values))
+
+
+def test_ssim_in_strips_is_the_whole_images_and_its_memory_does_not_grow_with_the_image(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strips of 64 rows, each read with the window's 5 rows more on each side, give the whole-image value (to
+    1e-12; only the order of the final sum differs), and the work arrays are a strip's, not the image's: four
+    times the rows, the same peak, under a float64 copy of the image."""
+    import tracemalloc
+
+    from ootd.tools import compare
+
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 256, size=(300, 48, 3), dtype=np.uint8)
+    other = np.clip(base.astype(int) + rng.integers(-30, 31, size=base.shape), 0, 255).astype(np.uint8)
+    monkeypatch.setattr(compare, "STRIP_PIXELS", 64 * 48)  # five strips: four boundaries inside the image
+    assert len(compare._strips(300, 48, 5)) == 5
+    assert compare.ssim(base, other) == pytest.approx(whole_image_ssim(base, other), abs=1e-12)
+    assert compare.ssim(base, other) == pytest.approx(reference_ssim(base, other), abs=1e-9)
+    monkeypatch.undo()
+
+    peaks = []
+    for rows in (600, 2400):
+        a = rng.integers(0, 256, size=(rows, 500, 3), dtype=np.uint8)
+        b = a ^ 3
+        tracemalloc.start()
+        compare.ssim(a, b)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert peaks[1] < 1.2 * peaks[0], peaks
+    assert peaks[1] < a.size * 8 / 2, peaks  # half a float64 copy of the 2400-row image
+
+
 @pytest.fixture()
 def folders(tmp_path: Path) -> dict[str, object]:
     rng = np.random.default_rng(0)
@@ -84,12 +132,43 @@ def test_cli_text_and_json(folders: dict[str, object]) -> None:
     assert lines[1].startswith(f"offset.png: PSNR {20 * math.log10(255 / 4):.2f} dB  SSIM ")  # 36.09 dB
     assert lines[1].endswith("max |diff| 4  mean |diff| 4.000")
     assert lines[2].startswith("same.png: PSNR inf (identical)  SSIM 1.0000  max |diff| 0")
-    assert lines[3].startswith("overall (3 compared, 1 identical, 0 problem(s)): PSNR inf (identical)")
     data = json.loads(invoke(folders["a"], folders["b"], "--json").stdout)
     by_name = {i["name"]: i for i in data["images"]}
     assert by_name["same.png"]["psnr"] == "inf" and by_name["same.png"]["ssim"] == 1.0
     assert by_name["offset.png"]["psnr"] == pytest.approx(20 * math.log10(255 / 4), abs=1e-9)
-    assert data["overall"]["compared"] == 3 and data["overall"]["max_abs"] == 20
+    overall = data["overall"]
+    assert (overall["compared"], overall["identical"], overall["differing"], overall["max_abs"]) == (3, 1, 2, 20)
+    differ = [by_name["noisy.png"], by_name["offset.png"]]  # the means are over the pairs that differ
+    assert overall["psnr_mean"] == pytest.approx(np.mean([i["psnr"] for i in differ]), abs=1e-9)
+    assert overall["ssim_mean"] == pytest.approx(np.mean([i["ssim"] for i in differ]), abs=1e-12)
+    assert lines[3] == (f"overall (3 compared, 0 problem(s)): 1 of 3 identical; the other 2 (mean): PSNR "
+                        f"{overall['psnr_mean']:.2f} dB  SSIM {overall['ssim_mean']:.4f}  max |diff| 20  mean |diff| "
+                        f"{overall['mean_abs']:.3f}")
+
+
+def test_the_overall_line_counts_identical_pairs_and_averages_the_others(folders: dict[str, object]) -> None:
+    """One identical pair and one at about 20 dB: the overall PSNR is the other's, not inf."""
+    a, b = folders["a"], folders["b"]
+    for name in ("offset.png", "noisy.png"):
+        (a / name).unlink()
+        (b / name).unlink()
+    far = np.clip(folders["base"].astype(int) + 25, 0, 255).astype(np.uint8)
+    Image.fromarray(folders["base"]).save(a / "far.png")
+    Image.fromarray(far).save(b / "far.png")
+    (a / "gone.png").write_bytes((a / "same.png").read_bytes())
+    lines = invoke(a, b).stdout.splitlines()
+    far_line = next(line for line in lines if line.startswith("far.png: "))
+    psnr_text = far_line.split("PSNR ")[1].split(" dB")[0]
+    assert 19 < float(psnr_text) < 22, far_line
+    assert lines[-1].startswith(f"overall (2 compared, 1 problem(s)): 1 of 2 identical; the other: PSNR "
+                                f"{psnr_text} dB  SSIM "), lines[-1]
+    for path in (a / "far.png", b / "far.png", a / "gone.png"):
+        path.unlink()
+    assert invoke(a, b).stdout.splitlines()[-1] == \
+        "overall (1 compared, 0 problem(s)): all 1 identical (PSNR inf, SSIM 1.0000, max |diff| 0)"
+    overall = json.loads(invoke(a, b, "--json").stdout)["overall"]
+    assert (overall["identical"], overall["differing"], overall["psnr_mean"], overall["ssim_mean"]) == \
+        (1, 0, "inf", 1.0)
 
 
 def test_missing_counterpart_and_size_mismatch_are_one_line_reports(folders: dict[str, object]) -> None:
@@ -106,7 +185,7 @@ def test_missing_counterpart_and_size_mismatch_are_one_line_reports(folders: dic
     assert "same.png: sizes differ: 32x40 vs 32x30" in lines
     assert any(line.startswith("broken.png: ") and "not an image file" in line for line in lines)
     assert not any("notes.txt" in line for line in lines)
-    assert lines[-1].startswith("overall (2 compared, 0 identical, 3 problem(s)): PSNR ")
+    assert lines[-1].startswith("overall (2 compared, 3 problem(s)): 0 of 2 identical; mean: PSNR ")
     assert not any(line.startswith("skipped") for line in lines)  # none of these is an ootd intermediate
 
 
@@ -180,9 +259,11 @@ def test_results_only_by_default_intermediates_on_request(models, tmp_path: Path
     assert lines[1].startswith("skipped 3 intermediate(s) and contact sheet(s), not results (person__tshirt__grid.png, "
                                "person__tshirt__mask.png, person__tshirt__masked_person.png)")
     assert "--include-intermediates" in lines[1]
-    assert lines[2].startswith("overall (1 compared, 0 identical, 0 problem(s)): PSNR ") and "inf" not in lines[2]
+    assert lines[2].startswith("overall (1 compared, 0 problem(s)): 0 of 1 identical; mean: PSNR ")
+    assert "inf" not in lines[2]
     data = json.loads(invoke(tmp_path / "exact", tmp_path / "fast", "--json").stdout)
     assert data["overall"]["compared"] == 1 and data["overall"]["skipped"] == 3 and len(data["skipped"]) == 3
     everything = invoke(tmp_path / "exact", tmp_path / "fast", "--include-intermediates")
-    assert everything.stdout.splitlines()[-1].startswith("overall (4 compared, 2 identical, 0 problem(s))")
+    assert everything.stdout.splitlines()[-1].startswith("overall (4 compared, 0 problem(s)): 2 of 4 identical; "
+                                                         "the other 2 (mean): PSNR ")
     assert not any(line.startswith("skipped") for line in everything.stdout.splitlines())

@@ -6,7 +6,8 @@ written. Every size stays bounded whatever the batch's size: a batch of at most 
 `PAGE_PAIRS` pairs (whole people where they fit) and of at most `ERRORS_PER_PAGE` errors in a folder beside it.
 
 Work grows with the pairs, never with people x garments: a page lists the garments its own people wear, and a
-page where most of that grid would be empty (zip pairing, a sparse CSV) lists each person's pairs instead. Links
+page where most of that grid would be empty (zip pairing, a sparse CSV) lists each person's pairs instead. An
+outfit row is a column of its own (both garments named and shown), its cell holding both masks. Links
 are relative, URL-encoded per path segment and HTML-escaped; each folder is resolved once, not each file.
 """
 
@@ -40,6 +41,7 @@ STYLE = (
     "th{font-weight:normal;font-size:.85em}img{height:160px;max-width:none;display:block}"
     ".mask img{height:80px;opacity:.8}.item{display:inline-block;vertical-align:top;margin:2px}"
     ".item .garment img{height:60px}.cell{display:flex;flex-wrap:wrap;gap:2px}"
+    ".outfit{display:flex;gap:2px}.outfit img,.outfit .missing{height:80px;width:auto;min-width:60px}"
     ".error{color:#b00;max-width:20em;font-size:.85em}.pending{color:#888}"
     ".missing{width:120px;height:160px;background:#eee;color:#777;display:flex;align-items:center;"
     "justify-content:center;font-size:.8em;text-align:center}"
@@ -162,7 +164,7 @@ class Page:
 
     number: int
     people: list[tuple[str, Path]] = field(default_factory=list)
-    columns: list[tuple[tuple[str, str], Path]] = field(default_factory=list)  # ((garment key, category), path)
+    columns: list[tuple[tuple[str, str], Pair]] = field(default_factory=list)  # (column key, its first pair)
     cells: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     rows: dict[str, list[int]] = field(default_factory=dict)
     positions: list[int] = field(default_factory=list)
@@ -176,7 +178,35 @@ class Page:
 
 
 def _category(pair: Pair) -> str:
-    return pair.category or ""  # a StrEnum: the member is its word
+    """The pair's category word (a StrEnum member is its word); an outfit's two, in its garments' order."""
+    if pair.outfit:
+        return f"{pair.category or ''};{pair.category2 or ''}"
+    return pair.category or ""
+
+
+def _garments(pair: Pair) -> tuple[tuple[Path, str], ...]:
+    """The pair's garments with their categories: one, or an outfit's two."""
+    first = ((pair.garment, pair.category or ""),)
+    return first if pair.garment2 is None else (*first, (pair.garment2, pair.category2 or ""))
+
+
+def _column(pair: Pair, name: _Names) -> tuple[str, str]:
+    """A pair's column: its garment (an outfit: both, in order) and category; an outfit is never under its top's
+    column."""
+    return ("\0".join(name(garment) for garment, _ in _garments(pair)), _category(pair))
+
+
+def garment_label(pair: Pair) -> str:
+    """`shirt.png (upper)`, or for an outfit `shirt.png (upper) with jeans.png (lower)`."""
+    return " with ".join(f"{garment.name} ({category})" for garment, category in _garments(pair))
+
+
+def _garment_header(pair: Pair, links: Links) -> str:
+    """The garment's picture and name; an outfit's two pictures side by side, then both names."""
+    thumbs = "".join(links.input_thumb(garment) for garment, _ in _garments(pair))
+    if pair.outfit:
+        thumbs = f'<div class="outfit">{thumbs}</div>'
+    return thumbs + _text(garment_label(pair))
 
 
 class _Names:
@@ -224,10 +254,10 @@ def _place(page: Page, pairs: Sequence[Pair], positions: list[int], name: _Names
         page.people.append((key, person))
     for position in positions:
         pair = pairs[position]
-        column = (name(pair.garment), _category(pair))
+        column = _column(pair, name)
         if column not in page._seen:
             page._seen.add(column)
-            page.columns.append((column, pair.garment))
+            page.columns.append((column, pair))
         page.cells.setdefault((key, *column), []).append(position)
     page.rows.setdefault(key, []).extend(positions)
     page.positions += positions
@@ -241,16 +271,29 @@ def error_text(report: PairReport) -> str:
     return problem[len(source) + 2:] if source and problem.startswith(f"{source}: ") else problem
 
 
+def _masks(pair: Pair, report: PairReport) -> list[tuple[str, str]]:
+    """The masks to show with a pair's results, each with its title: the one the run saved or was given, and for
+    an outfit one per garment (`mask of shirt.png`)."""
+    saved, given = report.intermediates, (pair.mask, pair.mask2)
+    if not pair.outfit:
+        mask = saved.get("mask") or (os.fspath(pair.mask) if pair.mask is not None else None)
+        return [(mask, "mask")] if mask else []
+    masks = []
+    for (garment, category), mask in zip(_garments(pair), given, strict=True):
+        found = saved.get(f"{category}_mask") or (os.fspath(mask) if mask is not None else None)
+        if found:
+            masks.append((found, f"mask of {garment.name}"))
+    return masks
+
+
 def cell(pair: Pair, report: PairReport | None, links: Links) -> str:
-    """One pair's cell: its results and mask, its error, or `pending`."""
+    """One pair's cell: its results and mask (an outfit: both masks), its error, or `pending`."""
     if report is None:
         return '<div class="pending">pending</div>'
     if report.status == "error":
         return f'<div class="error">{_text(error_text(report))}</div>'
     parts = [links.thumb(p) for p in report.outputs]
-    mask = report.intermediates.get("mask") or (os.fspath(pair.mask) if pair.mask is not None else None)
-    if mask:
-        parts.append(f'<span class="mask">{links.thumb(mask, "mask")}</span>')
+    parts += [f'<span class="mask">{links.thumb(mask, title)}</span>' for mask, title in _masks(pair, report)]
     return f'<div class="cell {report.status}">{"".join(parts)}</div>'
 
 
@@ -264,8 +307,7 @@ def grid(page: Page, pairs: Sequence[Pair], cells: dict[int, str], links: Links)
     pending = '<div class="pending">pending</div>'
     rows = []
     if page.dense:
-        head = "".join(f"<th>{links.input_thumb(g)}{_text(g.name)} ({_text(c)})</th>"
-                       for (_, c), g in page.columns)
+        head = "".join(f"<th>{_garment_header(first, links)}</th>" for _, first in page.columns)
         for key, person in page.people:
             tds = "".join("<td>" + "".join(cells.get(p, pending) for p in page.cells.get((key, *column), ()))
                           + "</td>" for column, _ in page.columns)
@@ -273,8 +315,8 @@ def grid(page: Page, pairs: Sequence[Pair], cells: dict[int, str], links: Links)
         return f'<div class="grid"><table><tr><th></th>{head}</tr>{"".join(rows)}</table></div>'
     for key, person in page.people:
         items = "".join(
-            f'<div class="item"><div class="garment">{links.input_thumb(pairs[p].garment)}'
-            f"{_text(pairs[p].garment.name)} ({_text(_category(pairs[p]))})</div>{cells.get(p, pending)}</div>"
+            f'<div class="item"><div class="garment">{_garment_header(pairs[p], links)}</div>'
+            f"{cells.get(p, pending)}</div>"
             for p in page.rows[key])
         rows.append(f"<tr>{_person_header(person, links)}<td>{items}</td></tr>")
     return f'<div class="grid"><table>{"".join(rows)}</table></div>'

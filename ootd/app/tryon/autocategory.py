@@ -86,7 +86,7 @@ def check_margin(classification: Any, margin: float, label: str) -> None:
     raise UsageError(
         f"cannot tell the category of {label}: {first.value} {p1:.2f} or {second.value} {p2:.2f} (ahead by "
         f"{classification.margin:.2f}, under the margin {margin:.2f}); give it with --category {first.value}, "
-        f"{second.value} or the other"
+        f"{second.value} or {' or '.join(c.value for c in Category if c not in (first, second))}"
     )
 
 

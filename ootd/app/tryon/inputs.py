@@ -94,7 +94,7 @@ class JobInputs:
             return self
         person_label = self.person_label()
         person = load_input(self.person, "person", person_label)
-        garments = []
+        garments = list(self.garments)  # decoded in `order`, kept in the order given
         for garment in order or self.garments:
             label = garment.label()
             image = load_input(garment.image, "garment", label)
@@ -105,6 +105,7 @@ class JobInputs:
                 check_mask_input(TryOnRequest(person, image, garment.category, mask, person_name=person_label,
                                               garment_name=label, mask_name=mask_label),
                                  raw_mask=garment.mask, fit=fit)
-            garments.append(replace(garment, image=image, name=label, mask=mask, mask_name=mask_label))
+            garments[self.garments.index(garment)] = replace(garment, image=image, name=label, mask=mask,
+                                                             mask_name=mask_label)
         return replace(self, person=person, person_name=person_label, garments=tuple(garments), checked=True,
                        files=tuple(self.paths()))

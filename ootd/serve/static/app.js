@@ -1,14 +1,18 @@
 // The try-on page: pick the inputs (checked here at once; the server checks again), optionally paint or upload a
-// mask over the person photo, run a job and follow it, keep every result of this visit, edit a run's mask and
-// run again with that run's seed, download everything as one zip.
+// mask over the person photo (one per garment for an outfit: editor.js), run a job and follow it, keep every
+// result of this visit, edit a run's masks and run again with that run's seed, download everything as one zip
+// (zip.js).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const chosen = { person: null, garment: null, garment2: null };  // File per role (garment2: an outfit)
 const WHAT = { person: "the person photo", garment: "the garment photo", garment2: "the second garment photo" };
+const MASK_OF = { garment: "the garment", garment2: "the second garment" };
+const MASK_LABEL = { garment: "Garment", garment2: "Second garment" };  // the labels of #mask-for's choices
 let options = null;  // GET api/options: choices, defaults, limits
 const runs = [];     // this visit's finished runs, oldest first: {number, job, files: [{name, url, blob}]}
 let current = null;  // the job being followed: {id}
+let editing = null;  // the run whose masks are in the editor ("Edit this mask"), until they are replaced
 let busy = false;
 
 // ---- messages
@@ -134,14 +138,25 @@ async function choose(role, file) {
   const preview = $(`${role}-preview`);
   preview.src = checked.url;
   preview.hidden = false;
-  if (role === "person") startEditor(checked.img);
+  if (role === "person") usePerson(checked.img);
   if (role === "garment2") showOutfit();
 }
 
-function showOutfit() {  // a second garment makes an outfit: its category, and a way back to one garment
+// A second garment makes an outfit: its category, a mask of its own, and a way back to one garment.
+function showOutfit() {
   $("category2-label").hidden = !chosen.garment2;
   $("garment2-clear").hidden = !chosen.garment2;
-  if (!chosen.garment2) $("garment2-preview").hidden = true;
+  if (!chosen.garment2) {
+    $("garment2-preview").hidden = true;
+    clearLayer("garment2", false);
+    if (editor.active === "garment2") showLayer("garment");
+  }
+  showMaskState();
+}
+
+function removeGarment2() {
+  chosen.garment2 = null;
+  showOutfit();
 }
 
 async function useExample(button) {
@@ -152,107 +167,49 @@ async function useExample(button) {
   if (button.dataset.category) { $(select).value = button.dataset.category; showModelType(); }
 }
 
-// ---- mask editor: a red layer (opaque = repaint) at the person photo's own size, drawn over the photo
+// ---- the masks: the editor (editor.js) holds a layer per garment; this says which is shown and what is sent
 
-const editor = { layer: document.createElement("canvas"), person: null, drawing: false, painted: false,
-                 editing: null };
-
-function startEditor(personImage) {
-  const canvas = $("mask-canvas");
-  editor.person = personImage;
-  canvas.width = editor.layer.width = personImage.naturalWidth;
-  canvas.height = editor.layer.height = personImage.naturalHeight;
-  clearMask();
+function usePerson(personImage) {  // a new photo: empty masks over it
+  editing = null;
+  startEditor(personImage);
   $("editor-empty").hidden = true;
   $("editor-tools").hidden = false;
-  canvas.hidden = false;
+  $("mask-canvas").hidden = false;
 }
 
-function clearMask() {
-  editor.layer.getContext("2d").clearRect(0, 0, editor.layer.width, editor.layer.height);
-  editor.painted = false;
-  editor.editing = null;
-  showMaskState();
-  redraw();
-}
-
-// A mask image (white = repaint) into the layer, stretched to the photo (it has the photo's shape).
-function maskIntoLayer(img) {
-  const ctx = editor.layer.getContext("2d");
-  const { width, height } = editor.layer;
-  ctx.clearRect(0, 0, width, height);
-  ctx.drawImage(img, 0, 0, width, height);
-  const pixels = ctx.getImageData(0, 0, width, height);
-  for (let i = 0; i < pixels.data.length; i += 4) {
-    const d = pixels.data;
-    const on = (d[i] * 0.299 + d[i + 1] * 0.587 + d[i + 2] * 0.114) >= 127 && d[i + 3] >= 127;
-    d.set(on ? [230, 40, 40, 255] : [0, 0, 0, 0], i);
-  }
-  ctx.putImageData(pixels, 0, 0);
-  editor.painted = true;
-  redraw();
-}
-
-function maskIsEmpty() {
-  if (!editor.painted) return true;
-  const { data } = editor.layer.getContext("2d").getImageData(0, 0, editor.layer.width, editor.layer.height);
-  for (let i = 3; i < data.length; i += 4) if (data[i] >= 127) return false;
-  return true;
+function maskRoles() {  // the garments that take a mask: the API's `mask`, and `mask2` for an outfit
+  return chosen.garment2 ? MASK_ROLES : ["garment"];
 }
 
 function showMaskState() {
-  const mine = editor.painted;
-  const run = editor.editing;
-  $("mask-state").textContent = !mine
-    ? "Automatic: pose and parsing find the garment's area. Or paint it over the person photo (or upload a mask, white = repaint), then run."
-    : run ? `Editing the mask of run ${run.number} (seed ${run.job.seed}, kept in the Seed field: change it for new noise). Paint where the garment goes, erase where the person stays.`
-    : "Your mask: red is repainted. Paint where the garment goes, erase where the person stays.";
-  $("mask-note").textContent = mine ? "mask: yours" : "mask: automatic";
-  $("mask-rerun").disabled = busy || !mine;
-}
-
-function redraw() {
-  const canvas = $("mask-canvas");
-  const ctx = canvas.getContext("2d");
-  ctx.clearRect(0, 0, canvas.width, canvas.height);
-  if (editor.person) ctx.drawImage(editor.person, 0, 0);
-  ctx.globalAlpha = 0.5;
-  ctx.drawImage(editor.layer, 0, 0);
-  ctx.globalAlpha = 1;
-}
-
-function paint(event) {
-  const canvas = $("mask-canvas");
-  const box = canvas.getBoundingClientRect();
-  const x = (event.clientX - box.left) * canvas.width / box.width;
-  const y = (event.clientY - box.top) * canvas.height / box.height;
-  const radius = Number($("brush").value) * canvas.width / Math.max(box.width, 1) / 2;
-  const ctx = editor.layer.getContext("2d");
-  const erase = document.querySelector('input[name="tool"]:checked').value === "erase";
-  ctx.globalCompositeOperation = erase ? "destination-out" : "source-over";
-  ctx.fillStyle = "rgb(230, 40, 40)";
-  ctx.beginPath();
-  ctx.arc(x, y, radius, 0, 2 * Math.PI);
-  ctx.fill();
-  ctx.globalCompositeOperation = "source-over";
-  if (!editor.painted) { editor.painted = true; showMaskState(); }
-  redraw();
-}
-
-// The layer as a black-and-white PNG at the photo's size, what the API's `mask` field takes.
-function maskBlob() {
-  const out = document.createElement("canvas");
-  out.width = editor.layer.width;
-  out.height = editor.layer.height;
-  const source = editor.layer.getContext("2d").getImageData(0, 0, out.width, out.height);
-  const ctx = out.getContext("2d");
-  const pixels = ctx.createImageData(out.width, out.height);
-  for (let i = 0; i < source.data.length; i += 4) {
-    const value = source.data[i + 3] >= 127 ? 255 : 0;
-    pixels.data.set([value, value, value, 255], i);
+  const roles = maskRoles();
+  const mine = roles.filter((role) => editor.painted[role]);
+  const outfit = roles.length > 1;
+  const run = editing;
+  const active = outfit ? editor.active : "garment";
+  $("mask-for").hidden = !outfit;
+  for (const role of MASK_ROLES) {
+    $(`mask-for-${role}`).checked = role === active;
+    $(`mask-for-${role}-state`).textContent = editor.painted[role] ? "yours" : "automatic";
   }
-  ctx.putImageData(pixels, 0, 0);
-  return new Promise((resolve) => out.toBlob(resolve, "image/png"));
+  const missing = roles.find((role) => !editor.painted[role]);
+  const pending = outfit && mine.length === 1
+    ? ` ${MASK_OF[missing].replace("the", "The")} needs one too: choose “${MASK_LABEL[missing]}”.` : "";
+  $("mask-state").textContent = !mine.length
+    ? (outfit ? "Automatic: pose and parsing find each garment's area. Or paint a mask for each garment over the "
+                + "person photo (choose “Garment” or “Second garment” above it; or upload one, white = repaint), "
+                + "then run."
+              : "Automatic: pose and parsing find the garment's area. Or paint it over the person photo (or upload a "
+                + "mask, white = repaint), then run.")
+    : run ? `Editing the mask${outfit ? "s" : ""} of run ${run.number} (seed ${run.job.seed}, kept in the Seed `
+            + `field: change it for new noise). Paint where ${MASK_OF[active]} goes, erase where the person `
+            + `stays.${pending}`
+    : `Your mask${outfit ? ` of ${MASK_OF[active]}` : ""}: red is repainted. Paint where `
+      + `${outfit ? "it" : "the garment"} goes, erase where the person stays.${pending}`;
+  $("mask-note").textContent = !outfit ? `mask: ${mine.length ? "yours" : "automatic"}`
+    : `masks: ${mine.length === 2 ? "yours" : mine.length ? "one of two painted" : "automatic"}`;
+  $("mask-rerun").textContent = outfit ? "Run with these masks" : "Run with this mask";
+  $("mask-rerun").disabled = busy || !mine.length;
 }
 
 async function uploadMask(file) {
@@ -267,41 +224,56 @@ async function uploadMask(file) {
       throw new Error(`the mask ${file.name} is ${img.naturalWidth}x${img.naturalHeight} but the person photo is `
                       + `${person.naturalWidth}x${person.naturalHeight}: a mask must have the photo's shape`);
     }
-    editor.editing = null;
-    maskIntoLayer(img);
-    showMaskState();
+    editing = null;
+    maskIntoLayer(img, maskRoles().includes(editor.active) ? editor.active : "garment");
   } catch (error) {
     showError(error.message);
   }
 }
 
+function automaticMask() {  // the shown garment's mask goes back to automatic
+  clearLayer(maskRoles().includes(editor.active) ? editor.active : "garment");
+  if (!maskRoles().some((role) => editor.painted[role])) { editing = null; showMaskState(); }
+}
+
+// A run's photos, categories and masks back in the inputs (its seed in the Seed field): only what is changed
+// then differs in the next run.
 async function editRun(run) {
   showError("");
-  for (const role of ["person", "garment"]) {  // the run's own photos: only the mask (and seed, if changed) differ
-    chosen[role] = run.inputs[role];
-    $(`${role}-preview`).src = run.inputs[`${role}URL`];
+  const { inputs } = run;
+  for (const role of ["person", "garment", "garment2"]) {
+    chosen[role] = inputs[role];
+    if (inputs[role]) $(`${role}-preview`).src = inputs[`${role}URL`];
+    $(`${role}-preview`).hidden = !inputs[role];
   }
-  if (editor.person !== run.inputs.personImage) startEditor(run.inputs.personImage);
-  const maskFile = run.files.find((f) => f.kind === "person_mask");
-  const img = await loadImage(maskFile.url);
-  maskIntoLayer(img);
-  editor.editing = run;
+  $("category").value = inputs.category;
+  $("category2").value = inputs.category2;
+  showModelType();
+  if (editor.person !== inputs.personImage) usePerson(inputs.personImage);
+  for (const [role, kind] of [["garment", "person_mask"], ["garment2", "person_mask2"]]) {
+    const file = run.files.find((f) => f.kind === kind);
+    if (file) maskIntoLayer(await loadImage(file.url), role);
+    else clearLayer(role, false);
+  }
+  editing = run;
+  showLayer("garment");
+  showOutfit();
   $("seed").value = run.job.seed;
-  showMaskState();
   $("editor").scrollIntoView({ block: "start" });
 }
 
 // ---- running a job
 
-function formData(mask) {
+function formData(masks) {  // masks: none (automatic), or one per garment
   const form = new FormData();
   form.append("person", chosen.person, chosen.person.name || "person.png");
   form.append("garment", chosen.garment, chosen.garment.name || "garment.png");
-  if (mask) form.append("mask", mask, "mask.png");
+  if (masks[0]) form.append("mask", masks[0], "mask.png");
   form.append("category", $("category").value);
   if (chosen.garment2) {
     form.append("garment2", chosen.garment2, chosen.garment2.name || "garment2.png");
     form.append("category2", $("category2").value);
+    if (masks[1]) form.append("mask2", masks[1], "mask2.png");
   }
   for (const field of ["samples", "steps", "scale", "seed", "resolution", "scheduler", "fit"]) {
     const value = $(field).value.trim();
@@ -313,7 +285,7 @@ function formData(mask) {
 function setBusy(now) {
   busy = now;
   $("run").disabled = busy;
-  $("mask-rerun").disabled = busy || !editor.painted;
+  $("mask-rerun").disabled = busy || !maskRoles().some((role) => editor.painted[role]);
   $("cancel").hidden = !busy;
   $("progress").hidden = !busy;
 }
@@ -329,30 +301,46 @@ function describeProgress(job) {
   return [0, job.stage ? (labels[job.stage] || job.stage) : "preparing inputs..."];
 }
 
-function pageError(job) {
+function pageError(job, outfit) {
   if (job.needs_mask) {
     $("editor").scrollIntoView({ block: "start" });
-    return "No person was found in this photo. Paint the garment's area over the photo in the Mask section "
-      + "(or upload a mask), then run again.";
+    return outfit
+      ? "No person was found in this photo. Paint each garment's area over the photo in the Mask section (choose "
+        + "“Garment”, paint, then “Second garment”; or upload a mask for each), then run again."
+      : "No person was found in this photo. Paint the garment's area over the photo in the Mask section "
+        + "(or upload a mask), then run again.";
   }
   return job.error;
+}
+
+// The masks to send: none (automatic), or one per garment; null (and the error shown) for an outfit with one.
+async function masksToSend() {
+  const roles = maskRoles();
+  const mine = roles.filter((role) => !maskIsEmpty(role));
+  if (mine.length && mine.length < roles.length) {
+    const [missing, given] = mine[0] === "garment" ? ["garment2", "garment"] : ["garment", "garment2"];
+    showError(`an outfit takes a mask for each garment or for neither: paint or upload ${MASK_OF[missing]}'s mask `
+              + `too (choose “${MASK_LABEL[missing]}” in the Mask section), or choose “${MASK_LABEL[given]}” and `
+              + "press “Automatic mask”");
+    return null;
+  }
+  return mine.length ? Promise.all(roles.map((role) => maskBlob(role))) : [];
 }
 
 async function run() {
   if (!chosen.person || !chosen.garment) { showError("choose a person photo and a garment photo first"); return; }
   showError("");
-  const inputs = { person: chosen.person, garment: chosen.garment, personImage: editor.person,
-                   personURL: $("person-preview").src, garmentURL: $("garment-preview").src };
-  const mask = maskIsEmpty() ? null : await maskBlob();
-  if (chosen.garment2 && mask) {
-    showError("a painted or uploaded mask is for one garment: press Reset to try on the outfit with automatic masks");
-    return;
-  }
+  const inputs = { person: chosen.person, garment: chosen.garment, garment2: chosen.garment2,
+                   personImage: editor.person, personURL: $("person-preview").src,
+                   garmentURL: $("garment-preview").src, garment2URL: $("garment2-preview").src,
+                   category: $("category").value, category2: $("category2").value };
+  const masks = await masksToSend();
+  if (masks === null) return;
   setBusy(true);
   $("progress-bar").value = 0;
   $("progress-text").textContent = "uploading...";
   try {
-    const response = await fetch("api/jobs", { method: "POST", body: formData(mask) });
+    const response = await fetch("api/jobs", { method: "POST", body: formData(masks) });
     if (!response.ok) { showError(await readError(response)); return; }
     current = await response.json();
     for (;;) {
@@ -361,7 +349,7 @@ async function run() {
       const job = await poll.json();
       if (job.state === "done") { await addRun(job, inputs); return; }
       if (job.state === "cancelled") { showError("cancelled"); return; }
-      if (job.state === "failed") { showError(pageError(job)); return; }
+      if (job.state === "failed") { showError(pageError(job, Boolean(inputs.garment2))); return; }
       const [fraction, text] = describeProgress(job);
       $("progress-bar").value = fraction;
       $("progress-text").textContent = text;
@@ -393,6 +381,8 @@ async function addRun(job, inputs) {
     fetchFile(job.mask, decodeURIComponent(job.mask.split("/").pop()), "mask"),
     fetchFile(job.masked_person, decodeURIComponent(job.masked_person.split("/").pop()), "masked_person"),
     fetchFile(job.person_mask, decodeURIComponent(job.person_mask.split("/").pop()), "person_mask"),
+    ...(job.person_mask2  // an outfit's: the second garment's mask
+      ? [fetchFile(job.person_mask2, decodeURIComponent(job.person_mask2.split("/").pop()), "person_mask2")] : []),
   ]);
   const entry = { number: runs.length + 1, job, files, inputs };
   runs.push(entry);
@@ -434,12 +424,14 @@ function renderRun(entry) {
   const about = document.createElement("span");
   about.className = "muted run-about";
   const steps = job.settings.steps === 1 ? "1 step" : `${job.settings.steps} steps`;
-  about.textContent = `seed ${job.seed} · model ${job.model_type} · ${steps} · `
-    + `mask ${job.settings.mask === "uploaded" ? "yours" : "automatic"} · ${job.timings.run.toFixed(1)} s`;
+  const outfit = Boolean(job.person_mask2);
+  about.textContent = `${outfit ? "outfit · " : ""}seed ${job.seed} · model ${job.model_type} · ${steps} · `
+    + `mask${outfit ? "s" : ""} ${job.settings.mask === "uploaded" ? "yours" : "automatic"} · `
+    + `${job.timings.run.toFixed(1)} s`;
   const edit = document.createElement("button");
   edit.type = "button";
   edit.className = "edit-mask";
-  edit.textContent = "Edit this mask";
+  edit.textContent = outfit ? "Edit these masks" : "Edit this mask";
   edit.addEventListener("click", () => editRun(entry));
   head.append(title, about, edit);
   const images = document.createElement("div");
@@ -451,60 +443,10 @@ function renderRun(entry) {
   return box;
 }
 
-// ---- "download all": a zip (stored, not compressed: PNGs do not shrink) made here from the files held above
-
-const CRC_TABLE = (() => {
-  const table = new Uint32Array(256);
-  for (let n = 0; n < 256; n++) {
-    let c = n;
-    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-    table[n] = c >>> 0;
-  }
-  return table;
-})();
-
-function crc32(bytes) {
-  let crc = 0xffffffff;
-  for (let i = 0; i < bytes.length; i++) crc = CRC_TABLE[(crc ^ bytes[i]) & 0xff] ^ (crc >>> 8);
-  return (crc ^ 0xffffffff) >>> 0;
-}
-
-async function zipBlob(files) {
-  const parts = [];
-  const central = [];
-  let offset = 0;
-  const now = new Date();
-  const time = (now.getHours() << 11) | (now.getMinutes() << 5) | (now.getSeconds() >> 1);
-  const date = ((now.getFullYear() - 1980) << 9) | ((now.getMonth() + 1) << 5) | now.getDate();
-  for (const file of files) {
-    const data = new Uint8Array(await file.blob.arrayBuffer());
-    const name = new TextEncoder().encode(file.name);
-    const crc = crc32(data);
-    const local = new DataView(new ArrayBuffer(30));
-    const head = new DataView(new ArrayBuffer(46));
-    [[0, 0x04034b50, 4], [4, 20, 2], [6, 0x0800, 2], [8, 0, 2], [10, time, 2], [12, date, 2], [14, crc, 4],
-     [18, data.length, 4], [22, data.length, 4], [26, name.length, 2], [28, 0, 2]]
-      .forEach(([at, value, size]) => (size === 4 ? local.setUint32(at, value, true) : local.setUint16(at, value, true)));
-    [[0, 0x02014b50, 4], [4, 20, 2], [6, 20, 2], [8, 0x0800, 2], [10, 0, 2], [12, time, 2], [14, date, 2],
-     [16, crc, 4], [20, data.length, 4], [24, data.length, 4], [28, name.length, 2], [30, 0, 2], [32, 0, 2],
-     [34, 0, 2], [36, 0, 2], [38, 0, 4], [42, offset, 4]]
-      .forEach(([at, value, size]) => (size === 4 ? head.setUint32(at, value, true) : head.setUint16(at, value, true)));
-    parts.push(local.buffer, name, data);
-    central.push(head.buffer, name);
-    offset += 30 + name.length + data.length;
-  }
-  const size = central.reduce((sum, part) => sum + part.byteLength, 0);
-  const end = new DataView(new ArrayBuffer(22));
-  end.setUint32(0, 0x06054b50, true);
-  end.setUint16(8, files.length, true);
-  end.setUint16(10, files.length, true);
-  end.setUint32(12, size, true);
-  end.setUint32(16, offset, true);
-  return new Blob([...parts, ...central, end.buffer], { type: "application/zip" });
-}
+// ---- "download all": a zip of every run's files (zip.js)
 
 function allFiles() {
-  return runs.flatMap((entry) => entry.files.filter((f) => f.kind !== "person_mask").map((f) => ({
+  return runs.flatMap((entry) => entry.files.filter((f) => !f.kind.startsWith("person_mask")).map((f) => ({
     name: `run-${String(entry.number).padStart(2, "0")}-seed${entry.job.seed}/${f.name}`, blob: f.blob })));
 }
 
@@ -534,16 +476,15 @@ function wire() {
   });
   document.querySelectorAll("[data-example]").forEach((b) => b.addEventListener("click", () => useExample(b)));
   $("category").addEventListener("change", showModelType);
-  $("garment2-clear").addEventListener("click", () => { chosen.garment2 = null; showOutfit(); });
+  $("garment2-clear").addEventListener("click", removeGarment2);
+  for (const role of MASK_ROLES) $(`mask-for-${role}`).addEventListener("change", () => showLayer(role));
   $("run").addEventListener("click", run);
   $("mask-rerun").addEventListener("click", run);
   $("cancel").addEventListener("click", cancelRun);
-  $("mask-reset").addEventListener("click", clearMask);
+  $("mask-reset").addEventListener("click", automaticMask);
   $("download-all").addEventListener("click", downloadAll);
-  const canvas = $("mask-canvas");
-  canvas.addEventListener("pointerdown", (e) => { editor.drawing = true; canvas.setPointerCapture(e.pointerId); paint(e); });
-  canvas.addEventListener("pointermove", (e) => { if (editor.drawing) paint(e); });
-  canvas.addEventListener("pointerup", () => { editor.drawing = false; });
+  editor.onChange = showMaskState;
+  wireEditor();
   window.addEventListener("pagehide", cancelRun);  // a page closed mid-run frees the device
 }
 

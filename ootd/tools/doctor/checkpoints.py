@@ -76,7 +76,7 @@ def cpu_memory_items(info: object | None = None) -> list[Item]:
 
     from ootd.hardware.device import detect_device
     from ootd.memory.estimate import PlanRequest
-    from ootd.memory.planner import gib, make_plan
+    from ootd.memory.planner import make_plan, size_text
     from ootd.memory.sizes import RELEASED_SIZES
 
     info = info if info is not None else detect_device("cpu")
@@ -88,10 +88,10 @@ def cpu_memory_items(info: object | None = None) -> list[Item]:
 
     full, small = peak((768, 1024)), peak((384, 512))
     free, total = info.free_memory, info.total_memory
-    detail = (f"a 768x1024 try-on on the CPU needs about {gib(full)} (the memory planner's estimate); "
-              f"{gib(free)} of {gib(total or free)} available")
+    detail = (f"a 768x1024 try-on on the CPU needs about {size_text(full)} (the memory planner's estimate); "
+              f"{size_text(free)} of {size_text(total or free)} available")
     if full <= free:
         return [Item("memory", "RAM", OK, detail)]
-    fix = (f"close other programs, or use --resolution 384x512 (about {gib(small)}) or --max-memory "
+    fix = (f"close other programs, or use --resolution 384x512 (about {size_text(small)}) or --max-memory "
            "(slower: the plan trades speed for memory)")
     return [Item("memory", "RAM", WARN, detail, fix)]

@@ -181,6 +181,47 @@ def test_rows_without_category_missing_inputs_and_unnormalised_paths(
     assert "/../" not in sheet.text and str(people / "nobody.png") in sheet.text
 
 
+def row_cells(text: str) -> list[str]:
+    """The HTML of each cell of the grid's first row of people, in column order."""
+    row = text.split("</tr>")[1]
+    return [part.split("</td>")[0] for part in row.split("<td>")[1:]]
+
+
+@pytest.mark.parametrize("masks", ["given", "saved"])
+def test_an_outfit_row_is_shown_as_an_outfit(tmp_path: Path, masks: str) -> None:
+    """Its own column naming both garments (not stacked under its top's column), both masks in its cell."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    out.mkdir()
+    for name in ("p.png", "top.png", "jeans.png", "top_mask.png", "jeans_mask.png"):
+        Image.new("RGB", (6, 8)).save(folder / name)
+    given = masks == "given"
+    single = Pair(folder / "p.png", folder / "top.png", Category.UPPER, folder / "top_mask.png", index=0)
+    outfit = Pair(folder / "p.png", folder / "top.png", Category.UPPER, folder / "top_mask.png" if given else None,
+                  index=1, garment2=folder / "jeans.png", category2=Category.LOWER,
+                  mask2=folder / "jeans_mask.png" if given else None)
+    saved = {} if given else {"lower_mask": str(out / "jeans_mask_saved.png"),
+                              "upper_mask": str(out / "top_mask_saved.png")}
+    for path in saved.values():
+        Image.new("L", (3, 4)).save(path)
+    reports = [done(single, out),
+               PairReport(outfit, "ok", "dc+hd", outputs=[str(out / "p__top-with-jeans__0.png")], seed=1,
+                          intermediates=saved)]
+    Image.new("RGB", (3, 4)).save(out / "p__top-with-jeans__0.png")
+    write_index(out / "index.html", [single, outfit], reports, heading())
+    text = (out / "index.html").read_text()
+    sheet = page(out / "index.html")
+    assert [h for h in sheet.headers if h] == ["top.png (upper)", "top.png (upper) with jeans.png (lower)", "p.png"]
+    plain, both = row_cells(text)
+    assert "p__top__0.png" in plain and "top-with-jeans" not in plain  # nothing of the outfit under the top
+    assert "p__top-with-jeans__0.png" in both
+    expected = ["top_mask.png", "jeans_mask.png"] if given else ["top_mask_saved.png", "jeans_mask_saved.png"]
+    for mask, garment in zip(expected, ("top.png", "jeans.png"), strict=True):
+        assert f"{mask}\" alt=\"mask of {garment}\"" in both, both
+    assert sum(src.endswith("jeans.png") for src in sheet.images) == 1  # the header shows both garments
+    assert all(target(out, src).is_file() for src in sheet.images)
+
+
 # ---------------------------------------------------------------------------------------------- big batches
 
 

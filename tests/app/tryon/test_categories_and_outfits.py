@@ -31,6 +31,7 @@ def test_margin() -> None:
     message = str(caught.value)
     assert "upper 0.50" in message and "dress 0.40" in message and "--category" in message
     assert "lower" not in message.split("give it")[0]
+    assert message.endswith("give it with --category upper, dress or lower")  # every category, none left unsaid
 
 
 def test_outfit_order_and_refusals() -> None:

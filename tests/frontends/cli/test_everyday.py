@@ -201,6 +201,26 @@ def test_batch_plain_lines_and_log_file_when_not_a_terminal(models, tmp_path: Pa
     assert quiet.exit_code == 0 and quiet.stderr == ""
 
 
+def test_batch_ends_with_the_contact_sheets_address(models, tmp_path: Path, tiny_tree: Path, example_images,  # noqa: ANN001
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last line is index.html as a file:// address (absolute, spaces encoded), whatever the working folder."""
+    from urllib.parse import unquote, urlparse
+
+    models.fake()
+    people, garments = images_tree(tmp_path, example_images, 1, 1)
+    monkeypatch.chdir(tmp_path)
+    args = ["batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks",
+            masks_for(people, example_images), "--checkpoints", tiny_tree, "-o", "my results", *RUN]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("contact sheet: file:///") and " " not in last.removeprefix("contact sheet: "), last
+    address = urlparse(last.removeprefix("contact sheet: "))
+    assert Path(unquote(address.path)) == tmp_path / "my results" / "index.html"
+    summary = json.loads(invoke(*args, "--json").stdout)
+    assert summary["index"] == address.geturl()
+
+
 def test_batch_error_line_names_the_row_once(models, tmp_path: Path, tiny_tree: Path, example_images,  # noqa: ANN001
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     models.fake()
@@ -284,8 +304,8 @@ def test_help_shows_choices_no_bool_has_examples_completion_fits_80_columns() ->
         assert "Example" in shown, command
         assert max(len(line) for line in shown.splitlines()) <= 80, command
     run_help = subprocess.run([sys.executable, "-m", "ootd", "run", "--help"], capture_output=True, text=True,
-                              env=env, check=True).stdout
-    for choice in ("[pad|crop|stretch]", "[upper|lower|dress]", "[hd|dc]"):
+                              env={**env, "COLUMNS": "120"}, check=True).stdout  # at 80 a long metavar folds
+    for choice in ("[pad|crop|stretch]", "[upper|lower|dress|auto]", "[hd|dc]"):
         assert choice in run_help
     top = subprocess.run([sys.executable, "-m", "ootd", "--help"], capture_output=True, text=True, env=env).stdout
     assert "--install-completion" in top

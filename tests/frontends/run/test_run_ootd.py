@@ -39,6 +39,8 @@ def test_original_flags_end_to_end(models, run_ootd, pipe_hd, tiny_tree: Path, e
     folder = tmp_path / "images_output"
     assert sorted(p.name for p in folder.iterdir()) == ["mask.jpg", "out_hd_0.png"]
     assert "seed: 5" in out.out and out.err == ""
+    listed = [Path(line) for line in out.out.splitlines() if not line.startswith("seed: ")]
+    assert listed == [Path("images_output") / "out_hd_0.png", Path("images_output") / "mask.jpg"]  # all it wrote
     with Image.open(folder / "out_hd_0.png") as im:
         assert im.size == (384, 512) and im.text["seed"] == "5" and im.text["mask"] == "auto"
     with Image.open(folder / "mask.jpg") as im:

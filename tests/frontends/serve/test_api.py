@@ -326,6 +326,23 @@ def test_missing_checkpoints_get_503_and_the_server_stays_up(tmp_path: Path, exa
         assert httpx.get(live.url + "api/health", timeout=10).json()["models_loaded"] == []
 
 
+def test_a_setting_the_server_cannot_run_is_a_400_that_says_so(tiny_tree: Path,
+                                                               example_images: dict[str, Path]) -> None:
+    """UnsupportedError (exit 3 in the CLI: a device, precision or extra this machine lacks) is no passing
+    trouble: a 400 saying what this server cannot run, not a 503 asking the client to retry."""
+    from ootd.errors import UnsupportedError
+
+    def factory(model_type):  # noqa: ANN001, ANN202
+        raise UnsupportedError("attention flash cannot run here: flash-attn is not installed")
+
+    with live_server(tiny_config(tiny_tree), models=ModelSource(factory)) as live:
+        for _ in range(2):  # remembered, the same answer at once
+            response = httpx.post(live.url + "api/tryon", files=with_mask(example_images),
+                                  data={"category": "upper", **FAST}, timeout=60)
+            assert_one_line_error(response, 400, "this server cannot run that: attention flash cannot run here")
+            assert "retry-after" not in response.headers
+
+
 @pytest.mark.parametrize(("one_model", "expected"), [(False, [["hd"], ["hd", "dc"], ["hd", "dc"]]),
                                                      (True, [["hd"], ["dc"], ["hd"]])])
 def test_models_load_on_first_use_and_stay(tiny_tree: Path, pipes: dict, example_images: dict[str, Path],

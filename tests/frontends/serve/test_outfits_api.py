@@ -1,5 +1,6 @@
 """The HTTP API with a second garment: the outfit `ootd run` makes with two --cloth, pixel for pixel and record
-for record; a dress with a second garment, or a mask for one garment only, refused in one line."""
+for record; each garment's mask back in the photo's framing, in the request's order (what the page's editor
+takes back); a dress with a second garment, or a mask for one garment only, refused in one line."""
 
 from __future__ import annotations
 
@@ -61,3 +62,26 @@ def test_api_outfit_equals_ootd_run(tiny_tree: Path, tmp_path: Path, example_ima
         assert record[key] == expected[key], key
     assert_one_line_error(refused, 400, "is a dress")
     assert_one_line_error(half, 422, "mask2")
+
+
+def test_an_outfits_answer_has_each_garments_mask_in_the_requests_order(tiny_tree: Path, tmp_path: Path,
+                                                                        example_images: dict[str, Path], pipe_hd,  # noqa: ANN001
+                                                                        pipe_dc) -> None:  # noqa: ANN001
+    """The lower garment sent first: `person_mask` is its mask (the `mask` field's), `person_mask2` the top's."""
+    size = Image.open(example_images["person"]).size
+    legs = np.zeros((size[1], size[0]), np.uint8)
+    legs[size[1] // 2:, size[0] // 4:3 * size[0] // 4] = 255
+    Image.fromarray(legs, "L").save(tmp_path / "legs.png")
+    top_mask = np.asarray(Image.open(example_images["mask"]).convert("L"))
+    files = files_for({"person": example_images["person"], "garment": example_images["trousers"],
+                       "mask": tmp_path / "legs.png", "garment2": example_images["tshirt"],
+                       "mask2": example_images["mask"]})
+    with live_server(tiny_config(tiny_tree), models=pipes_factory({"hd": pipe_hd, "dc": pipe_dc})) as live:
+        response = httpx.post(live.url + "api/tryon", files=files,
+                              data={"category": "lower", "category2": "upper", **FAST}, timeout=300)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    for field, sent in (("person_mask", legs), ("person_mask2", top_mask)):
+        back = np.asarray(decode_data_url(body[field]).convert("L"))
+        assert back.shape == sent.shape, field  # the photo's own size
+        assert ((back >= 127) != (sent >= 127)).mean() < 0.02, f"{field} is not that garment's mask"

@@ -1,9 +1,10 @@
 """The `ootd serve` page in a real headless Chromium (Debian's chromium + chromium-driver, driven by Selenium), at
 1280x800 and at a phone's 390x844: no sideways scroll, every control reachable, the title on one or two lines; a
-mask uploaded, or painted on the empty canvas over the photo, before any run; the history kept across runs; "Edit
-this mask" keeps that run's seed; "download all" is a zip of every run; bad uploads reported at once, no person
-found worded for the page; the notice for checkpoints that are not the released ones. Screenshots land in the
-test's temporary folder (and in $OOTD_SCREENSHOTS when set)."""
+mask uploaded, or painted on the empty canvas over the photo, before any run; the history kept across runs, the
+newest result in view (on a phone above the mask editor); "Edit this mask" keeps that run's seed; "download all"
+is a zip of every run; bad uploads reported at once, no person found worded for the page; an outfit with a mask
+per garment; no message naming a control that is not there; the notice for checkpoints that are not the released
+ones. Screenshots land in the test's temporary folder (and in $OOTD_SCREENSHOTS when set)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e .[serve])")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e .[dev])")
 
+import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
@@ -125,6 +127,18 @@ def wait_runs(wait, count: int) -> None:  # noqa: ANN001
     wait.until(lambda d: len(runs(d)) == count and all(r["images"] for r in runs(d)))
 
 
+def assert_newest_result_in_view(driver, size: str) -> None:  # noqa: ANN001
+    """The newest run's card is on screen after its run; on a phone the results come before the mask editor
+    (~900 px tall), so reaching them never means scrolling past it."""
+    top, bottom, height = driver.execute_script(
+        "const r = document.querySelector('#history .run').getBoundingClientRect(); "
+        "return [r.top, r.bottom, window.innerHeight]")
+    assert top < height and bottom > 0, (top, bottom, height)
+    if size == "phone":
+        results, editor = (driver.find_element(By.ID, i).rect["y"] for i in ("results", "editor"))
+        assert results < editor, f"the results ({results} px down) come after the mask editor ({editor} px)"
+
+
 def stroke(driver, canvas) -> None:  # noqa: ANN001
     ActionChains(driver).move_to_element_with_offset(canvas, -10, -40).click_and_hold() \
         .move_by_offset(30, 0).move_by_offset(0, 60).move_by_offset(-30, 0).release().perform()
@@ -175,6 +189,7 @@ def test_page_masks_before_a_run_history_seed_and_zip(browser, tmp_path: Path, t
         browser.find_element(By.ID, "run").click()
         wait_runs(wait, 1)
         assert job_settings(browser, 1)["mask"] == "uploaded" and job_settings(browser, 1)["seed"] == 5
+        assert_newest_result_in_view(browser, size)
 
         # 2: automatic (the seed field emptied: a random seed), history kept
         browser.find_element(By.ID, "mask-reset").click()
@@ -242,6 +257,7 @@ def test_page_paints_a_mask_on_the_empty_canvas_and_reports_bad_uploads_at_once(
         browser.find_element(By.ID, "run").click()  # automatic: nobody found, the page says what to do
         wait.until(lambda d: error.is_displayed() and "No person was found" in error.text)
         assert "--mask" not in error.text and "`mask`" not in error.text and "Paint" in error.text
+        said(browser, "error")
         shoot(browser, tmp_path, "serve-phone-no-person")
 
         canvas = browser.find_element(By.ID, "mask-canvas")
@@ -257,31 +273,104 @@ def test_page_paints_a_mask_on_the_empty_canvas_and_reports_bad_uploads_at_once(
         check_layout(browser, "phone, after a painted run")
 
 
-def test_page_tries_on_an_outfit_of_two_garments(browser, tiny_tree: Path, pipe_hd, pipe_dc,  # noqa: ANN001
-                                                 example_images: dict[str, Path]) -> None:
+# Every control a message names in quotes (“Second garment”) is on the page and shown; returns those that are not.
+MISSING_NAMES = """
+const names = [...arguments[0].matchAll(/“([^”]+)”/g)].map((m) => m[1]);
+const shown = [...document.querySelectorAll('button, label, h2')].filter((e) => e.offsetParent !== null)
+  .map((e) => e.textContent.trim().replace(/\\s+/g, ' '));
+return names.filter((name) => !shown.some((text) => text === name || text.startsWith(name + ' ')));
+"""
+
+
+def said(driver, element_id: str) -> str:  # noqa: ANN001
+    """A message of the page, checked: every control it names is there and shown, and no Reset (there is none)."""
+    text = driver.find_element(By.ID, element_id).text
+    assert "Reset" not in text, text
+    assert driver.execute_script(MISSING_NAMES, text) == [], text
+    return text
+
+
+def choose_mask_of(driver, role: str) -> None:  # noqa: ANN001
+    radio = driver.find_element(By.ID, f"mask-for-{role}")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", radio)
+    radio.find_element(By.XPATH, "..").click()  # its label, as a person taps it
+    assert radio.is_selected()
+
+
+@pytest.mark.parametrize("size", [pytest.param("desktop"), pytest.param("phone", marks=pytest.mark.slow)])
+def test_page_tries_on_an_outfit_with_a_mask_per_garment(browser, tmp_path: Path, tiny_tree: Path, pipe_hd,  # noqa: ANN001
+                                                         pipe_dc, example_images: dict[str, Path], size: str) -> None:
+    """The tiny tree's pose finds nobody: automatic masks fail and the page says to paint each garment's; one mask
+    of two is refused naming controls that are there; a mask per garment (painted, uploaded) makes the outfit;
+    "Edit these masks" brings back both; on a phone the results come before the tall editor."""
     config = tiny_config(tiny_tree, steps=1, resolution="384x512")
     pipes = {"hd": pipe_hd, "dc": pipe_dc}
-    with live_server(config, models=ModelSource(lambda model_type: pipes[model_type.value],
-                                                synthetic_preprocessor)) as live:
+    width, height = Image.open(example_images["person"]).size
+    legs = np.zeros((height, width), np.uint8)
+    legs[height // 2:, width // 4:3 * width // 4] = 255
+    Image.fromarray(legs, "L").save(tmp_path / "legs.png")
+    resize(browser, SIZES[size])
+    with live_server(config, models=ModelSource(lambda model_type: pipes[model_type.value])) as live:
         browser.get(live.url)
         wait = WebDriverWait(browser, 120, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#category option"))
         assert not browser.find_element(By.ID, "category2").is_displayed()
         browser.find_element(By.ID, "person-file").send_keys(str(example_images["person"]))
         browser.find_element(By.ID, "garment-file").send_keys(str(example_images["tshirt"]))
+        Select(browser.find_element(By.ID, "category")).select_by_value("upper")
+        assert not browser.find_element(By.ID, "mask-for").is_displayed()  # one garment: one mask
         browser.find_element(By.CSS_SELECTOR, "[data-example=trousers][data-for=garment2]").click()
         wait.until(lambda d: d.find_element(By.ID, "garment2-preview").is_displayed())
         assert Select(browser.find_element(By.ID, "category2")).first_selected_option.text == "lower"
-        Select(browser.find_element(By.ID, "category")).select_by_value("upper")
+        wait.until(lambda d: d.find_element(By.ID, "mask-for").is_displayed())
+        assert browser.find_element(By.ID, "mask-note").text == "masks: automatic"
         browser.find_element(By.ID, "seed").send_keys("4")
+        error = browser.find_element(By.ID, "error")
+
+        browser.find_element(By.ID, "run").click()  # automatic: nobody found; paint each garment's mask
+        wait.until(lambda d: error.is_displayed() and "No person was found" in error.text)
+        assert "each garment" in said(browser, "error") and "“Second garment”" in error.text
+
+        canvas = browser.find_element(By.ID, "mask-canvas")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
+        stroke(browser, canvas)  # the garment's (the top's) mask
+        assert browser.find_element(By.ID, "mask-note").text == "masks: one of two painted"
+        assert "“Second garment”" in said(browser, "mask-state")
+        jobs = len(list((live.workdir / "jobs").iterdir()))
+        browser.find_element(By.ID, "run").click()
+        wait.until(lambda d: error.is_displayed() and "for each garment or for neither" in error.text)
+        said(browser, "error")
+        assert len(list((live.workdir / "jobs").iterdir())) == jobs, "one mask of two was sent"
+
+        choose_mask_of(browser, "garment2")  # the trousers' mask: uploaded
+        assert browser.find_element(By.ID, "mask-for-garment2-state").text == "automatic"
+        browser.find_element(By.ID, "mask-file").send_keys(str(tmp_path / "legs.png"))
+        wait.until(lambda d: d.find_element(By.ID, "mask-note").text == "masks: yours")
         browser.find_element(By.ID, "run").click()
         wait_runs(wait, 1)
-        settings = job_settings(browser, 1)
-        assert settings["category"] == "upper", settings  # the final picture's: the upper pass's
-        assert browser.execute_script("return runs[0].job.seed") == 4  # the run's seed (each pass derives its own)
-        assert browser.execute_script("return runs[0].job.model_type") == "hd"
-        assert not browser.find_element(By.ID, "error").is_displayed()
+        assert not error.is_displayed(), error.text
+        job = browser.execute_script("return runs[0].job")
+        assert job["settings"]["mask"] == "uploaded" and job["seed"] == 4 and job["person_mask2"]
         names = browser.execute_script("return runs[0].files.map((f) => f.name)")
         assert any("tshirt-with-trousers" in name for name in names), names
-        browser.find_element(By.ID, "garment2-clear").click()  # back to one garment
-        assert not browser.find_element(By.ID, "category2").is_displayed()
+        assert "outfit" in runs(browser)[0]["about"]
+        assert_newest_result_in_view(browser, size)
+        check_layout(browser, f"{size}, an outfit run")
+        shoot(browser, tmp_path, f"serve-{size}-outfit")
+
+        # both masks back in the editor, then run again with them
+        choose_mask_of(browser, "garment")
+        browser.find_element(By.ID, "mask-reset").click()  # the top's mask back to automatic
+        browser.find_element(By.ID, "garment2-clear").click()  # and one garment again
+        assert not browser.find_element(By.ID, "mask-for").is_displayed()
+        browser.find_element(By.CSS_SELECTOR, '#history .run[data-number="1"] .edit-mask').click()
+        wait.until(lambda d: d.find_element(By.ID, "garment2-preview").is_displayed())
+        assert browser.execute_script("return [editor.painted.garment, editor.painted.garment2]") == [True, True]
+        assert browser.find_element(By.ID, "mask-note").text == "masks: yours"
+        assert Select(browser.find_element(By.ID, "category2")).first_selected_option.text == "lower"
+        said(browser, "mask-state")
+        browser.find_element(By.ID, "mask-rerun").click()
+        wait_runs(wait, 2)
+        again = browser.execute_script("return runs[1].job")
+        assert again["seed"] == 4 and again["settings"]["mask"] == "uploaded" and again["person_mask2"]
+        assert browser.execute_script("return runs[1].job.images.length") == 1

@@ -9,7 +9,7 @@ import torch
 
 from ootd.hardware.device import DeviceInfo
 from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, PlanRequest, attention_workspace, estimate
-from ootd.memory.planner import apply_plan_to_vae, make_plan, memory_budget
+from ootd.memory.planner import apply_plan_to_vae, make_plan, memory_budget, size_text
 from ootd.memory.sizes import RELEASED_SIZES, ModelSizes
 from ootd.memory.trace import trace_activations
 from ootd.weights.released import RELEASED_UNET_CONFIG, RELEASED_VAE_CONFIG
@@ -183,6 +183,17 @@ def test_plan_to_dict_and_explain() -> None:
     text = plan.explain()
     for word in (*STAGES, "peak", "offload", "guidance", "GiB", "fits"):
         assert word in text
+
+
+def test_explain_shows_each_size_in_the_unit_that_shows_it() -> None:
+    """A 10 MiB budget is `10.0 MiB`, not `0.01 GiB`; gigabytes keep two decimals."""
+    assert [size_text(n) for n in (10 * MIB, int(4.2 * GIB), 512 * 1024, 0)] == \
+        ["10.0 MiB", "4.20 GiB", "512.0 KiB", "0 B"]
+    text = _plan(DEVICES["cpu"], (384, 512), 1, True, torch.float32, "sdpa", RELEASED_SIZES,
+                 max_memory=10 * MIB).explain()
+    assert "budget                    10.0 MiB  (--max-memory)" in text, text
+    assert " 0.00 GiB" not in text and " 0.01 GiB" not in text, text
+    assert "GiB of 10.0 MiB: DOES NOT FIT" in text, text
 
 
 def test_apply_plan_to_vae_toggles_the_diffusers_flags() -> None:
