@@ -126,7 +126,7 @@ def test_the_steps_run_in_their_order_and_the_first_failing_one_speaks(models, t
         prepare_job(config, one(x))
 
     class Nobody:
-        def parse(self, image):  # noqa: ANN001, ANN202
+        def __call__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
             raise NoPersonError("nobody")
 
     models.use(lambda model_type: pytest.fail("loaded"), Nobody())

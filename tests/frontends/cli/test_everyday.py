@@ -124,6 +124,28 @@ def test_timing_line_adds_up_plain_attention_and_json_numbers(models, tmp_path: 
     assert settings["steps"] == 1 and settings["seed"] == 3 and settings["model_type"] == "hd"
 
 
+def test_an_outfits_time_line_has_a_single_runs_shape_and_json_timings_are_rounded(
+        models, tmp_path: Path, tiny_tree: Path, example_images, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    models.use(WarningPipe)
+    monkeypatch.setattr("ootd.app.tryon.passes.describe_pipeline",
+                        lambda pipe, config: {"device": "cpu", "precision": "fp32",
+                                              "attention": "auto: sdpa > chunked > math (used: sdpa x 17)"})
+    x = example_images
+    outfit = ["run", "-m", x["person"], "-c", x["tshirt"], "-c", x["trousers"], "-k", "upper", "-k", "lower",
+              "--mask", x["mask"], "--mask", x["mask"], "--checkpoints", tiny_tree, "--steps", "1",
+              "--resolution", "384x512", "--seed", "3"]
+    result = invoke(*outfit, "-o", tmp_path / "a")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.startswith("time: "))
+    assert line.endswith("on cpu, fp32, attention sdpa"), line
+    stages = dict(re.findall(r"(\w+) ([\d.]+ m?s)", line.split("(", 1)[1]))
+    assert {"load", "save", "denoise", "decode"} <= set(stages), line  # both models' loads in `load`
+    for args in (outfit, run_args(example_images, tiny_tree, tmp_path / "c")):
+        timings = json.loads(invoke(*args, "-o", tmp_path / "b", "--json", "--overwrite").stdout)["timings"]
+        values = [v for value in timings.values() for v in (value if isinstance(value, list) else [value])]
+        assert values and all(round(v, 4) == v for v in values), timings  # to a tenth of a millisecond
+
+
 # ---------------------------------------------------------------------------------------------- 9. noise
 
 

@@ -85,3 +85,43 @@ def test_an_outfits_answer_has_each_garments_mask_in_the_requests_order(tiny_tre
         back = np.asarray(decode_data_url(body[field]).convert("L"))
         assert back.shape == sent.shape, field  # the photo's own size
         assert ((back >= 127) != (sent >= 127)).mean() < 0.02, f"{field} is not that garment's mask"
+
+
+def _header_only_png(path: Path, width: int, height: int) -> Path:
+    """A PNG whose header claims width x height (a decompression bomb) with almost no data."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 16))
+                     + chunk(b"IEND", b""))
+    return path
+
+
+def test_every_input_of_an_outfit_is_checked_before_the_job_is_accepted(tiny_tree: Path, tmp_path: Path,  # noqa: ANN001
+                                                                       example_images: dict[str, Path],
+                                                                       models) -> None:  # noqa: ANN001
+    """A bad second garment or second mask is a 400 when the job is submitted, naming the client's file and no
+    folder of the server's, as for the first garment; nothing is queued and no model is loaded."""
+    models.forbid()
+    person, top, trousers, mask = (example_images[k] for k in ("person", "tshirt", "trousers", "mask"))
+    (tmp_path / "notes.png").write_text("not an image")
+    wide = tmp_path / "wide_mask.png"
+    Image.new("L", (400, 100), 255).save(wide)
+    cases = {
+        "notes.png": {"garment2": tmp_path / "notes.png"},
+        "bomb.png": {"garment2": _header_only_png(tmp_path / "bomb.png", 30000, 30000)},
+        "wide_mask.png": {"garment2": trousers, "mask": mask, "mask2": wide},
+    }
+    with live_server(tiny_config(tiny_tree)) as live:
+        for name, extra in cases.items():
+            files = files_for({"person": person, "garment": top, **extra})
+            response = httpx.post(live.url + "api/jobs", files=files,
+                                  data={"category": "upper", "category2": "lower", **FAST}, timeout=60)
+            message = assert_one_line_error(response, 400, name)
+            for server_words in (str(live.workdir), "inputs/", "ootd-serve-", "/tmp"):
+                assert server_words not in message, message
+        assert httpx.get(live.url + "api/health", timeout=30).json()["queue"]["completed"] == 0
