@@ -95,11 +95,11 @@ def load_networks(weights: MetricWeights, device: Any) -> Networks:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torchvision's notice about lpips's `pretrained=` keyword
         if weights is MetricWeights.STANDARD:
-            inception, lpips_net = _published()
+            inception, lpips_net = published_modules()
         else:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(RANDOM_SEED)
-                inception, lpips_net = _random()
+                inception, lpips_net = random_modules()
     inception = inception.to(device).eval().requires_grad_(False)
     lpips_net = lpips_net.to(device).eval().requires_grad_(False)
 
@@ -113,7 +113,8 @@ def load_networks(weights: MetricWeights, device: Any) -> Networks:
                     None if weights is MetricWeights.STANDARD else RANDOM_NOTE)
 
 
-def _published() -> tuple[Any, Any]:
+def published_modules() -> tuple[Any, Any]:
+    """InceptionV3 and LPIPS with the published weights, from torch's hub cache."""
     import lpips
     from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
 
@@ -125,7 +126,7 @@ def _published() -> tuple[Any, Any]:
     return inception, lpips.LPIPS(net="alex", version="0.1", verbose=False)
 
 
-def _random() -> tuple[Any, Any]:
+def random_modules() -> tuple[Any, Any]:
     """The same architectures, randomly initialised (He-normal convolutions, so features keep their scale
     through InceptionV3's depth): for trying the command and for measuring, never for numbers to compare."""
     import lpips

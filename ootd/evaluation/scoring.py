@@ -95,9 +95,15 @@ class Scorer:
         if images:
             self.stats.add(self.networks.features(_tensor(images, self.networks.device)), real=real)
 
-    def finish(self) -> tuple[list[PairScore], SetScores]:
-        """Flush what is left; the pairs' scores (in the order they were added) and the sets' scores."""
+    def flush(self) -> None:
+        """Score what is held now (a part-full batch)."""
         self._flush_pairs()
         self._flush_images(False)
         self._flush_images(True)
+
+    def finish(self) -> tuple[list[PairScore], SetScores]:
+        """Flush what is left; the pairs' scores (in the order they were added) and the sets' scores. The sets'
+        scores cost the same at any size from `KID_SUBSET_SIZE` images up (FID's matrix square root, KID's
+        fixed subsets); below that KID's subsets are the whole sets."""
+        self.flush()
         return self.pairs, self.stats.scores()

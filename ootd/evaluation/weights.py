@@ -112,3 +112,12 @@ def ensure_weights(files: Sequence[WeightsFile] | None = None) -> Path:
     if absent:
         fetch(absent, folder)
     return folder
+
+
+def download_weights(force: bool = False, on_file: Callable[[WeightsFile, Path], None] | None = None
+                     ) -> tuple[Path, list[Path]]:
+    """`ootd download --eval`: the standard weight files into torch's hub cache (the missing ones, or all with
+    `force`); returns the folder and the files fetched now."""
+    folder = weights_dir()
+    files = standard_weights()
+    return folder, fetch(files if force else missing(files, folder), folder, on_file)

@@ -82,3 +82,30 @@ def require_eval_stack() -> None:
         if os.environ.get("OOTD_EVAL_STACK") == "1":
             pytest.fail(f"the eval stack is required here: {exc}")
         pytest.skip(f"the eval extra is not installed here (scripts/test_eval_stack.sh runs this): {exc}")
+
+
+def our_result(path: Path, image: Image.Image, person: str, sample: int | None = 0) -> Path:
+    """A PNG as ootd writes it: its record names the person photo (an intermediate's has no sample number)."""
+    from ootd.app.tryon.provenance import software
+    from ootd.imaging.files import save_png_atomic
+
+    record = {**software(), "person": person, "garment": "shirt.png", "category": "upper"}
+    if sample is not None:
+        record["sample"] = str(sample)
+    return save_png_atomic(image, path, record)
+
+
+def write_report(folder: Path, entries: list[dict[str, Any]], name: str = "batch_report.jsonl") -> Path:
+    """A batch report of finished (or failed) pairs: index, status, person, garment, outputs, error."""
+    import json
+
+    lines = []
+    for index, entry in enumerate(entries):
+        lines.append(json.dumps({"index": index, "source": f"pair {index + 1}", "person": entry["person"],
+                                 "garment": "shirt.png", "category": "upper", "mask": None, "model_type": "hd",
+                                 "status": entry.get("status", "ok"), "outputs": entry.get("outputs", []),
+                                 "intermediates": {}, "error": entry.get("error"), "seed": 1, "timings": {},
+                                 "reused": {}}))
+    path = folder / name
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return path
