@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +28,11 @@ from ootd.cli.options import (
 )
 from ootd.errors import UsageError
 from ootd.settings import EngineName, Pairing
+
+if TYPE_CHECKING:
+    from ootd.app.batch.report import BatchSummary
+    from ootd.app.evaluate.run import EvalOptions
+    from ootd.errors import OotdError
 
 logger = logging.getLogger("ootd.cli")
 
@@ -209,8 +214,8 @@ def batch_command(
         raise typer.Exit(1)
 
 
-def _evaluate(summary: Any, output: Path, truth: Path, evaluation: Any, report: Path, index: Path,
-              display: Display) -> Any:
+def _evaluate(summary: BatchSummary, output: Path, truth: Path, evaluation: EvalOptions, report: Path, index: Path,
+              display: Display) -> OotdError | None:
     """The batch's results against the real photos, into its summary; the error when that fails."""
     from ootd.app.evaluate.folder import evaluate_batch
     from ootd.errors import OotdError

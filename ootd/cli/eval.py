@@ -57,7 +57,7 @@ def eval_command(
 
     chosen = EvalOptions.from_words(weights, device, batch_size, unpaired, pairs)
     with Display(show_progress(options["quiet"], json_out)) as display:
-        if is_batch_folder(results) and pairs is None:
+        if is_batch_folder(results):
             report = evaluate_batch(results, truth, chosen, progress=display)
         else:
             report = evaluate(results, truth, chosen, progress=display)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ootd.app.evaluate.folder import evaluate_batch, write_evaluation
+from ootd.app.evaluate.folder import eval_names, evaluate_batch, write_evaluation
 from ootd.app.evaluate.pages import BLOCK_START
 from ootd.app.evaluate.run import EvalOptions, evaluate
 from ootd.errors import OotdError, OutputError, UsageError
@@ -125,3 +125,8 @@ def test_files_not_ours_are_never_replaced(tmp_path: Path) -> None:
     (out / "index.html").write_text("<html><body>someone's page</body></html>")
     write_evaluation(report, out)
     assert (out / "index.html").read_text() == "<html><body>someone's page</body></html>"  # not a contact sheet
+
+
+def test_a_shards_files_are_its_own() -> None:
+    assert eval_names() == eval_names(Path("out/batch_report.jsonl")) == ("eval.json", "eval.html")
+    assert eval_names(Path("batch_report.shard0of2.jsonl")) == ("eval.shard0of2.json", "eval.shard0of2.html")
