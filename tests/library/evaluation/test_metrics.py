@@ -17,9 +17,6 @@ from ootd.evaluation.scoring import Scorer
 from ootd.evaluation.sets import KID_SUBSETS, SetStatistics
 from tests.helpers.evaluation import blurred, noise_image, stand_in_networks
 
-pytest.importorskip("torchmetrics", reason="the eval-math extra (torchmetrics) is part of the test environment")
-
-
 # ---------------------------------------------------------------------------------------------- references
 
 
