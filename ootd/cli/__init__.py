@@ -3,8 +3,8 @@
     errors.py       one-line errors and exit codes, logging per -v/-q, the click group
     options.py      every shared option declared once (defaults from RunConfig/SamplingSettings)
     display.py      progress bars, JSON, tables
-    run.py, batch.py, mask.py, classify.py, download.py, checkpoints.py, doctor.py, bench.py, serve.py, compare.py: one
-    module per command
+    run.py, batch.py, mask.py, classify.py, download.py, checkpoints.py, doctor.py, bench.py, serve.py, compare.py,
+    eval.py: one module per command
 
 Heavy modules (torch, diffusers) are imported only inside the commands that need them, so --help is instant.
 """
@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from ootd import __version__
-from ootd.cli import batch, bench, checkpoints, classify, compare, doctor, download, mask, run, serve
+from ootd.cli import batch, bench, checkpoints, classify, compare, doctor, download, eval, mask, run, serve
 from ootd.cli.errors import OotdGroup
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -48,6 +48,7 @@ app.command("doctor", epilog=doctor.EPILOG)(doctor.doctor_command)
 app.command("bench", epilog=bench.EPILOG)(bench.bench_command)
 app.command("serve", epilog=serve.EPILOG)(serve.serve_command)
 app.command("compare", epilog=compare.EPILOG)(compare.compare_command)
+app.command("eval", epilog=eval.EPILOG)(eval.eval_command)
 
 
 def _version_callback(value: bool) -> None:

@@ -7,13 +7,13 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ootd.app.batch.report import REPORT_NAME
 from ootd.cli.display import Display, print_json, show_progress
-from ootd.cli.errors import echo_err, guarded_command
+from ootd.cli.errors import echo_err, guarded_command, one_line
 from ootd.cli.options import (
     CATEGORY_METAVAR,
     HARDWARE,
@@ -28,6 +28,11 @@ from ootd.cli.options import (
 )
 from ootd.errors import UsageError
 from ootd.settings import EngineName, Pairing
+
+if TYPE_CHECKING:
+    from ootd.app.batch.report import BatchSummary
+    from ootd.app.evaluate.run import EvalOptions
+    from ootd.errors import OotdError
 
 logger = logging.getLogger("ootd.cli")
 
@@ -135,6 +140,11 @@ def batch_command(
     gpus_per_worker: Annotated[float | None, typer.Option("--gpus-per-worker", help="--engine ray: GPUs per "
                                                           "worker (default: 1 if the cluster has GPUs, else 0).",
                                                           rich_help_panel=HARDWARE, show_default=False)] = None,
+    truth: Annotated[Path | None, typer.Option("--truth", metavar="PHOTOS", help="Folder of the real photos: when "
+                                               "the batch ends, measure its results against them (SSIM, LPIPS, "
+                                               "FID, KID, as `ootd eval`) into the summary, eval.json, eval.html "
+                                               "and index.html.", rich_help_panel=OUTPUTS,
+                                               show_default=False)] = None,
     json_out: JsonOpt = False,
     **options: Any,
 ) -> None:
@@ -168,6 +178,11 @@ def batch_command(
     report = report if report is not None else config.output / report_name(sharding)
     index = config.output / index_name(sharding)
     check_batch_outputs(pairs, config, report, [csv_file], pages=[index])  # no output replaces an input
+    if truth is not None:  # the metrics' packages and weights before hours of try-ons, not after
+        from ootd.app.evaluate.run import EvalOptions, check_evaluation
+
+        evaluation = EvalOptions.from_words(device=config.device)
+        check_evaluation(truth, evaluation)
 
     plain = not options["quiet"] and not json_out and not sys.stderr.isatty()  # nohup, 2> file: lines to follow
     with Display(show_progress(options["quiet"], json_out)) as display, PairLog(log_file, len(pairs)) as log:
@@ -185,6 +200,8 @@ def batch_command(
         summary = make_engine(engine_name, config, cluster=cluster, report_path=report, progress=display,
                               on_report=on_report, index_path=index,
                               status=None if quiet else echo_err).run(pairs)
+        failed = _evaluate(summary, config.output, truth, evaluation, report, index,
+                           display) if truth is not None else None
 
     sheet = index.resolve().as_uri() if index.is_file() else None  # a page that could not be written: warned
     if json_out:
@@ -194,5 +211,21 @@ def batch_command(
             typer.echo(line)
         if sheet is not None:  # last, where a terminal shows it: a file:// address opens with a click
             typer.echo(f"contact sheet: {sheet}")
+    if failed is not None:  # the try-ons are done and kept; the measuring failed
+        echo_err(f"error: evaluation: {one_line(failed)}")
+        raise typer.Exit(failed.exit_code)
     if not summary.ok:
         raise typer.Exit(1)
+
+
+def _evaluate(summary: BatchSummary, output: Path, truth: Path, evaluation: EvalOptions, report: Path, index: Path,
+              display: Display) -> OotdError | None:
+    """The batch's results against the real photos, into its summary; the error when that fails."""
+    from ootd.app.evaluate.folder import evaluate_batch
+    from ootd.errors import OotdError
+
+    try:
+        summary.evaluation = evaluate_batch(output, truth, evaluation, report, index, progress=display)
+    except OotdError as exc:
+        return exc
+    return None

@@ -15,8 +15,8 @@ EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ootd run ... -o exact  &&  ootd run ... --cache-interval 3 -o fast  &&  ootd compare exact fast\n\n"
     "Pairs images by file name; compares results only, unless --include-intermediates (what was skipped is "
-    "listed). Higher PSNR/SSIM = closer (PSNR inf and SSIM 1 = identical). LPIPS and FID are not offered: their "
-    "network weights are not shipped and nothing is downloaded at run time."
+    "listed). Higher PSNR/SSIM = closer (PSNR inf and SSIM 1 = identical). Against real photos (LPIPS, FID, "
+    "KID): ootd eval."
 )
 
 

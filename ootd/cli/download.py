@@ -13,7 +13,7 @@ from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, ModelsOpt, parse_model
 
 EPILOG = ("[bold]Examples[/bold]\n\n  ootd download   (into ./checkpoints if that folder exists, else the per-user "
           "folder)\n\n  ootd download --dest checkpoints --models hd\n\n  ootd download --list   (the files and "
-          "where they go, to fetch them by hand)")
+          "where they go, to fetch them by hand)\n\n  ootd download --eval   (the weights of `ootd eval`'s networks)")
 
 
 @with_options(LOGGING_OPTIONS)
@@ -30,10 +30,16 @@ def download_command(
     force: Annotated[bool, typer.Option("--force", help="Fetch again even when files are present.")] = False,
     list_files: Annotated[bool, typer.Option("--list", help="Print each file's hub URL and where it goes, and "
                                              "download nothing.")] = False,
+    eval_weights: Annotated[bool, typer.Option("--eval", help="Instead: the published weights of the networks "
+                                               "`ootd eval` measures with (InceptionV3, AlexNet), into torch's hub "
+                                               "cache ($TORCH_HOME/hub/checkpoints). Needs the eval extra.")] = False,
     **logging: Any,
 ) -> None:
     """Fetch exactly the released files ootd needs from the Hugging Face hub (resumable; the size is shown and
     the free disk space checked first)."""
+    if eval_weights:
+        _download_eval(force, list_files, logging["quiet"])
+        return
     from ootd.weights.download import download_checkpoints, file_list
     from ootd.weights.layout import default_checkpoints_dir
 
@@ -53,3 +59,21 @@ def download_command(
                                  clip_revision=clip_revision, force=force, on_size=on_size)
     typer.echo(f"{len(files)} checkpoint files in {target} (models: {', '.join(m.value for m in chosen)})")
     typer.echo(f"next: ootd checkpoints verify {target}")
+
+
+def _download_eval(force: bool, list_files: bool, quiet: bool) -> None:
+    from ootd.evaluation.networks import require_stack
+    from ootd.evaluation.weights import download_weights, standard_weights, weights_dir
+
+    require_stack()  # the addresses are the eval extra's packages'
+    if list_files:
+        for item in standard_weights():
+            typer.echo(f"{item.url} -> {weights_dir() / item.file}")
+        return
+
+    def on_file(item: Any, path: Path) -> None:
+        if not quiet:
+            typer.echo(f"fetching {item.what} into {path}", err=True)
+
+    folder, fetched = download_weights(force, on_file)
+    typer.echo(f"the metric weights are in {folder} ({len(fetched)} file(s) fetched now)")

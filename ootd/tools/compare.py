@@ -14,7 +14,8 @@ By default only results are compared: the pictures ootd writes beside them (pose
 contact sheets, `ootd mask`'s files), known by their PNG record (ours, without a sample number), are left out and
 listed as skipped, since identical masks and grids would pull the averages towards "identical".
 
-Perceptual metrics (LPIPS, FID) need network weights that ootd does not ship or download; they are not offered.
+Metrics against real photos (LPIPS, FID, KID, and SSIM as torchmetrics averages it) are `ootd eval`'s
+(ootd/evaluation/, ootd/app/evaluate/).
 """
 
 from __future__ import annotations

@@ -201,9 +201,9 @@ def test_bad_folders_exit_2_with_one_line(which: str, folders: dict[str, object]
     assert "Traceback" not in out.output
 
 
-def test_help_says_no_lpips() -> None:
+def test_help_points_to_eval_for_lpips() -> None:
     out = CliRunner().invoke(cli.app, ["compare", "--help"], terminal_width=200)
-    assert out.exit_code == 0 and "LPIPS" in out.output
+    assert out.exit_code == 0 and "LPIPS" in out.output and "ootd eval" in out.output
 
 
 # -- what `ootd run` refuses is refused per file here too; results only by default ------------------------------

@@ -82,6 +82,7 @@ class BatchSummary:
     info: dict[str, Any] = field(default_factory=dict)
     peak_memory: dict[str, int | None] = field(default_factory=dict)
     seed: int | None = None  # the batch's seed (a resumed random-seed batch keeps its files' seed)
+    evaluation: Any = None  # with --truth: the EvalReport of ootd/app/evaluate (its `lines`, `to_json`)
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.reports)
@@ -106,6 +107,8 @@ class BatchSummary:
         if not self.ok:
             lines.append(f"{self.count('error')} pair(s) failed (listed above and in the report); fix them and "
                          "rerun the same command: finished pairs are skipped")
+        if self.evaluation is not None:
+            lines += self.evaluation.lines()
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -122,6 +125,7 @@ class BatchSummary:
                  "error": r.error}
                 for r in self.reports if r.status == "error"
             ],
+            **({"evaluation": self.evaluation.to_json()} if self.evaluation is not None else {}),
         }
 
 

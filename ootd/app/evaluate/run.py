@@ -1,0 +1,173 @@
+"""One evaluation: match (or gather) the images, load the networks once, feed the scorer image by image, and
+report. Each image is read once, a pair's photo framed once however many results share it; nothing but numbers
+outlives a batch of images (ootd/evaluation/scoring.py).
+
+All results of one evaluation have one size, the first readable result's: a result of another size is skipped
+(mixed sizes mean mixed runs, and FID over them would mean nothing). Unreadable files are skipped, each with its
+reason; an evaluation where nothing is left is one error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from ootd.app.evaluate.matching import Match, Matching, match_results, unpaired_sets
+from ootd.app.evaluate.report import EvalReport, PairResult
+from ootd.errors import InputImageError, OotdError, UsageError, printable
+from ootd.evaluation.framing import frame_to
+from ootd.evaluation.scoring import Scorer
+from ootd.evaluation.settings import DEFAULT_BATCH, MetricWeights, check_batch
+from ootd.imaging.files import open_image_file
+
+Progress = Callable[[str, int, int], None]
+STAGE = "evaluate"
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """How to evaluate, each value checked once (`from_words`)."""
+
+    weights: MetricWeights = MetricWeights.STANDARD
+    device: str | None = None
+    batch: int = DEFAULT_BATCH
+    unpaired: bool = False
+    pairs_csv: Path | None = None
+
+    @classmethod
+    def from_words(cls, weights: str | MetricWeights = MetricWeights.STANDARD, device: str | None = None,
+                   batch: int = DEFAULT_BATCH, unpaired: bool = False, pairs_csv: Path | None = None) -> EvalOptions:
+        from ootd.hardware.spec import check_device_spec
+
+        if unpaired and pairs_csv is not None:
+            raise UsageError("--pairs matches results to photos and --unpaired matches none: give one of them")
+        return cls(MetricWeights.parse(weights), check_device_spec(device), check_batch(batch), unpaired, pairs_csv)
+
+
+def check_evaluation(truth: Path, options: EvalOptions) -> None:
+    """What an evaluation needs before any work (a batch's pre-flight): the truth folder, the networks' packages
+    and, for the published weights, their files."""
+    from ootd.app.evaluate.matching import PhotoIndex
+    from ootd.evaluation.networks import check_networks
+
+    PhotoIndex(truth)
+    check_networks(options.weights)
+
+
+def _read(path: Path) -> Image.Image:
+    def fail(problem: str) -> InputImageError:
+        return InputImageError(f"{' '.join(problem.split())}")
+
+    with open_image_file(path, fail, min_side=1) as im:
+        try:
+            return im.convert("RGB")
+        except (OSError, ValueError) as exc:
+            raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
+
+
+class _Run:
+    """The loop over the images: the set's size, the framing counts, the skipped."""
+
+    def __init__(self, matching: Matching, scorer: Scorer, progress: Progress | None, total: int) -> None:
+        self.matching, self.scorer, self.progress, self.total = matching, scorer, progress, total
+        self.size: tuple[int, int] | None = None
+        self.framing = {"cropped": 0, "resized": 0}
+        self.done = 0
+
+    def tick(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(STAGE, self.done, self.total)
+
+    def result(self, path: Path) -> np.ndarray | None:
+        try:
+            image = _read(path)
+        except InputImageError as exc:
+            self.matching.skip(path, f"result: {exc}")
+            return None
+        if self.size is None:
+            self.size = image.size
+        elif image.size != self.size:
+            self.matching.skip(path, f"its size {image.size[0]}x{image.size[1]} differs from the set's "
+                                     f"{self.size[0]}x{self.size[1]} (the first result's)")
+            return None
+        return np.asarray(image)
+
+    def photo(self, path: Path, owner: Path) -> np.ndarray | None:
+        try:
+            image = _read(path)
+        except InputImageError as exc:
+            self.matching.skip(owner, f"photo {printable(path)}: {exc}")
+            return None
+        assert self.size is not None
+        framed = frame_to(image, self.size)
+        self.framing["cropped"] += framed.cropped
+        self.framing["resized"] += framed.resized
+        return np.asarray(framed.image)
+
+    def paired(self) -> list[Match]:
+        """Every match scored in order; returns the matches by the scorer's keys."""
+        seen: set[Path] = set()
+        last: tuple[Path | None, np.ndarray | None] = (None, None)
+        for key, match in enumerate(self.matching.matches):
+            result = self.result(match.result)
+            if result is not None:
+                assert match.truth is not None
+                photo = last[1] if last[0] == match.truth else self.photo(match.truth, match.result)
+                last = (match.truth, photo)
+                if photo is not None:
+                    self.scorer.add_pair(key, result, photo, new_truth=match.truth not in seen)
+                    seen.add(match.truth)
+            self.tick()
+        return self.matching.matches
+
+    def unpaired(self, photos: list[Path]) -> None:
+        for match in self.matching.matches:
+            result = self.result(match.result)
+            if result is not None:
+                self.scorer.add_image(result, real=False)
+            self.tick()
+        if self.size is None:
+            return
+        for path in photos:
+            photo = self.photo(path, path)
+            if photo is not None:
+                self.scorer.add_image(photo, real=True)
+            self.tick()
+
+
+def evaluate(results: Path, truth: Path, options: EvalOptions, progress: Progress | None = None,
+             reports: list[Path] | None = None) -> EvalReport:
+    """Measure the results in `results` against the real photos in `truth` (`reports`: only these batch
+    reports' pairs, e.g. one shard's)."""
+    from ootd.evaluation.networks import load_networks
+    from ootd.hardware.device import detect_device
+
+    start = time.perf_counter()
+    results, truth = Path(results), Path(truth)
+    photos: list[Path] = []
+    if options.unpaired:
+        matching, photos = unpaired_sets(results, truth, reports)
+    else:
+        matching = match_results(results, truth, options.pairs_csv, reports)
+    networks = load_networks(options.weights, detect_device(options.device).torch_device)
+    scorer = Scorer(networks, options.batch)
+    run = _Run(matching, scorer, progress, len(matching.matches) + len(photos))
+    if options.unpaired:
+        run.unpaired(photos)
+    else:
+        run.paired()
+    scores, sets = scorer.finish()
+    if run.size is None or (not options.unpaired and not scores):
+        first = matching.skipped[-1] if matching.skipped else None
+        why = f": {first.what}: {first.reason}" if first else ""
+        raise OotdError(f"nothing to evaluate: every result in {printable(results)} was skipped{why}")
+    pairs = [PairResult(printable(matching.matches[s.key].result), printable(matching.matches[s.key].truth or ""),
+                        s.ssim, s.lpips) for s in scores]
+    return EvalReport(results, truth, not options.unpaired, run.size, pairs, sets, matching.skipped, matching.by(),
+                      run.framing, networks.stand_in, networks.names, time.perf_counter() - start)

@@ -1,0 +1,28 @@
+"""The settings of an evaluation, declared once and checked once (no heavy imports: the CLI reads them for
+--help)."""
+
+from __future__ import annotations
+
+from ootd.errors import UsageError
+from ootd.settings import Choice
+
+DEFAULT_BATCH = 8  # images through the networks at once
+MAX_BATCH = 256
+
+
+class MetricWeights(Choice):
+    """`--weights`: the published networks (the numbers papers report), or randomly initialised stand-ins, whose
+    numbers compare to nothing and every output says so."""
+
+    STANDARD = "standard"
+    RANDOM = "random"
+
+    @classmethod
+    def parse(cls, value: str | MetricWeights, what: str | None = "metric weights") -> MetricWeights:
+        return super().parse(value, what)
+
+
+def check_batch(value: int) -> int:
+    if not 1 <= value <= MAX_BATCH:
+        raise UsageError(f"--batch-size must be 1 to {MAX_BATCH}, got {value}")
+    return value

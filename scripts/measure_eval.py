@@ -1,0 +1,152 @@
+"""What `ootd eval` costs per image, and that the cost per image does not grow with the number of images.
+
+    .venv-eval/bin/python scripts/measure_eval.py [--sizes 384x512,768x1024] [--counts 100,1000] [--batch 8]
+
+Needs the eval extra (scripts/test_eval_stack.sh makes such an environment). The published weights cannot be had
+on every machine: with `--weights random` (the default here) the networks are the same architectures randomly
+initialised - torch-fidelity's InceptionV3 and lpips's AlexNet - so the work, the time and the memory are those
+of the real metrics and the numbers are meaningless (the output says so). Synthetic pairs: smooth random
+pictures (photos as JPEG, results as PNG, the result a blurred copy of its photo) made once per size in a
+temporary folder; each count is a folder of the first N results, measured in a fresh process through
+`ootd.app.evaluate.run.evaluate` (the command's own path: matching by name, reading, framing, scoring).
+
+Per run: the time to the first image (listing, matching, loading the networks), the wall and CPU time per image
+while images stream (from the first image's progress tick to the last's, divided by the images between; CPU
+time also over the first and the last tenth of the images, to see growth within one run), the final FID/KID
+computation, the total, and the process's peak resident memory. One torch thread by default: on a machine shared
+with other work, two threads spinning against it measure the neighbours more than the metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def make_pairs(folder: Path, size: tuple[int, int], count: int) -> tuple[Path, Path]:
+    import numpy as np
+    from PIL import Image, ImageFilter
+
+    photos, results = folder / "photos", folder / "results"
+    photos.mkdir(parents=True)
+    results.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        small = Image.fromarray(rng.integers(0, 256, (12, 9, 3), dtype=np.uint8))
+        photo = small.resize(size, Image.Resampling.BICUBIC)
+        photo.save(photos / f"{i:05d}.jpg", quality=92)
+        photo.filter(ImageFilter.GaussianBlur(1 + i % 3)).save(results / f"{i:05d}.png", compress_level=1)
+    return photos, results
+
+
+def subset(results: Path, count: int, into: Path) -> Path:
+    into.mkdir()
+    for path in sorted(results.iterdir())[:count]:
+        (into / path.name).symlink_to(path)
+    return into
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(results: str, photos: str, weights: str, batch: int, threads: int) -> dict:
+    """One evaluation in this (fresh) process: wall and CPU time at every image's progress tick."""
+    import torch
+
+    from ootd.app.evaluate.run import EvalOptions, evaluate
+
+    torch.set_num_threads(threads)
+    ticks: list[tuple[float, float]] = []
+    start = (time.perf_counter(), cpu_seconds())
+    report = evaluate(Path(results), Path(photos), EvalOptions.from_words(weights, "cpu", batch),
+                      progress=lambda stage, done, total: ticks.append((time.perf_counter(), cpu_seconds())))
+    end = (time.perf_counter(), cpu_seconds())
+    images = len(ticks)
+
+    def per_image(first: int, last: int, which: int) -> float:
+        return (ticks[last][which] - ticks[first][which]) / (last - first)
+
+    window = max(batch, images // 10 // batch * batch)  # whole batches: the first and the last tenth of the images
+    return {"images": images, "pairs": len(report.pairs), "threads": threads,
+            "first_image_s": ticks[0][0] - start[0],
+            "per_image_s": per_image(0, images - 1, 0), "per_image_cpu_s": per_image(0, images - 1, 1),
+            "first_tenth_cpu_s": per_image(0, window, 1), "last_tenth_cpu_s": per_image(images - 1 - window,
+                                                                                        images - 1, 1),
+            "sets_s": end[0] - ticks[-1][0], "total_s": end[0] - start[0],
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "stand_in": report.stand_in, "fid": report.sets.fid, "kid_subset": report.sets.kid_subset_size}
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="384x512,768x1024")
+    parser.add_argument("--counts", default="100,1000")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--weights", default="random", choices=("random", "standard"))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # results photos: measure in this process
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(*args.one, args.weights, args.batch, args.threads)))
+        return
+    counts = sorted(int(c) for c in args.counts.split(","))
+    print(f"# {cpu_name()}, {os.cpu_count()} CPUs, torch threads default; load average at start "
+          f"{Path('/proc/loadavg').read_text().split()[:3]}")
+    rows = []
+    for word in args.sizes.split(","):
+        w, h = (int(v) for v in word.split("x"))
+        with tempfile.TemporaryDirectory() as tmp:
+            made = time.perf_counter()
+            photos, results = make_pairs(Path(tmp), (w, h), counts[-1])
+            print(f"# {word}: {counts[-1]} synthetic pairs made in {time.perf_counter() - made:.0f} s", flush=True)
+            for count in counts:
+                folder = subset(results, count, Path(tmp) / f"results_{count}")
+                proc = subprocess.run([sys.executable, __file__, "--one", str(folder), str(photos), "--weights",
+                                       args.weights, "--batch", str(args.batch), "--threads", str(args.threads)],
+                                      capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                if proc.returncode != 0:
+                    sys.exit(proc.stderr[-2000:])
+                row = {"size": word, "count": count, **json.loads(proc.stdout.strip().splitlines()[-1])}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print("\n| size | pairs | first image | per image: wall | CPU | CPU, first / last tenth | FID+KID at the end "
+          "| total | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['size']} | {r['count']} | {r['first_image_s']:.1f} s | {r['per_image_s'] * 1000:.0f} ms | "
+              f"{r['per_image_cpu_s'] * 1000:.0f} ms | {r['first_tenth_cpu_s'] * 1000:.0f} / "
+              f"{r['last_tenth_cpu_s'] * 1000:.0f} ms | {r['sets_s']:.1f} s (KID subsets of {r['kid_subset']}) | "
+              f"{r['total_s']:.0f} s | {r['peak_rss_mib']:.0f} MiB |")
+    for word in args.sizes.split(","):
+        of = {r["count"]: r for r in rows if r["size"] == word}
+        if len(of) > 1:
+            lo, hi = of[counts[0]], of[counts[-1]]
+            cpu = hi["per_image_cpu_s"] / lo["per_image_cpu_s"]
+            wall = hi["per_image_s"] / lo["per_image_s"]
+            print(f"{word}: per image at {counts[-1]} / at {counts[0]}: CPU {cpu:.2f}, wall {wall:.2f}; peak RSS "
+                  f"{hi['peak_rss_mib'] - lo['peak_rss_mib']:+.0f} MiB")
+    if rows and rows[0]["stand_in"]:
+        print(f"STAND-IN: {rows[0]['stand_in']}")
+
+
+if __name__ == "__main__":
+    main()
