@@ -314,7 +314,7 @@ class TryOnPipeline:
         (garment_latents,) = self._retry_on_oom("encode", lambda: self._encode([garment_r]))
         timings["encode_garment"] = time.perf_counter() - t
         t = time.perf_counter()
-        features = self._retry_on_oom("garment UNet", lambda: self._garment_features(garment_latents, prompt))
+        features = self._retry_on_oom("garment UNet", lambda: self.garment_features(garment_latents, prompt))
         timings["garment_unet"] = time.perf_counter() - t
         return GarmentInputs(category, resolution, garment_r, prompt, features, timings)
 
@@ -399,7 +399,7 @@ class TryOnPipeline:
         # the latents in the default layout, whatever the VAE's (the UNets lay their inputs out themselves)
         return latents.to(self.precision.unet).contiguous().chunk(len(images))
 
-    def _garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+    def garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
         """Run the garment UNet once at timestep 0 on [garment, zeros] (the zeros serve the unconditional
         half of guidance); the features are shared by every sample."""
         batch = as_memory_format(torch.cat([garment_latents, torch.zeros_like(garment_latents)]),
