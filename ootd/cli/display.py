@@ -27,8 +27,9 @@ class Display:
     LABELS = {
         "pose": "pose + parsing", "load": "loading models", "person": "preparing person",
         "garment": "preparing garment", "denoise": "denoising", "decode": "decoding", "pairs": "pairs",
+        "check": "checking pairs", "prepare": "preparing pairs", "train": "training",
     }
-    UNITS = {"denoise": "step", "pairs": "pair", "load": "part"}
+    UNITS = {"denoise": "step", "pairs": "pair", "load": "part", "check": "pair", "prepare": "pair", "train": "step"}
     SEQUENCE = ("pose", "load", "person", "garment", "denoise", "decode")  # one try-on's stages, in order
 
     def __init__(self, enabled: bool, console: Any = None) -> None:
