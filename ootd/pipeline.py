@@ -56,6 +56,7 @@ from ootd.speedups.quantize import quantize_unets, require_torchao
 from ootd.speedups.token_merge import token_merging
 from ootd.weights.integrity import require_finite_latents
 from ootd.weights.loading import Components, load_components
+from ootd.weights.lora import LoraChoice, apply_lora, read_adapter
 
 __all__ = ["GarmentInputs", "PersonInputs", "PersonMask", "TryOnPipeline", "TryOnResult"]
 
@@ -94,6 +95,7 @@ class TryOnPipeline:
         # every other attention module of the UNets and the VAE through the same backend
         install_attention([components.unet_garm, components.unet_vton, components.vae], attention)
         self.load_seconds = 0.0
+        self.lora: dict[str, str] = {}  # the merged adapter's record (ootd/weights/lora.py); {}: none
         self.max_memory = max_memory  # bytes a call may use; None: the device's free memory less a margin
         self.profile = profile or load_profile(device)  # the device's defaults, which the memory plan reads too
         self._sizes: ModelSizes | None = None
@@ -128,6 +130,7 @@ class TryOnPipeline:
         progress: Progress | None = None,
         quantize: str | QuantizeName | None = None,
         speed: SpeedModes | None = None,
+        lora: str | Path | LoraChoice | None = None, lora_scale: float = 1.0,
     ) -> TryOnPipeline:
         """Load every component of the hd or dc model from a checkpoints tree in the released layout.
 
@@ -137,10 +140,12 @@ class TryOnPipeline:
         (ootd/speedups/modes.py) calls run with; `channels_last`, `compile` and `quantize` (none, int8-dynamic,
         int8-weight, fp8: the UNets' Linear layers, needs the `quant` extra) override its fields, and None
         follows it (channels_last and compile: the device profile). `progress` hears ("load", done, total) as
-        each component loads.
+        each component loads. `lora`: an adapter `ootd train` wrote, merged at `lora_scale` (ootd/weights/lora.py).
         """
         start = time.perf_counter()
         model_type = ModelType.parse(model_type)
+        choice = lora if isinstance(lora, LoraChoice) else LoraChoice.parse(lora, lora_scale)
+        adapter = read_adapter(choice.path) if choice is not None else None  # a damaged file fails before loading
         given = {"channels_last": channels_last, "compile": compile,
                  "quantize": QuantizeName.parse(quantize) if quantize is not None else None}
         modes = replace(speed or SpeedModes(), **{k: v for k, v in given.items() if v is not None})
@@ -149,12 +154,13 @@ class TryOnPipeline:
             require_torchao()  # a missing extra is said before minutes of loading
         precision = runtime.precision
         components = load_components(Path(checkpoints_dir), model_type, precision.dtypes(), progress)
-        # after the strict loading checks, before the residency places the models
+        # after the strict loading checks, before the residency places the models (quantized: the merged weights)
+        lora_record = apply_lora(components, model_type, adapter, choice.scale if choice is not None else 1.0)
         quantized = quantize_unets(components, runtime.quantize, runtime.device)
         pipe = cls(components, model_type, runtime.device, precision, runtime.attention, Path(checkpoints_dir),
                    preprocessor, parsing_provider, max_memory, runtime.speed, runtime.profile,
                    replace(modes, quantize=quantized))
-        pipe.load_seconds = time.perf_counter() - start
+        pipe.load_seconds, pipe.lora = time.perf_counter() - start, lora_record
         return pipe
 
     # -- memory plan (ootd/memory/planner.py decides, ootd/memory/residency.py puts it into effect) ----
@@ -179,8 +185,7 @@ class TryOnPipeline:
         self.residency.apply(plan)
 
     def _plan_for(self, resolution: Resolution) -> None:
-        """The plan of the encodes before a call: one image at `resolution`, whatever the latest call was (a
-        plan made for more samples or another budget would batch or tile the encodes differently)."""
+        """The plan of the encodes: one image at `resolution`, whatever the latest call was (batching, tiling)."""
         request = self.plan.request if self.plan is not None else None
         wanted = (resolution.size, 1, True, self.max_memory)
         if request is None or (request.resolution, request.num_samples, request.guidance, request.max_memory) != wanted:
@@ -242,8 +247,7 @@ class TryOnPipeline:
         progress: Progress | None = None,
         callback: StepCallback | None = None,
     ) -> TryOnResult:
-        """One try-on: `num_samples` pictures of the person wearing the garment. `cache_interval` and
-        `token_merge` None keep the pipeline's speed modes."""
+        """One try-on: `num_samples` pictures; `cache_interval`, `token_merge` None keep the speed modes."""
         settings = SamplingSettings.from_words(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale,
                                                seed=seed, resolution=resolution, scheduler=scheduler)
         modes = self.modes
@@ -272,8 +276,7 @@ class TryOnPipeline:
         self, person: ImageInput, category: Category, *, mask: ImageInput | None = None,
         resolution: Resolution = SamplingSettings.resolution, fit: FitMode = FitMode.PAD, mask_grow: int = 0,
     ) -> PersonInputs:
-        """Everything that depends on the person only: framing, mask, masked person, their latents.
-        Batch work reuses it across garments."""
+        """The person's side alone: framing, mask, masked person, their latents (a batch reuses it)."""
         t = time.perf_counter()
         masked = self.mask_person(person, category, mask=mask, resolution=resolution, fit=fit, mask_grow=mask_grow)
         seconds = time.perf_counter() - t
@@ -300,8 +303,7 @@ class TryOnPipeline:
     def prepare_garment(self, garment: ImageInput, category: Category, *,
                         resolution: Resolution = SamplingSettings.resolution,
                         fit: FitMode = FitMode.PAD) -> GarmentInputs:
-        """Everything that depends on the garment only: prompt embeddings, latents, garment UNet features.
-        Batch work reuses it across people."""
+        """The garment's side alone: prompt embeddings, latents, garment UNet features (a batch reuses it)."""
         check_model_category(self.model_type, category)
         timings: dict[str, float] = {}
         # framed once, straight to the working resolution (docs/upstream.md §2)
@@ -365,7 +367,7 @@ class TryOnPipeline:
             images=images, mask=person.mask, masked_person=person.masked_person, seed=settings.seed,
             timings=timings, intermediates=dict(person.intermediates),
             settings={"model_type": self.model_type.value, "category": person.category.value,
-                      **settings.words(), **modes.words()},
+                      **settings.words(), **modes.words(), **self.lora},
         )
 
     # -- steps ------------------------------------------------------------------------------------
@@ -400,8 +402,7 @@ class TryOnPipeline:
         return latents.to(self.precision.unet).contiguous().chunk(len(images))
 
     def garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Run the garment UNet once at timestep 0 on [garment, zeros] (the zeros serve the unconditional
-        half of guidance); the features are shared by every sample."""
+        """The garment UNet once at timestep 0 on [garment, zeros] (zeros: guidance's unconditional half)."""
         batch = as_memory_format(torch.cat([garment_latents, torch.zeros_like(garment_latents)]),
                                  self.speed.channels_last)
         unet = self.components.unet_garm
@@ -412,8 +413,7 @@ class TryOnPipeline:
     def _denoise(self, sched, latents: torch.Tensor, inpaint: Inpaint, garment: GarmentInputs,  # noqa: ANN001
                  person_latents: torch.Tensor, settings: SamplingSettings, modes: SpeedModes,
                  progress: Progress | None, callback: StepCallback | None = None) -> tuple[torch.Tensor, list[float]]:
-        """ootd/method/sampling.py's loop over the try-on UNet with image guidance, with the speed modes'
-        hooks installed for the call; returns latents and step seconds."""
+        """ootd/method/sampling.py's loop with guidance and the speed modes' hooks; latents and step seconds."""
         index = sample_index(settings.num_samples, settings.guidance, latents.device)
         unet = self.components.unet_vton
         model_fn = guided_model(lambda *args: self._unet_vton(unet, *args), garment.prompt, person_latents, index,

@@ -92,7 +92,7 @@ def write_entry(cache: Path, key: str, tensors: dict[str, torch.Tensor]) -> Path
     from safetensors.torch import save
 
     data = save({name: tensors[name].detach().to("cpu").contiguous() for name in ENTRY_TENSORS},
-                metadata={"format": CACHE_FORMAT, "version": str(CACHE_VERSION)})
+                metadata={"ootd": f"{CACHE_FORMAT} {CACHE_VERSION}"})  # one key: several have no fixed order
     path = entry_path(cache, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_atomic(path, lambda handle: handle.write(data), overwrite=True)

@@ -21,7 +21,9 @@ def encode_images(vae: torch.nn.Module, images: list[Image.Image], device: torch
     dtype = next(vae.parameters()).dtype
     out = []
     for image in images:
-        pixels = processor.preprocess(image).to(device, dtype)
+        # dense NCHW, as the pipeline encodes: the processor's output is a channels-last view, whose convolutions
+        # give other numbers
+        pixels = processor.preprocess(image).to(device, dtype).contiguous()
         out.append(vae.encode(pixels).latent_dist.mode()[0].float().cpu())
     return out
 

@@ -31,6 +31,7 @@ UNET_NAMES = ("unet_vton", "unet_garm")  # the try-on UNet is always adapted, th
 ADAPTER_NAME = "ootd"  # the peft adapter name while an adapter is being merged
 MAX_LORA_SCALE = 4.0  # --lora-scale: 0 (the base model) to this; past 1 the adapter's change is extrapolated
 NO_LORA = {"lora": "none", "lora_sha256": "none", "lora_scale": "none"}  # the record of a try-on without one
+HEADER_KEY = "ootd"  # the safetensors metadata key of the adapter's header (JSON)
 MAX_HEADER = 1 << 24  # a safetensors header larger than this is not one of ours
 
 
@@ -94,9 +95,10 @@ def adapter_bytes(tensors: Mapping[str, Mapping[str, torch.Tensor]], model_type:
 
     flat = {f"{unet}.{key}": tensor.detach().to("cpu").contiguous()
             for unet, state in tensors.items() for key, tensor in state.items()}
-    metadata = {"format": ADAPTER_FORMAT, "version": ADAPTER_VERSION, "model_type": model_type.value,
-                "rank": str(rank), "alpha": repr(float(alpha)), "unets": ",".join(tensors)}
-    return save(flat, metadata=metadata)
+    header = {"format": ADAPTER_FORMAT, "version": ADAPTER_VERSION, "model_type": model_type.value,
+              "rank": str(rank), "alpha": repr(float(alpha)), "unets": ",".join(tensors)}
+    # one metadata key: safetensors writes several in no fixed order, and the same adapter must hash the same
+    return save(flat, metadata={HEADER_KEY: json.dumps(header, sort_keys=True)})
 
 
 def _damaged(path: Path, problem: str) -> CheckpointError:
@@ -115,9 +117,13 @@ def _header(path: Path, data: bytes) -> dict[str, str]:
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise _damaged(path, "is not a safetensors file (its header is not JSON)") from None
     metadata = header.get("__metadata__") if isinstance(header, dict) else None
-    if not isinstance(metadata, dict) or metadata.get("format") != ADAPTER_FORMAT:
+    try:
+        ours = json.loads(metadata[HEADER_KEY]) if isinstance(metadata, dict) else None
+    except (KeyError, TypeError, json.JSONDecodeError):
+        ours = None
+    if not isinstance(ours, dict) or ours.get("format") != ADAPTER_FORMAT:
         raise _damaged(path, "is not an ootd LoRA adapter (its header names no ootd-lora format)")
-    return {str(k): str(v) for k, v in metadata.items()}
+    return {str(k): str(v) for k, v in ours.items()}
 
 
 def read_adapter(path: str | Path) -> LoraAdapter:
@@ -195,3 +201,13 @@ def merge_adapter(adapter: LoraAdapter, unets: Mapping[str, torch.nn.Module], mo
                                   f"{unet_name} has no place for {unexpected[0]}")
         unet.fuse_lora(lora_scale=scale, adapter_names=[ADAPTER_NAME])
         unet.unload_lora()  # the fused weights stay; the peft layers go
+
+
+def apply_lora(components: object, model_type: ModelType, adapter: LoraAdapter | None, scale: float
+               ) -> dict[str, str]:
+    """Merge an adapter into loaded components (`ootd.weights.loading.Components`) and return what a try-on's
+    record says of it ({} without one: a record without the keys means no adapter, NO_LORA)."""
+    if adapter is None:
+        return {}
+    merge_adapter(adapter, {name: getattr(components, name) for name in UNET_NAMES}, model_type, scale)
+    return adapter.words(scale)

@@ -110,13 +110,15 @@ class _Models:
     """The models prepare needs, loaded when the first pair needs them: the VAE, the CLIP encoders, and pose +
     parsing (none of the UNets)."""
 
-    def __init__(self, options: PrepareOptions) -> None:
+    def __init__(self, options: PrepareOptions, preprocessor: Any = None) -> None:
         self.options = options
+        self.preprocessor = preprocessor
         self._loaded: Any = None
 
     def get(self) -> Any:
         if self._loaded is None:
             self._loaded = _load_prepare_models(self.options)
+            self._loaded.preprocessor = self.preprocessor
         return self._loaded
 
 
@@ -197,8 +199,9 @@ def _check_cache(options: PrepareOptions, model_type: ModelType) -> None:
                          "another -o folder")
 
 
-def prepare(options: PrepareOptions, progress: Progress | None = None, models: Any = None) -> PrepareReport:
-    """Prepare every good row into the cache (see the module docstring); `models`: loaded models to use (tests)."""
+def prepare(options: PrepareOptions, progress: Progress | None = None, preprocessor: Any = None) -> PrepareReport:
+    """Prepare every good row into the cache (see the module docstring); `preprocessor`: pose + parsing already
+    loaded (else loaded when the first automatic mask is made)."""
     tick = progress or (lambda stage, done, total: None)
     layout, rows = read_rows(options.data, options.pairs)
     if not rows:
@@ -215,7 +218,7 @@ def prepare(options: PrepareOptions, progress: Progress | None = None, models: A
             report.problems.append(f"{row.where()}: {exc}")
         tick("check", i, len(rows))
     val_people = held_out([c.person_id for c in checked], options.split, options.seed)
-    loader = models if models is not None else _Models(options)
+    loader = _Models(options, preprocessor)
     done: dict[str, _Checked] = {}
     for i, item in enumerate(checked, 1):
         val = item.person_id in val_people
