@@ -18,9 +18,12 @@ from dataclasses import dataclass
 
 from ootd.memory.planner import gib
 
-# bytes alive for the backward per sample and latent token, fp32 (both UNets' graphs; the garment UNet's only
-# when it is adapted), measured at 384x512 (3,072 latent tokens) on the CPU
-ACTIVATION_BYTES = {(False, False): 350_000, (False, True): 590_000, (True, False): 50_000, (True, True): 80_000}
+# bytes per sample and latent token at the peak of a step, fp32, keyed (gradient checkpointing, garment UNet
+# adapted). Measured (`ootd train bench`, docs/benchmarks.md): peak resident memory less the resident memory after
+# loading, per sample and token: 911k and 951k without checkpointing (384x512, batch 1 and 2), 530k, 505k and 459k
+# with it (384x512 batch 1 and 2, 768x1024 batch 1). With the garment UNet adapted its graph is kept too: those two
+# are the measured ones times 1.6 (its share of the work), derived, not measured.
+ACTIVATION_BYTES = {(False, False): 950_000, (True, False): 530_000, (False, True): 1_520_000, (True, True): 850_000}
 ADAPTER_BYTES_PER_PARAM = 16  # fp32 weight, gradient, and AdamW's exp_avg and exp_avg_sq
 
 

@@ -1,0 +1,98 @@
+"""`--lora`: an adapter at scale 0 and a fresh adapter give the base model's images bit for bit, a trained one
+changes them and the record names it; damaged or mismatched adapters are refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ootd import TryOnPipeline
+from ootd.errors import CheckpointError, UsageError
+from ootd.settings import ModelType
+from ootd.training.adapters import add_lora, lora_state, target_modules
+from ootd.weights.lora import LoraChoice, adapter_bytes, check_lora_scale, read_adapter
+
+RES = "384x512"
+
+
+def _adapter(tree: Path, path: Path, trained: bool, model_type: ModelType = ModelType.HD, rank: int = 4) -> Path:
+    """An adapter for the tree's try-on and garment UNets: fresh (B zero) or with random B (a trained stand-in)."""
+    from diffusers import UNet2DConditionModel
+
+    base = tree / "ootd" / f"ootd_{model_type.value}" / "checkpoint-36000"
+    state = {}
+    for name in ("unet_vton", "unet_garm"):
+        unet = UNet2DConditionModel.from_pretrained(base / name)
+        add_lora(unet, target_modules(unet), rank, rank, seed=1)
+        if trained:
+            torch.manual_seed(2)
+            for key, param in unet.named_parameters():
+                if ".lora_B." in key:
+                    param.data.normal_(0, 0.5)
+        state[name] = lora_state(unet)
+    path.write_bytes(adapter_bytes(state, model_type, rank, rank))
+    return path
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory: pytest.TempPathFactory, tiny_tree: Path) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("adapters")
+    return {"fresh": _adapter(tiny_tree, folder / "fresh.safetensors", False),
+            "trained": _adapter(tiny_tree, folder / "trained.safetensors", True)}
+
+
+def _images(pipe: TryOnPipeline, example_images: dict) -> tuple[np.ndarray, dict]:
+    result = pipe(example_images["person"], example_images["tshirt"], "upper", mask=example_images["mask"], steps=2,
+                  seed=5, resolution=RES)
+    return np.asarray(result.images[0]), result.settings
+
+
+def test_scale_zero_and_a_fresh_adapter_keep_the_base_images(tiny_tree: Path, adapters: dict, example_images: dict,
+                                                             pipe_hd: TryOnPipeline) -> None:
+    base, base_settings = _images(pipe_hd, example_images)
+    assert "lora" not in base_settings
+    for path, scale in ((adapters["trained"], 0.0), (adapters["fresh"], 1.0)):
+        pipe = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=path, lora_scale=scale)
+        images, settings = _images(pipe, example_images)
+        assert np.array_equal(images, base), (path.name, scale)
+        assert settings["lora"] == path.name and settings["lora_scale"] == f"{scale:g}"
+    pipe = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["trained"], lora_scale=0.5)
+    images, settings = _images(pipe, example_images)
+    assert not np.array_equal(images, base)
+    assert settings["lora_sha256"] == read_adapter(adapters["trained"]).sha256 and settings["lora_scale"] == "0.5"
+
+
+def test_damaged_and_mismatched_adapters_are_refused_in_one_line(tiny_tree: Path, adapters: dict,
+                                                                 tmp_path: Path) -> None:
+    good = adapters["trained"].read_bytes()
+    cases = {"empty": b"", "truncated": good[: len(good) // 2], "text": b"\x10\x00\x00\x00\x00\x00\x00\x00not json",
+             "other safetensors": _other_safetensors()}
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.safetensors"
+        path.write_bytes(data)
+        with pytest.raises(CheckpointError) as caught:
+            read_adapter(path)
+        assert "\n" not in str(caught.value) and path.name in str(caught.value), name
+    dc = _adapter(tiny_tree, tmp_path / "dc.safetensors", True, ModelType.DC)
+    with pytest.raises(CheckpointError, match="trained on the dc model, this try-on uses the hd model"):
+        TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=dc)
+    state = read_adapter(adapters["trained"]).tensors
+    wrong = {u: {k: torch.zeros(v.shape[0] + 1, v.shape[1]) if k.endswith("lora_B.weight") else v
+                 for k, v in s.items()} for u, s in state.items()}
+    (tmp_path / "shape.safetensors").write_bytes(adapter_bytes(wrong, ModelType.HD, 4, 4))
+    with pytest.raises(CheckpointError, match="does not fit this model: .* has shape"):
+        TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=tmp_path / "shape.safetensors")
+    with pytest.raises(UsageError, match="--lora-scale must be from 0 to 4"):
+        check_lora_scale(-1)
+    with pytest.raises(UsageError, match="not found"):
+        LoraChoice.parse(tmp_path / "nowhere.safetensors")
+    assert LoraChoice.parse(None) is None
+
+
+def _other_safetensors() -> bytes:
+    from safetensors.torch import save
+
+    return save({"weight": torch.zeros(2)}, metadata={"format": "pt"})
