@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ootd.app.train.loop import TrainOptions, Trainer, open_run, run_loop, train_local
+from ootd.app.train.loop import Trainer, TrainOptions, open_run, run_loop, train_local
 from ootd.app.train.models import load_training_models
 from ootd.errors import OutputError, UsageError
 from ootd.settings import ModelType
