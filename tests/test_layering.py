@@ -15,8 +15,8 @@ from tests.helpers import REPO
 # The library, lowest first: each may import itself and what comes before it (plus `preprocess`), nothing after.
 LIBRARY = ("ootd.errors", "ootd.settings", "ootd.hardware", "ootd.imaging", "ootd.weights", "ootd.attention",
            "ootd.method", "ootd.speedups", "ootd.memory", "ootd.runtime", "ootd.preprocessing", "ootd.pipeline_types",
-           "ootd.pipeline")
-APP, TRYON, BATCH = "ootd.app", "ootd.app.tryon", "ootd.app.batch"
+           "ootd.pipeline", "ootd.training")
+APP, TRYON, BATCH, TRAIN = "ootd.app", "ootd.app.tryon", "ootd.app.batch", "ootd.app.train"
 TOOLS = "ootd.tools"
 FRONT_ENDS = ("ootd.cli", "ootd.serve", "run")
 MAX_TOP_MODULES = 8  # modules directly in ootd/ besides __init__ and __main__
@@ -91,6 +91,7 @@ def test_the_application_layer_imports_no_tool_and_no_front_end() -> None:
             assert not _within(other, TOOLS) and not any(_within(other, f) for f in FRONT_ENDS), (module, other)
             if _within(module, TRYON):
                 assert not _within(other, BATCH), f"the single try-on {module} imports the batch module {other}"
+                assert not _within(other, TRAIN), f"the single try-on {module} imports the training module {other}"
 
 
 def test_tools_are_not_imported_by_the_library_or_the_application_layer() -> None:
