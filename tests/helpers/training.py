@@ -8,6 +8,8 @@ from pathlib import Path
 
 from PIL import Image, ImageOps
 
+from ootd.settings import ModelType
+
 RESOLUTION = "384x512"
 
 
@@ -73,3 +75,26 @@ def prepared_cache(root: Path, tiny_tree: Path, example_images: dict[str, Path],
     cache = root / "cache"
     prepare(PrepareOptions(data, cache, tiny_tree, resolution=parse_resolution(RESOLUTION), split=split))
     return cache
+
+
+def write_adapter(tree: Path, path: Path, trained: bool, model_type: ModelType = ModelType.HD, rank: int = 4) -> Path:
+    """An adapter for the tree's try-on and garment UNets: fresh (B zero) or with random B (a trained stand-in)."""
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    from ootd.training.adapters import add_lora, lora_state, target_modules
+    from ootd.weights.lora import adapter_bytes
+
+    base = tree / "ootd" / f"ootd_{model_type.value}" / "checkpoint-36000"
+    state = {}
+    for name in ("unet_vton", "unet_garm"):
+        unet = UNet2DConditionModel.from_pretrained(base / name)
+        add_lora(unet, target_modules(unet), rank, rank, seed=1)
+        if trained:
+            torch.manual_seed(2)
+            for key, param in unet.named_parameters():
+                if ".lora_B." in key:
+                    param.data.normal_(0, 0.5)
+        state[name] = lora_state(unet)
+    path.write_bytes(adapter_bytes(state, model_type, rank, rank))
+    return path

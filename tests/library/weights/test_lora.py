@@ -12,36 +12,17 @@ import torch
 from ootd import TryOnPipeline
 from ootd.errors import CheckpointError, UsageError
 from ootd.settings import ModelType
-from ootd.training.adapters import add_lora, lora_state, target_modules
 from ootd.weights.lora import LoraChoice, adapter_bytes, check_lora_scale, read_adapter
+from tests.helpers.training import write_adapter
 
 RES = "384x512"
-
-
-def _adapter(tree: Path, path: Path, trained: bool, model_type: ModelType = ModelType.HD, rank: int = 4) -> Path:
-    """An adapter for the tree's try-on and garment UNets: fresh (B zero) or with random B (a trained stand-in)."""
-    from diffusers import UNet2DConditionModel
-
-    base = tree / "ootd" / f"ootd_{model_type.value}" / "checkpoint-36000"
-    state = {}
-    for name in ("unet_vton", "unet_garm"):
-        unet = UNet2DConditionModel.from_pretrained(base / name)
-        add_lora(unet, target_modules(unet), rank, rank, seed=1)
-        if trained:
-            torch.manual_seed(2)
-            for key, param in unet.named_parameters():
-                if ".lora_B." in key:
-                    param.data.normal_(0, 0.5)
-        state[name] = lora_state(unet)
-    path.write_bytes(adapter_bytes(state, model_type, rank, rank))
-    return path
 
 
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory: pytest.TempPathFactory, tiny_tree: Path) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("adapters")
-    return {"fresh": _adapter(tiny_tree, folder / "fresh.safetensors", False),
-            "trained": _adapter(tiny_tree, folder / "trained.safetensors", True)}
+    return {"fresh": write_adapter(tiny_tree, folder / "fresh.safetensors", False),
+            "trained": write_adapter(tiny_tree, folder / "trained.safetensors", True)}
 
 
 def _images(pipe: TryOnPipeline, example_images: dict) -> tuple[np.ndarray, dict]:
@@ -76,7 +57,7 @@ def test_damaged_and_mismatched_adapters_are_refused_in_one_line(tiny_tree: Path
         with pytest.raises(CheckpointError) as caught:
             read_adapter(path)
         assert "\n" not in str(caught.value) and path.name in str(caught.value), name
-    dc = _adapter(tiny_tree, tmp_path / "dc.safetensors", True, ModelType.DC)
+    dc = write_adapter(tiny_tree, tmp_path / "dc.safetensors", True, ModelType.DC)
     with pytest.raises(CheckpointError, match="trained on the dc model, this try-on uses the hd model"):
         TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=dc)
     state = read_adapter(adapters["trained"]).tensors
