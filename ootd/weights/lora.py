@@ -49,6 +49,11 @@ class LoraChoice:
 
     path: Path
     scale: float = 1.0
+    sha256: str = ""  # of the file when it was chosen: what a resumed batch compares
+
+    def words(self) -> dict[str, str]:
+        """What a try-on with this choice records (the keys of NO_LORA, as LoraAdapter.words writes them)."""
+        return {"lora": self.path.name, "lora_sha256": self.sha256, "lora_scale": f"{self.scale:g}"}
 
     @classmethod
     def parse(cls, path: str | Path | None, scale: float = 1.0) -> LoraChoice | None:
@@ -61,7 +66,11 @@ class LoraChoice:
         if not file.is_file():
             problem = "is a folder" if file.is_dir() else "not found"
             raise UsageError(f"--lora {printable(file)}: {problem}")
-        return cls(file, check_lora_scale(scale))
+        try:
+            sha256 = hashlib.sha256(file.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise UsageError(f"--lora {printable(file)}: cannot be read ({exc.strerror or exc})") from None
+        return cls(file, check_lora_scale(scale), sha256)
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ def load_pipeline(config: RunConfig, model_type: ModelType, preprocessor: Any = 
         dtype=None if config.precision is PrecisionName.AUTO else config.precision.value,
         attention=config.attention.value, parsing_provider=config.parsing_provider.value,
         max_memory=config.max_memory, speed=config.speed, preprocessor=preprocessor, progress=progress,
+        lora=config.lora,
     )
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ootd import __version__
 from ootd.speedups.modes import EXACT_WORDS
+from ootd.weights.lora import NO_LORA
 
 if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
@@ -27,7 +28,8 @@ SOFTWARE_KEY = "software"
 SOFTWARE_PREFIX = "ootd"
 # the keys that record what determines the pixels (and which inputs they came from): what resume compares
 PIXEL_SETTINGS = ("model_type", "category", "samples", "steps", "scale", "seed", "resolution", "scheduler",
-                  "cache_interval", "token_merge", "quantize", "person", "garment", "mask", "fit", "mask_grow")
+                  "cache_interval", "token_merge", "quantize", "person", "garment", "mask", "fit", "mask_grow",
+                  "lora_sha256", "lora_scale")
 
 
 def software() -> dict[str, str]:
@@ -48,7 +50,7 @@ def input_record(request: TryOnRequest, config: RunConfig) -> dict[str, str]:
 def run_record(model_type: ModelType, category: Category, config: RunConfig) -> dict[str, str]:
     """The pipeline's own part of the record, as a run with `config` writes it (TryOnPipeline.generate)."""
     return {"model_type": model_type.value, "category": category.value, **config.sampling.words(),
-            **config.speed.words()}
+            **config.speed.words(), **(config.lora.words() if config.lora is not None else NO_LORA)}
 
 
 def png_record(outcome: TryOnOutcome, config: RunConfig, sample: int | None = None) -> dict[str, str]:
@@ -159,7 +161,7 @@ def differences(recorded: dict[str, str], expected: dict[str, str]) -> str | Non
     the file does not record means the exact speed path (files written before the speed modes existed)."""
     if not is_ours(recorded):
         return "it records no ootd settings"
-    recorded = {**EXACT_WORDS, **recorded}
+    recorded = {**EXACT_WORDS, **NO_LORA, **recorded}  # no lora keys: made without an adapter
     diffs = [f"{key} {recorded.get(key, 'unknown')} (now {value})" for key, value in expected.items()
              if recorded.get(key) != value]
     return ", ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "") if diffs else None
