@@ -7,9 +7,10 @@
                  scaled by the autocast dtype's size; gradient checkpointing keeps the blocks' inputs only
 
 The per-token coefficients were measured on the CPU with the released architectures at random weights
-(`ootd train bench`, docs/benchmarks.md): peak resident memory less the weights and adapter, per sample and latent
-token, at 384x512. They are estimates: allocator slack, the attention kernel's workspace and the validation
-try-ons (which run the inference pipeline's own plan) come on top.
+(`ootd train bench`, docs/benchmarks.md): peak resident memory less the resident memory after loading, per sample
+and latent token. They hold for the released architectures (smaller ones get an overestimate) and are estimates:
+allocator slack, the attention kernel's workspace and the validation try-ons (which run the inference pipeline's
+own plan) come on top.
 """
 
 from __future__ import annotations

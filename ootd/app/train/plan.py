@@ -26,7 +26,8 @@ def training_estimate(models: Any, resolution: Resolution, settings: TrainSettin
 
 def explain_lines(models: Any, resolution: Resolution, settings: TrainSettings, workers: int = 1) -> list[str]:
     info = models.pipe.describe()
-    lines = [f"{key}: {info[key]}" for key in ("device", "precision_word", "attention") if info.get(key)]
+    shown = {"device": "device", "precision": "precision_word", "attention": "attention"}
+    lines = [f"{label}: {info[key]}" for label, key in shown.items() if info.get(key)]
     lines.append(f"global batch: {settings.batch_size} x {settings.accumulation} accumulation x {workers} "
                  f"worker(s) = {settings.batch_size * settings.accumulation * workers} pairs per step")
     lines.append(training_estimate(models, resolution, settings).explain() + (" (per worker)" if workers > 1 else ""))
