@@ -24,10 +24,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ootd.app.tryon.provenance import is_ours, read_record
+from ootd.app.tryon.provenance import PIXEL_SETTINGS, is_ours, read_record
 from ootd.errors import InputImageError, OotdError, UsageError, printable
 from ootd.imaging.files import open_image_file
 from ootd.imaging.similarity import psnr, ssim
+from ootd.speedups.modes import EXACT_WORDS
+from ootd.weights.lora import NO_LORA
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,13 @@ class ImageComparison:
     max_abs: int | None = None
     mean_abs: float | None = None
     problem: str | None = None
+    settings: dict[str, tuple[str, str]] = field(default_factory=dict)  # what the two records say differently
 
     def to_dict(self) -> dict[str, object]:
         if self.problem is not None:
             return {"name": self.name, "problem": self.problem}
         return {"name": self.name, "psnr": _json_number(self.psnr), "ssim": self.ssim, "max_abs": self.max_abs,
-                "mean_abs": self.mean_abs}
+                "mean_abs": self.mean_abs, "settings": {k: list(v) for k, v in self.settings.items()}}
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,18 @@ def compare_pair(name: str, a_path: Path, b_path: Path) -> ImageComparison:
         return ImageComparison(name, problem=f"sizes differ: {a.shape[1]}x{a.shape[0]} vs {b.shape[1]}x{b.shape[0]}")
     diff = np.abs(a.astype(np.int16) - b.astype(np.int16))
     return ImageComparison(name, psnr=psnr(a, b), ssim=ssim(a, b), max_abs=int(diff.max()),
-                           mean_abs=float(diff.mean()))
+                           mean_abs=float(diff.mean()), settings=setting_differences(a_path, b_path))
+
+
+def setting_differences(a_path: Path, b_path: Path) -> dict[str, tuple[str, str]]:
+    """The settings two of our PNGs record differently (e.g. a LoRA adapter and its scale); {} when either is
+    not ours."""
+    a, b = read_record(a_path), read_record(b_path)
+    if not (is_ours(a) and is_ours(b)):
+        return {}
+    a, b = {**EXACT_WORDS, **NO_LORA, **a}, {**EXACT_WORDS, **NO_LORA, **b}
+    keys = [k for k in (*PIXEL_SETTINGS, "lora") if k not in ("person", "garment", "mask")]
+    return {k: (a.get(k, "unknown"), b.get(k, "unknown")) for k in keys if a.get(k) != b.get(k)}
 
 
 def compare_folders(a_dir: str | Path, b_dir: str | Path, include_intermediates: bool = False) -> FolderComparison:
