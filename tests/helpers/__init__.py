@@ -1,6 +1,6 @@
 """What tests share: the repository's paths, CLI invocation and error checks (cli.py), an instant stand-in
 pipeline and the model seam (fakes.py), pixel readers (images.py), synthetic pose and parsing (synthetic.py), a
-live server (serving.py) and small UNets (small_unets.py)."""
+live server (serving.py), small UNets (small_unets.py) and small training sets and adapters (training.py)."""
 
 from pathlib import Path
 
