@@ -24,7 +24,7 @@ from ootd.hardware.dtypes import dtype_name
 from ootd.hardware.policy import Precision, SpeedOptions
 from ootd.hardware.profiles import DeviceProfile, load_profile
 from ootd.imaging.files import ImageInput
-from ootd.imaging.framing import FitInfo, fit_to_aspect, restore_framing
+from ootd.imaging.framing import fit_to_aspect, restore_framing
 from ootd.imaging.masks import as_image
 from ootd.memory.planner import Plan
 from ootd.memory.residency import Residency
@@ -58,6 +58,7 @@ from ootd.speedups.quantize import quantize_unets, require_torchao
 from ootd.speedups.token_merge import token_merging
 from ootd.weights.integrity import require_finite_latents
 from ootd.weights.loading import Components, load_components
+from ootd.weights.lora import LoraChoice, apply_lora, read_adapter
 
 __all__ = ["GarmentInputs", "PersonInputs", "PersonMask", "TryOnPipeline", "TryOnResult"]
 
@@ -96,6 +97,7 @@ class TryOnPipeline:
         # every other attention module of the UNets and the VAE through the same backend
         install_attention([components.unet_garm, components.unet_vton, components.vae], attention)
         self.load_seconds = 0.0
+        self.lora: LoraChoice | None = None  # the adapter merged into the UNets (ootd/weights/lora.py)
         c = components
         # the one owner of memory: each call's plan, where the models live (the try-on UNet runs every step: it
         # never leaves the device), the retry after out-of-memory
@@ -131,6 +133,7 @@ class TryOnPipeline:
         progress: Progress | None = None,
         quantize: str | QuantizeName | None = None,
         speed: SpeedModes | None = None,
+        lora: str | Path | LoraChoice | None = None, lora_scale: float = 1.0,
     ) -> TryOnPipeline:
         """Load every component of the hd or dc model from a checkpoints tree in the released layout.
 
@@ -140,8 +143,9 @@ class TryOnPipeline:
         (ootd/speedups/modes.py) calls run with; `channels_last`, `compile` and `quantize` (none, int8-dynamic,
         int8-weight, fp8: the UNets' Linear layers, needs the `quant` extra) override its fields, and None
         follows it (channels_last and compile: the device profile). `progress` hears ("load", done, total) as
-        each component loads.
+        each component loads. `lora`: an adapter `ootd train` wrote, merged at `lora_scale` (ootd/weights/lora.py).
         """
+        choice = lora if isinstance(lora, LoraChoice) else LoraChoice.parse(lora, lora_scale)
         given = {"channels_last": channels_last, "compile": compile,
                  "quantize": QuantizeName.parse(quantize) if quantize is not None else None}
         modes = replace(speed or SpeedModes(), **{k: v for k, v in given.items() if v is not None})
@@ -156,25 +160,29 @@ class TryOnPipeline:
         return cls.load(Path(checkpoints_dir), ModelType.parse(model_type), runtime, modes=modes,
                         preprocessor=preprocessor, parsing_provider=ParsingProvider.parse(parsing_provider,
                                                                                           "parsing provider"),
-                        max_memory=max_memory, progress=progress)
+                        max_memory=max_memory, progress=progress, lora=choice)
 
     @classmethod
     def load(cls, checkpoints: Path, model_type: ModelType, runtime: Runtime, *, modes: SpeedModes | None = None,
              preprocessor: Preprocessor | None = None, parsing_provider: ParsingProvider = ParsingProvider.CPU,
-             max_memory: int | None = None, progress: Progress | None = None) -> TryOnPipeline:
+             max_memory: int | None = None, progress: Progress | None = None,
+             lora: LoraChoice | None = None) -> TryOnPipeline:
         """Load the hd or dc model on a resolved runtime (typed: the application layer resolves one per process and
-        loads every model with it); `modes` as `from_pretrained`'s `speed`."""
+        loads every model with it); `modes` as `from_pretrained`'s `speed`; `lora` an adapter merged at its
+        scale."""
         start = time.perf_counter()
         modes = modes or SpeedModes()
         if runtime.quantize is not QuantizeName.NONE:
             require_torchao()  # a missing extra is said before minutes of loading
+        adapter = read_adapter(lora.path) if lora is not None else None  # a damaged file fails before loading
         attention = runtime.attention_fn()  # a backend that cannot run here fails before the loading too
         components = load_components(checkpoints, model_type, runtime.precision.dtypes(), progress)
-        # after the strict loading checks, before the residency places the models
+        # after the strict loading checks, before the residency places the models (quantized: the merged weights)
+        apply_lora(components, model_type, adapter, lora.scale if lora is not None else 1.0)
         quantized = quantize_unets(components, runtime.quantize, runtime.device)
         pipe = cls(components, model_type, runtime.device, runtime.precision, attention, checkpoints, preprocessor,
                    parsing_provider, max_memory, runtime.speed, runtime.profile, replace(modes, quantize=quantized))
-        pipe.load_seconds = time.perf_counter() - start
+        pipe.load_seconds, pipe.lora = time.perf_counter() - start, lora
         return pipe
 
     @property
@@ -242,8 +250,7 @@ class TryOnPipeline:
         progress: Progress | None = None,
         callback: StepCallback | None = None,
     ) -> TryOnResult:
-        """One try-on: `num_samples` pictures of the person wearing the garment. `cache_interval` and
-        `token_merge` None keep the pipeline's speed modes."""
+        """One try-on: `num_samples` pictures; `cache_interval`, `token_merge` None keep the speed modes."""
         settings = SamplingSettings.from_words(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale,
                                                seed=seed, resolution=resolution, scheduler=scheduler)
         modes = self.modes
@@ -272,8 +279,7 @@ class TryOnPipeline:
         self, person: ImageInput, category: Category, *, mask: ImageInput | None = None,
         resolution: Resolution = SamplingSettings.resolution, fit: FitMode = FitMode.PAD, mask_grow: int = 0,
     ) -> PersonInputs:
-        """Everything that depends on the person only: framing, mask, masked person, their latents.
-        Batch work reuses it across garments."""
+        """The person's side alone: framing, mask, masked person, their latents (a batch reuses it)."""
         t = time.perf_counter()
         masked = self.mask_person(person, category, mask=mask, resolution=resolution, fit=fit, mask_grow=mask_grow)
         seconds = time.perf_counter() - t
@@ -300,8 +306,7 @@ class TryOnPipeline:
     def prepare_garment(self, garment: ImageInput, category: Category, *,
                         resolution: Resolution = SamplingSettings.resolution,
                         fit: FitMode = FitMode.PAD) -> GarmentInputs:
-        """Everything that depends on the garment only: prompt embeddings, latents, garment UNet features.
-        Batch work reuses it across people."""
+        """The garment's side alone: prompt embeddings, latents, garment UNet features (a batch reuses it)."""
         check_model_category(self.model_type, category)
         timings: dict[str, float] = {}
         # framed once, straight to the working resolution (docs/upstream.md §2)
@@ -314,7 +319,7 @@ class TryOnPipeline:
         (garment_latents,) = self.residency.run("encode", lambda: self._encode([garment_r]))
         timings["encode_garment"] = time.perf_counter() - t
         t = time.perf_counter()
-        features = self.residency.run("garment UNet", lambda: self._garment_features(garment_latents, prompt))
+        features = self.residency.run("garment UNet", lambda: self.garment_features(garment_latents, prompt))
         timings["garment_unet"] = time.perf_counter() - t
         return GarmentInputs(category, resolution, garment_r, prompt, features, timings)
 
@@ -359,21 +364,17 @@ class TryOnPipeline:
         timings["steps"] = step_times
         t = time.perf_counter()
         decoded = self.residency.run("decode", lambda: self._decode(latents, progress))
-        images = [self._restore_framing(img, person.fit) for img in decoded]
+        # the padding cut away again when the person was padded to 3:4 (no resample: the generated pixels)
+        images = [restore_framing(img, person.fit, keep_scale=True) for img in decoded]
         timings["decode"] = time.perf_counter() - t
         timings["total"] = sum(v for k, v in timings.items() if isinstance(v, float) and k != "total")
         return TryOnResult(
             images=images, mask=person.mask, masked_person=person.masked_person, seed=settings.seed,
             timings=timings, intermediates=dict(person.intermediates), model_type=self.model_type,
-            category=person.category, sampling=settings, modes=modes,
+            category=person.category, sampling=settings, modes=modes, lora=self.lora,
         )
 
     # -- steps ------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _restore_framing(image: Image.Image, fit: FitInfo) -> Image.Image:
-        """Cut the padding away again when the person was padded to 3:4 (no resample: the generated pixels)."""
-        return restore_framing(image, fit, keep_scale=True)
 
     def _conditioning(self, garment: Image.Image, category: Category) -> torch.Tensor:
         c = self.components
@@ -399,9 +400,8 @@ class TryOnPipeline:
         # the latents in the default layout, whatever the VAE's (the UNets lay their inputs out themselves)
         return latents.to(self.precision.unet).contiguous().chunk(len(images))
 
-    def _garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Run the garment UNet once at timestep 0 on [garment, zeros] (the zeros serve the unconditional
-        half of guidance); the features are shared by every sample."""
+    def garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The garment UNet once at timestep 0 on [garment, zeros] (zeros: guidance's unconditional half)."""
         batch = as_memory_format(torch.cat([garment_latents, torch.zeros_like(garment_latents)]),
                                  self.speed.channels_last)
         unet = self.components.unet_garm
@@ -412,8 +412,7 @@ class TryOnPipeline:
     def _denoise(self, sched, latents: torch.Tensor, inpaint: Inpaint, garment: GarmentInputs,  # noqa: ANN001
                  person_latents: torch.Tensor, settings: SamplingSettings, modes: SpeedModes,
                  progress: Progress | None, callback: StepCallback | None = None) -> tuple[torch.Tensor, list[float]]:
-        """ootd/method/sampling.py's loop over the try-on UNet with image guidance, with the speed modes'
-        hooks installed for the call; returns latents and step seconds."""
+        """ootd/method/sampling.py's loop with guidance and the speed modes' hooks; latents and step seconds."""
         index = sample_index(settings.num_samples, settings.guidance, latents.device)
         unet = self.components.unet_vton
         model_fn = guided_model(lambda *args: self._unet_vton(unet, *args), garment.prompt, person_latents, index,

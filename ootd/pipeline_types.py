@@ -11,6 +11,7 @@ from PIL import Image
 from ootd.imaging.framing import FitInfo
 from ootd.settings import Category, ModelType, Resolution, SamplingSettings
 from ootd.speedups.modes import SpeedModes
+from ootd.weights.lora import LoraChoice
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +34,7 @@ class TryOnResult:
     category: Category | None = None
     sampling: SamplingSettings | None = None
     modes: SpeedModes | None = None
+    lora: LoraChoice | None = None  # the adapter merged into the UNets
 
 
 @dataclass

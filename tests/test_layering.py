@@ -15,8 +15,9 @@ from tests.helpers import REPO
 # The library, lowest first: each may import itself and what comes before it (plus `preprocess`), nothing after.
 LIBRARY = ("ootd.errors", "ootd.settings", "ootd.hardware", "ootd.imaging", "ootd.weights", "ootd.evaluation",
            "ootd.attention", "ootd.method", "ootd.speedups", "ootd.memory", "ootd.runtime", "ootd.preprocessing",
-           "ootd.pipeline_types", "ootd.pipeline")
-APP, TRYON, BATCH, EVALUATE = "ootd.app", "ootd.app.tryon", "ootd.app.batch", "ootd.app.evaluate"
+           "ootd.pipeline_types", "ootd.pipeline", "ootd.training")
+APP, TRYON, BATCH = "ootd.app", "ootd.app.tryon", "ootd.app.batch"
+EVALUATE, TRAIN = "ootd.app.evaluate", "ootd.app.train"
 TOOLS = "ootd.tools"
 FRONT_ENDS = ("ootd.cli", "ootd.serve", "run")
 MAX_TOP_MODULES = 8  # modules directly in ootd/ besides __init__ and __main__
@@ -92,6 +93,7 @@ def test_the_application_layer_imports_no_tool_and_no_front_end() -> None:
             if _within(module, TRYON):
                 assert not _within(other, BATCH), f"the single try-on {module} imports the batch module {other}"
                 assert not _within(other, EVALUATE), f"the single try-on {module} imports {other}"
+                assert not _within(other, TRAIN), f"the single try-on {module} imports the training module {other}"
             if _within(module, BATCH):  # an evaluation reads a batch's files, never the other way round
                 assert not _within(other, EVALUATE), f"the batch module {module} imports {other}"
 

@@ -4,7 +4,7 @@
     options.py      every shared option declared once (defaults from RunConfig/SamplingSettings)
     display.py      progress bars, JSON, tables
     run.py, batch.py, mask.py, classify.py, download.py, checkpoints.py, doctor.py, bench.py, serve.py, compare.py,
-    eval.py: one module per command
+    eval.py, train.py: one module per command
 
 Heavy modules (torch, diffusers) are imported only inside the commands that need them, so --help is instant.
 """
@@ -16,7 +16,20 @@ from typing import Annotated
 import typer
 
 from ootd import __version__
-from ootd.cli import batch, bench, checkpoints, classify, compare, doctor, download, eval, mask, run, serve
+from ootd.cli import (
+    batch,
+    bench,
+    checkpoints,
+    classify,
+    compare,
+    doctor,
+    download,
+    eval,
+    mask,
+    run,
+    serve,
+    train,
+)
 from ootd.cli.errors import OotdGroup
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -37,6 +50,9 @@ app = typer.Typer(
 checkpoints_app = typer.Typer(help="Inspect the checkpoints folder.", no_args_is_help=True, rich_markup_mode="rich",
                               context_settings=HELP_OPTIONS, epilog=checkpoints.GROUP_EPILOG)
 app.add_typer(checkpoints_app, name="checkpoints")
+train_app = typer.Typer(help="Fine-tune the try-on model on your own pairs (LoRA): prepare, run, bench.",
+                        no_args_is_help=True, rich_markup_mode="rich", context_settings=HELP_OPTIONS)
+app.add_typer(train_app, name="train")
 
 app.command("run", epilog=run.EPILOG)(run.run_command)
 app.command("batch", epilog=batch.EPILOG)(batch.batch_command)
@@ -49,6 +65,9 @@ app.command("bench", epilog=bench.EPILOG)(bench.bench_command)
 app.command("serve", epilog=serve.EPILOG)(serve.serve_command)
 app.command("compare", epilog=compare.EPILOG)(compare.compare_command)
 app.command("eval", epilog=eval.EPILOG)(eval.eval_command)
+train_app.command("prepare", epilog=train.PREPARE_EPILOG)(train.prepare_command)
+train_app.command("run", epilog=train.RUN_EPILOG)(train.run_command)
+train_app.command("bench")(train.bench_command)
 
 
 def _version_callback(value: bool) -> None:

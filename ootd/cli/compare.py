@@ -55,8 +55,9 @@ def compare_command(
         if item.problem is not None:
             typer.echo(f"{item.name}: {item.problem}")
         else:
+            made = "; ".join(f"{k} {a} vs {b}" for k, (a, b) in item.settings.items())
             typer.echo(f"{item.name}: PSNR {_psnr_text(item.psnr)}  SSIM {item.ssim:.4f}  "
-                       f"max |diff| {item.max_abs}  mean |diff| {item.mean_abs:.3f}")
+                       f"max |diff| {item.max_abs}  mean |diff| {item.mean_abs:.3f}" + (f"  ({made})" if made else ""))
     if result.skipped:
         shown = ", ".join(result.skipped[:3]) + (f" and {len(result.skipped) - 3} more" if len(result.skipped) > 3
                                                  else "")

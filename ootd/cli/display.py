@@ -27,9 +27,10 @@ class Display:
     LABELS = {
         "pose": "pose + parsing", "load": "loading models", "person": "preparing person",
         "garment": "preparing garment", "denoise": "denoising", "decode": "decoding", "pairs": "pairs",
-        "evaluate": "evaluating",
+        "evaluate": "evaluating", "check": "checking pairs", "prepare": "preparing pairs", "train": "training",
     }
-    UNITS = {"denoise": "step", "pairs": "pair", "load": "part", "evaluate": "image"}
+    UNITS = {"denoise": "step", "pairs": "pair", "load": "part", "evaluate": "image", "check": "pair",
+             "prepare": "pair", "train": "step"}
     SEQUENCE = ("pose", "load", "person", "garment", "denoise", "decode")  # one try-on's stages, in order
 
     def __init__(self, enabled: bool, console: Any = None) -> None:

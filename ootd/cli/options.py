@@ -34,6 +34,7 @@ from ootd.settings import (
     SpeedPreset,
 )
 from ootd.speedups.modes import FeatureCache, TokenMerge
+from ootd.weights.lora import MAX_LORA_SCALE, LoraChoice
 
 SAMPLING = "Sampling"
 HARDWARE = "Hardware"
@@ -132,6 +133,11 @@ CategoryMarginOpt = Annotated[float, _opt(
     "--category-margin", panel=INPUTS, metavar="P",
     help="--category auto refuses a garment whose likeliest category leads the second by less than this "
          "probability (0 to 1; docs/categories.md).")]
+LoraOpt = Annotated[Path | None, _opt(
+    "--lora", panel=INPUTS, default_shown=False, metavar="FILE",
+    help="A LoRA adapter `ootd train run` wrote (RUN/lora.safetensors), merged into the models.")]
+LoraScaleOpt = Annotated[float, _opt("--lora-scale", panel=INPUTS, metavar="S",
+                                     help=f"How much of the adapter: 0 (the base model) to {MAX_LORA_SCALE:g}.")]
 VerboseOpt = Annotated[bool, _opt("--verbose", "-v", panel=LOGGING, help="Debug logging (also library warnings).")]
 QuietOpt = Annotated[bool, _opt("--quiet", "-q", panel=LOGGING, help="No progress display, errors only.")]
 DebugOpt = Annotated[bool, _opt("--debug", panel=LOGGING, help="Print tracebacks for errors.")]
@@ -164,6 +170,8 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "overwrite": (OverwriteOpt, RunConfig.overwrite),
     "name": (NameOpt, RunConfig.name_template),
     "category_margin": (CategoryMarginOpt, RunConfig.category_margin),
+    "lora": (LoraOpt, None),
+    "lora_scale": (LoraScaleOpt, LoraChoice.scale),
 }
 LOGGING_OPTIONS: dict[str, tuple[Any, Any]] = {
     "verbose": (VerboseOpt, False), "quiet": (QuietOpt, False), "debug": (DebugOpt, False),

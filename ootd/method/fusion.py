@@ -141,14 +141,16 @@ class TryOnFusion:
                 processor.sample_index = saved[name]
 
     @contextlib.contextmanager
-    def garment(self, features: dict[str, torch.Tensor], sample_index: torch.Tensor) -> Iterator[None]:
+    def garment(self, features: dict[str, torch.Tensor], sample_index: torch.Tensor, *,
+                grad: bool = False) -> Iterator[None]:
         """Garment keys/values for every block while active; `sample_index[i]` is the garment batch
-        item that try-on batch item i attends to."""
+        item that try-on batch item i attends to. `grad`: the projections stay in the autograd graph (training,
+        ootd/training/objective.py: the loss reaches the garment UNet through them)."""
         missing = set(self.processors) - set(features)
         if missing:
             raise RuntimeError(f"garment features missing for blocks: {sorted(missing)[:3]}")
         try:
-            with torch.no_grad():
+            with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
                 for name, processor in self.processors.items():
                     processor.set_garment(self.blocks[name].attn1, features[name], sample_index)
             yield

@@ -1,7 +1,7 @@
 """What tests share: the repository's paths, CLI invocation and error checks (cli.py), an instant stand-in
 pipeline and the model seam (fakes.py), pixel readers (images.py), synthetic pose and parsing (synthetic.py), a
-live server (serving.py), small UNets (small_unets.py) and the metric networks' stand-ins with folders of
-images to measure (evaluation.py)."""
+live server (serving.py), small UNets (small_unets.py), the metric networks' stand-ins with folders of images to
+measure (evaluation.py), and small training sets and adapters (training.py)."""
 
 from pathlib import Path
 

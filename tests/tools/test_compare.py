@@ -70,7 +70,7 @@ def test_ssim_in_strips_is_the_whole_images_and_its_memory_does_not_grow_with_th
     times the rows, the same peak, under a float64 copy of the image."""
     import tracemalloc
 
-    from ootd.tools import compare
+    from ootd.imaging import similarity as compare  # what `ootd compare` measures with
 
     rng = np.random.default_rng(1)
     base = rng.integers(0, 256, size=(300, 48, 3), dtype=np.uint8)
@@ -267,3 +267,23 @@ def test_results_only_by_default_intermediates_on_request(models, tmp_path: Path
     assert everything.stdout.splitlines()[-1].startswith("overall (4 compared, 0 problem(s)): 2 of 4 identical; "
                                                          "the other 2 (mean): PSNR ")
     assert not any(line.startswith("skipped") for line in everything.stdout.splitlines())
+
+
+def test_the_settings_two_results_record_differently_are_named(tmp_path: Path) -> None:
+    """`ootd compare` of try-ons with and without an adapter says so (their PNG records differ)."""
+    from ootd.app.tryon.record import software
+    from ootd.imaging.atomic import save_png_atomic
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    base = {**software(), "sample": "0", "steps": "20", "seed": "1"}
+    picture = Image.new("RGB", (16, 16), (10, 20, 30))
+    save_png_atomic(picture, a / "x.png", base)
+    save_png_atomic(picture, b / "x.png", {**base, "lora": "shop.safetensors", "lora_sha256": "ab12",
+                                           "lora_scale": "0.8"})
+    (item,) = compare_folders(a, b).images
+    assert item.settings == {"lora_sha256": ("none", "ab12"), "lora_scale": ("none", "0.8"),
+                             "lora": ("none", "shop.safetensors")}
+    out = invoke(a, b).stdout
+    assert "lora_scale none vs 0.8" in out

@@ -31,6 +31,7 @@ from ootd.settings import (
     default_model_type,
 )
 from ootd.speedups.modes import SpeedModes, resolve_speed
+from ootd.weights.lora import LoraChoice
 
 if TYPE_CHECKING:
     from ootd.runtime import RuntimeRequest
@@ -58,6 +59,7 @@ class RunConfig:
     grid: bool = False  # also write a contact sheet (person | garment | mask | samples) per try-on
     category_margin: float = DEFAULT_CATEGORY_MARGIN  # `auto`: the lead over the 2nd category it needs, 0..1
     seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
+    lora: LoraChoice | None = None  # an adapter `ootd train` wrote, merged at its scale when the models load
 
     @property
     def runtime_request(self) -> RuntimeRequest:
@@ -138,7 +140,8 @@ def build_config(
     mask_grow: int = RunConfig.mask_grow, save_intermediates: bool = RunConfig.save_intermediates,
     overwrite: bool = RunConfig.overwrite, channels_last: bool | None = None, compile: bool | None = None,
     name: str = RunConfig.name_template, grid: bool = RunConfig.grid,
-    category_margin: float = DEFAULT_CATEGORY_MARGIN,
+    category_margin: float = DEFAULT_CATEGORY_MARGIN, lora: str | Path | None = None,
+    lora_scale: float = LoraChoice.scale,
 ) -> RunConfig:
     """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here.
 
@@ -166,5 +169,5 @@ def build_config(
         max_memory=parse_size(max_memory), fit=FitMode.parse(fit, "fit mode"), mask_grow=check_mask_grow(mask_grow),
         save_intermediates=save_intermediates, overwrite=overwrite,
         name_template=check_template(name), grid=grid, seed_random=seed is None,
-        category_margin=check_category_margin(category_margin),
+        category_margin=check_category_margin(category_margin), lora=LoraChoice.parse(lora, lora_scale),
     )

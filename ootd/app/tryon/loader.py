@@ -65,7 +65,7 @@ def load_pipeline(config: RunConfig, model_type: ModelType, *, runtime: Runtime,
     quiet_libraries(importing=True)  # importing transformers/diffusers may have reset their levels
     return TryOnPipeline.load(config.checkpoints, model_type, runtime, modes=config.speed, preprocessor=preprocessor,
                               parsing_provider=config.parsing_provider, max_memory=config.max_memory,
-                              progress=progress)
+                              progress=progress, lora=config.lora)
 
 
 def check_hardware(config: RunConfig, device_source: str | None = None) -> HardwareChoice:

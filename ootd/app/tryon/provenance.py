@@ -8,7 +8,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from ootd.app.tryon.record import EXACT_WORDS, SOFTWARE_KEY, SOFTWARE_PREFIX
+from ootd.app.tryon.record import DEFAULT_WORDS, SOFTWARE_KEY, SOFTWARE_PREFIX
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEAD_BYTES = 1 << 16  # ootd's record is 1-2 KB of text chunks between the header and the pixels
@@ -90,7 +90,7 @@ def differences(recorded: dict[str, str], expected: dict[str, str]) -> str | Non
     the file does not record means the exact speed path (files written before the speed modes existed)."""
     if not is_ours(recorded):
         return "it records no ootd settings"
-    recorded = {**EXACT_WORDS, **recorded}
+    recorded = {**DEFAULT_WORDS, **recorded}
     diffs = [f"{key} {recorded.get(key, 'unknown')} (now {value})" for key, value in expected.items()
              if recorded.get(key) != value]
     return ", ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "") if diffs else None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ootd import __version__
 from ootd.settings import Category, FitMode, ModelType, SamplingSettings, SpeedPreset
 from ootd.speedups.modes import SpeedModes
+from ootd.weights.lora import LoraChoice
 
 if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
@@ -27,7 +28,9 @@ SOFTWARE_PREFIX = "ootd"
 AUTO_MASK = "auto"  # the mask name of a mask made from pose and parsing
 # the keys that record what determines the pixels (and which inputs they came from): what resume compares
 PIXEL_SETTINGS = ("model_type", "category", "samples", "steps", "scale", "seed", "resolution", "scheduler",
-                  "cache_interval", "token_merge", "quantize", "person", "garment", "mask", "fit", "mask_grow")
+                  "cache_interval", "token_merge", "quantize", "person", "garment", "mask", "fit", "mask_grow",
+                  "lora_sha256", "lora_scale")
+NO_LORA = {"lora": "none", "lora_sha256": "none", "lora_scale": "none"}  # what a record without an adapter means
 PASS_KEYS = ("garment", "category", "category_p", "model_type", "seed", "mask")  # recorded per pass of an outfit
 # what an outfit's pictures share across their passes (the rest is compared per pass)
 SHARED_SETTINGS = tuple(k for k in PIXEL_SETTINGS if k not in ("model_type", "category", "samples", "seed",
@@ -54,6 +57,7 @@ class PassRecord:
     mask_grow: int
     category_p: float | None = None  # classified by `--category auto`, with this probability
     name: str = ""  # the pass's name in an outfit (`lower`, `upper`)
+    lora: LoraChoice | None = None  # the adapter merged into the UNets, at its scale
 
     @classmethod
     def of(cls, request: TryOnRequest, config: RunConfig, name: str = "") -> PassRecord:
@@ -61,7 +65,7 @@ class PassRecord:
         return cls(config.model_type_for(request.category), request.category, config.sampling, config.speed,
                    request.name("person"), request.name("garment"),
                    request.name("mask") if request.mask is not None else AUTO_MASK, config.fit, config.mask_grow,
-                   request.category_p, name)
+                   request.category_p, name, config.lora)
 
     def text(self) -> dict[str, str]:
         """This pass's part of the PNG text, in the order it is written."""
@@ -69,8 +73,8 @@ class PassRecord:
         text = {"model_type": self.model_type.value, "category": self.category.value,
                 "samples": str(s.num_samples), "steps": str(s.steps), "scale": str(s.guidance_scale),
                 "seed": str(s.seed), "resolution": str(s.resolution), "scheduler": s.scheduler.value,
-                **_speed_words(m), "person": self.person, "garment": self.garment, "mask": self.mask,
-                "fit": self.fit.value, "mask_grow": str(self.mask_grow)}
+                **_speed_words(m), **_lora_words(self.lora), "person": self.person, "garment": self.garment,
+                "mask": self.mask, "fit": self.fit.value, "mask_grow": str(self.mask_grow)}
         if self.category_p is not None:
             text.update(category_source="auto", category_p=_probability(self.category_p))
         return text
@@ -81,7 +85,9 @@ class PassRecord:
         return {"model_type": self.model_type.value, "category": self.category.value, "samples": s.num_samples,
                 "steps": s.steps, "scale": float(s.guidance_scale), "seed": s.seed, "resolution": str(s.resolution),
                 "scheduler": s.scheduler.value, "speed": m.label(), "token_merge": m.token_merge.ratio,
-                "cache_interval": m.feature_cache.interval, "quantize": m.quantize.value}
+                "cache_interval": m.feature_cache.interval, "quantize": m.quantize.value,
+                **({"lora": self.lora.path.name, "lora_sha256": self.lora.sha256, "lora_scale": self.lora.scale}
+                   if self.lora is not None else {})}
 
     def pass_words(self) -> dict[str, str]:
         """What an outfit records of this pass (PASS_KEYS), as written."""
@@ -135,7 +141,7 @@ class Record:
         seed). One garment: the picture's PIXEL_SETTINGS. An outfit: each pass's garment, category and model,
         the settings its passes share, and the first pass's seed (each picture's last pass has its own)."""
         if not self.passes:
-            full = self.picture.text()
+            full = {**NO_LORA, **self.picture.text()}
             return {key: full[key] for key in PIXEL_SETTINGS if not (seed_random and key == "seed")}
         expected = {"outfit": "+".join(one.name for one in self.passes)}
         first = self.passes[0]
@@ -143,7 +149,7 @@ class Record:
             words = one.pass_words()
             expected.update({f"{one.name}_{key}": words[key] for key in ("garment", "category", "model_type")})
             if one is first:
-                full = one.text()
+                full = {**NO_LORA, **one.text()}
                 expected.update({key: full[key] for key in SHARED_SETTINGS})
         if not seed_random:
             expected[f"{first.name}_seed"] = str(first.sampling.seed)
@@ -170,9 +176,17 @@ def _speed_words(modes: SpeedModes) -> dict[str, str]:
             "cache_interval": str(modes.feature_cache.interval), "quantize": modes.quantize.value}
 
 
+def _lora_words(lora: LoraChoice | None) -> dict[str, str]:
+    """A merged adapter's keys (none without one: a record without them means no adapter, NO_LORA)."""
+    if lora is None:
+        return {}
+    return {"lora": lora.path.name, "lora_sha256": lora.sha256, "lora_scale": f"{lora.scale:g}"}
+
+
 def _probability(p: float) -> str:
     return f"{p:.4f}"
 
 
 # what a record without the speed keys means (written before the speed modes existed): the exact path
 EXACT_WORDS = {key: value for key, value in _speed_words(SpeedModes()).items() if key != "speed"}
+DEFAULT_WORDS = {**EXACT_WORDS, **NO_LORA}  # what a record without these keys was made with

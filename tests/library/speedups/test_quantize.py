@@ -80,7 +80,7 @@ def test_one_unet_call_is_within_two_percent(int8, exact) -> None:  # noqa: ANN0
     outputs = []
     for pipe in (exact, int8):
         with torch.inference_mode():
-            features = pipe._garment_features(garment, prompt[:1])  # garment UNet on [garment, zeros]
+            features = pipe.garment_features(garment, prompt[:1])  # garment UNet on [garment, zeros]
         with torch.inference_mode(), pipe.fusion.garment(features, torch.arange(2)):
             outputs.append(pipe.components.unet_vton(sample, 500, encoder_hidden_states=prompt,
                                                      return_dict=False)[0])

@@ -1,0 +1,230 @@
+"""`ootd train run`: the fine-tune's loop, the same on one process and on each Ray Train worker.
+
+Per optimizer step: `accumulation` forward/backward passes over micro-batches of `batch_size` cached pairs (the
+pairs and every random draw fixed by the seed and the step: ootd/training/data.py), then AdamW and the
+learning-rate schedule. Rank 0 logs the loss, writes checkpoints every `checkpoint_every` steps and at the end, and
+validation sheets every `validate_every` steps and at the end. Ctrl-C or SIGTERM between two steps writes a
+checkpoint of the last finished step before the run exits (130 or 143): nothing is half-written, and `--resume`
+continues from it as if the run had never stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ootd.app.train.checkpoints import (
+    check_resumable,
+    checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from ootd.app.train.logs import LossLog, plot_losses
+from ootd.app.train.models import TrainingModels
+from ootd.app.train.validation import validate
+from ootd.errors import NumericalError, OutputError, UsageError, printable
+from ootd.imaging.atomic import write_text_atomic
+from ootd.settings import AttentionName, ModelType
+from ootd.training.cache import CacheIndex, read_index
+from ootd.training.data import Layout, load_batch, step_batches
+from ootd.training.objective import draw
+from ootd.training.settings import MixedPrecision, TrainSettings
+
+logger = logging.getLogger(__name__)
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """What `ootd train run` was asked for, checked."""
+
+    cache: Path
+    output: Path
+    checkpoints: Path
+    settings: TrainSettings = field(default_factory=TrainSettings)
+    device: str | None = None  # a checked device word (ootd/hardware/spec.py)
+    attention: AttentionName = AttentionName.AUTO
+    resume: bool = False
+
+
+@dataclass
+class TrainReport:
+    steps: int  # the step the run ended at
+    first_step: int  # the step it started from (0, or the resumed checkpoint's)
+    losses: list[float]
+    adapter: Path
+    validation: list[dict]
+    seconds: float
+
+
+def open_run(options: TrainOptions, index: CacheIndex) -> None:
+    """The run folder: a new one (refusing to mix two runs in one) or, with --resume, the run it continues."""
+    run = options.output
+    if run.exists() and not run.is_dir():
+        raise OutputError(f"run folder {printable(run)} is a file")
+    record = run / "run.json"
+    if record.is_file() and not options.resume:
+        raise OutputError(f"{printable(run)} already holds a training run: pass --resume to continue it, or -o "
+                          "another folder")
+    if options.resume and not checkpoints(run):
+        raise UsageError(f"--resume: {printable(run)} has no checkpoint to continue from")
+    run.mkdir(parents=True, exist_ok=True)
+    if not record.is_file():
+        write_text_atomic(record, json.dumps({
+            "cache": str(options.cache.resolve()), "checkpoints": str(options.checkpoints),
+            "model_type": index.model_type, "resolution": index.resolution, "settings": options.settings.to_json(),
+            "train_pairs": len(index.split("train")), "val_pairs": len(index.split("val"))}, indent=1) + "\n")
+
+
+class Trainer:
+    """One worker's share of the fine-tune. `model` is the objective, or its DDP wrapper on a Ray worker."""
+
+    def __init__(self, options: TrainOptions, models: TrainingModels, index: CacheIndex, *, rank: int = 0,
+                 workers: int = 1, model: torch.nn.Module | None = None) -> None:
+        from diffusers.optimization import get_scheduler
+
+        s = options.settings
+        self.options, self.models, self.index, self.rank, self.workers = options, models, index, rank, workers
+        self.model = model if model is not None else models.objective
+        self.train_keys = [e.key for e in index.split("train")]
+        if not self.train_keys:
+            raise UsageError(f"cache {printable(options.cache)} has no training pairs (all held out?)")
+        self.layout = Layout(s.batch_size, s.accumulation, workers)
+        self.total = s.total_steps(len(self.train_keys), workers)
+        self.optimizer = torch.optim.AdamW(models.params, lr=s.learning_rate)
+        self.lr = get_scheduler(s.schedule.value, self.optimizer, num_warmup_steps=s.warmup,
+                                num_training_steps=self.total)
+        use_scaler = s.mixed_precision is MixedPrecision.FP16 and models.device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+        self.step = 0
+        self.log = LossLog(options.output / "loss.jsonl")
+        self.validations: list[dict] = []
+
+    def restore(self) -> None:
+        """Continue from the run's latest checkpoint (--resume)."""
+        from ootd.training.adapters import load_lora_state
+
+        restored = load_checkpoint(checkpoints(self.options.output)[-1])
+        check_resumable(restored, self.options.settings)
+        for name, unet in self.models.unets.items():
+            load_lora_state(unet, restored.adapter.get(name, {}))
+        self.optimizer.load_state_dict(restored.optimizer_state)
+        for _ in range(restored.step):
+            self.lr.step()
+        self.step = restored.step
+        self.validations = list(restored.state.get("validation", []))
+        if self.rank == 0:
+            self.log.keep_until(self.step)
+
+    def _sync(self, last: bool) -> contextlib.AbstractContextManager:
+        no_sync = getattr(self.model, "no_sync", None)
+        return contextlib.nullcontext() if last or no_sync is None else no_sync()
+
+    def train_step(self) -> float:
+        """One optimizer step; returns its loss (the mean over micro-batches and workers)."""
+        s, objective = self.options.settings, self.models.objective
+        self.optimizer.zero_grad(set_to_none=True)
+        batches = step_batches(self.step, len(self.train_keys), self.layout, self.rank, s.seed)
+        total = torch.zeros((), device=self.models.device)
+        for i, batch in enumerate(batches):
+            tensors = load_batch(self.options.cache, [self.train_keys[n] for n, _ in batch], self.models.device)
+            draws = draw([j for _, j in batch], tensors["target"].shape[1:], objective.num_timesteps, s.dropout,
+                         s.seed, self.step)
+            with self._sync(i == len(batches) - 1):
+                with self._autocast():
+                    loss = self.model(tensors["target"], tensors["masked"], tensors["garment"], tensors["prompt"],
+                                      draws.noise, draws.timesteps, draws.drop) / len(batches)
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            objective.release()
+            total += loss.detach()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.lr.step()
+        self.step += 1
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(total)
+            total /= self.workers
+        value = float(total)
+        if not math.isfinite(value):
+            raise NumericalError(f"the training loss is not finite at step {self.step}; lower --lr or use "
+                                 "--mixed-precision no")
+        return value
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        dtype = self.models.autocast
+        return torch.autocast(self.models.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+    def checkpoint(self) -> None:
+        from ootd.training.adapters import lora_state
+
+        adapter = {name: lora_state(unet) for name, unet in self.models.unets.items()}
+        save_checkpoint(self.options.output, self.step, adapter, ModelType.parse(self.index.model_type),
+                        self.options.settings, self.optimizer.state_dict(), {"validation": self.validations})
+        plot_losses(self.log.read(), self.options.output / "loss.png", self.validations)
+
+    def run_validation(self) -> None:
+        result = validate(self.models.pipe, self.options.cache, self.index, self.options.settings, self.step,
+                          self.options.output / "validation")
+        if result is not None:
+            self.validations.append(result.record())
+            with open(self.options.output / "validation.jsonl", "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(result.record()) + "\n")
+
+
+def _due(step: int, every: int, total: int) -> bool:
+    return step == total or (every > 0 and step % every == 0)
+
+
+def run_loop(trainer: Trainer, progress: Progress | None = None) -> TrainReport:
+    """Steps until the end; checkpoints, validation and the log on rank 0; a checkpoint on Ctrl-C/SIGTERM."""
+    s, lead = trainer.options.settings, trainer.rank == 0
+    tick = progress or (lambda stage, done, total: None)
+    first, losses, started, saved = trainer.step, [], time.perf_counter(), trainer.step
+    tick("train", trainer.step, trainer.total)
+    try:
+        while trainer.step < trainer.total:
+            t = time.perf_counter()
+            loss = trainer.train_step()
+            losses.append(loss)
+            if lead:
+                trainer.log.append({"step": trainer.step, "loss": loss, "lr": trainer.lr.get_last_lr()[0],
+                                    "seconds": round(time.perf_counter() - t, 4)})
+                if _due(trainer.step, s.validate_every, trainer.total) and s.validation_pairs:
+                    trainer.run_validation()
+                if _due(trainer.step, s.checkpoint_every, trainer.total):
+                    trainer.checkpoint()
+                    saved = trainer.step
+            tick("train", trainer.step, trainer.total)
+    except KeyboardInterrupt:
+        if lead and trainer.step > saved:
+            logger.warning("interrupted: saving a checkpoint of step %d before exiting", trainer.step)
+            trainer.checkpoint()
+        raise
+    adapter = trainer.options.output / "lora.safetensors"
+    return TrainReport(trainer.step, first, losses, adapter, trainer.validations, time.perf_counter() - started)
+
+
+def train_local(options: TrainOptions, progress: Progress | None = None, models: TrainingModels | None = None,
+                index: CacheIndex | None = None) -> TrainReport:
+    """The whole fine-tune in this process (`models`: already loaded ones, e.g. by --explain or a test)."""
+    from ootd.app.train.models import load_training_models
+
+    index = index or read_index(options.cache)
+    open_run(options, index)
+    models = models or load_training_models(options.checkpoints, ModelType.parse(index.model_type),
+                                            options.settings, options.device, options.attention)
+    trainer = Trainer(options, models, index)
+    if options.resume:
+        trainer.restore()
+    return run_loop(trainer, progress)

@@ -1,0 +1,243 @@
+"""`ootd train prepare`: a training set's pairs -> the cache every epoch reads (ootd/training/cache.py).
+
+Per pair, once: the photos decoded and checked as `ootd run` checks them, the person framed at the working
+resolution and masked by ootd's own pose + parsing (or the given mask), the latents and the garment's prompt
+embedding computed as inference computes them. The order of the work:
+
+1. every row read and its files checked (a bad row is listed with its number and skipped, never a traceback);
+2. the split: a fraction of the people (a person is a person photo) is held out for validation, never a person on
+   both sides;
+3. each pair whose entry is not in the cache yet is prepared and written (complete or absent), so an interrupted
+   prepare resumes where it stopped and a finished one does no work at all (no model is even loaded);
+4. the index, written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ootd.app.train.layouts import Row, read_rows
+from ootd.errors import InputImageError, NoPersonError, OotdError, UsageError, printable
+from ootd.settings import Category, FitMode, ModelType, Resolution, check_model_category, default_model_type
+from ootd.training.cache import (
+    CacheEntry,
+    CacheIndex,
+    entry_key,
+    entry_path,
+    file_sha256,
+    image_paths,
+    read_index,
+    write_entry,
+    write_index,
+)
+
+logger = logging.getLogger(__name__)
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """What `ootd train prepare` was asked for, checked."""
+
+    data: Path
+    cache: Path
+    checkpoints: Path
+    model_type: ModelType | None = None  # None: hd when every garment is upper-body, else dc
+    resolution: Resolution = Resolution(768, 1024)
+    fit: FitMode = FitMode.PAD
+    split: float = 0.0  # the fraction of people held out for validation
+    seed: int = 0  # which people are held out
+    pairs: Path | None = None  # a VITON-HD folder's pairs list
+    device: str | None = None
+    parsing_provider: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.split < 1.0:
+            raise UsageError(f"--split must be from 0 up to (not including) 1, got {self.split}")
+
+
+@dataclass
+class PrepareReport:
+    layout: str
+    index: CacheIndex
+    prepared: int = 0  # entries computed by this run
+    reused: int = 0  # entries already in the cache
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    row: Row
+    key: str
+    person_id: str
+
+
+def _check_row(row: Row, model_type: ModelType, options: PrepareOptions) -> _Checked:
+    """The row's files decoded and checked (InputImageError/UsageError with the problem), and its key."""
+    from ootd.app.tryon.masking import check_mask_input
+    from ootd.app.tryon.request import TryOnRequest
+
+    if row.problem is not None:
+        raise UsageError(row.problem)
+    assert row.category is not None
+    check_model_category(model_type, row.category)
+    request = TryOnRequest(row.person, row.garment, row.category, row.mask).decoded()
+    check_mask_input(request, fit=options.fit)
+    hashes = {role: file_sha256(path) if path is not None else "auto"
+              for role, path in (("person", row.person), ("garment", row.garment), ("mask", row.mask))}
+    key = entry_key(model_type.value, str(options.resolution), options.fit.value, row.category.value,
+                    hashes["person"], hashes["garment"], hashes["mask"])
+    return _Checked(row, key, hashes["person"])
+
+
+def held_out(person_ids: list[str], fraction: float, seed: int) -> set[str]:
+    """The people held out: the first ceil(fraction x people) by a seeded hash order (stable across reruns)."""
+    people = sorted(set(person_ids))
+    if fraction <= 0 or not people:
+        return set()
+    count = min(len(people) - 1, max(1, math.ceil(fraction * len(people))))
+    order = sorted(people, key=lambda p: hashlib.sha256(f"{seed}:{p}".encode()).hexdigest())
+    return set(order[:count])
+
+
+class _Models:
+    """The models prepare needs, loaded when the first pair needs them: the VAE, the CLIP encoders, and pose +
+    parsing (none of the UNets)."""
+
+    def __init__(self, options: PrepareOptions, preprocessor: Any = None) -> None:
+        self.options = options
+        self.preprocessor = preprocessor
+        self._loaded: Any = None
+
+    def get(self) -> Any:
+        if self._loaded is None:
+            self._loaded = _load_prepare_models(self.options)
+            self._loaded.preprocessor = self.preprocessor
+        return self._loaded
+
+
+def _load_prepare_models(options: PrepareOptions) -> Any:
+    from types import SimpleNamespace
+
+    from ootd.preprocessing import Preprocessor
+    from ootd.runtime import RuntimeRequest, resolve_runtime
+    from ootd.weights import loading
+    from ootd.weights.layout import Layout
+
+    runtime = resolve_runtime(RuntimeRequest(device=options.device))
+    layout, dtypes = Layout(options.checkpoints), runtime.precision.dtypes()
+    device = runtime.device.torch_device
+    models = SimpleNamespace(
+        tokenizer=loading.load_tokenizer(layout), image_processor=loading.load_image_processor(layout),
+        text_encoder=loading.load_text_encoder(layout, dtypes["text_encoder"]).to(device).eval(),
+        image_encoder=loading.load_image_encoder(layout, dtypes["image_encoder"]).to(device).eval(),
+        vae=loading.load_vae(layout, dtypes["vae"]).to(device).eval(), device=device, preprocessor=None)
+    models.preprocessor_factory = lambda: Preprocessor.from_checkpoints(options.checkpoints, device,
+                                                                        options.parsing_provider)
+    return models
+
+
+def _prepare_one(checked: _Checked, model_type: ModelType, options: PrepareOptions, models: _Models,
+                 val: bool) -> None:
+    """Compute and write one entry (and a held-out pair's photos)."""
+    from ootd.app.tryon.masking import no_person_error
+    from ootd.imaging.atomic import save_png_atomic
+    from ootd.imaging.files import load_image
+    from ootd.imaging.framing import fit_to_aspect
+    from ootd.preprocessing import mask_person
+    from ootd.training.encode import pair_tensors
+
+    row, cache = checked.row, options.cache
+    assert row.category is not None
+    person = load_image(row.person, "person")
+    garment, _ = fit_to_aspect(load_image(row.garment, "garment"), options.resolution.size, options.fit,
+                               pad_color="edge")
+    loaded = models.get()
+    if row.mask is None and loaded.preprocessor is None:
+        loaded.preprocessor = loaded.preprocessor_factory()
+    try:
+        masked = mask_person(person, row.category, model_type, options.resolution, options.fit, 0,
+                             mask=load_image(row.mask, "mask") if row.mask is not None else None,
+                             preprocessor=loaded.preprocessor if row.mask is None else None)
+    except NoPersonError:
+        raise no_person_error(str(row.person)) from None
+    tensors = pair_tensors(masked.person, masked.masked_person, masked.mask, garment, row.category, model_type,
+                           loaded, loaded.device)
+    if val:
+        person_png, garment_png = image_paths(cache, checked.key)
+        person_png.parent.mkdir(parents=True, exist_ok=True)
+        save_png_atomic(masked.person, person_png, overwrite=True)
+        save_png_atomic(garment, garment_png, overwrite=True)
+    write_entry(cache, checked.key, tensors)  # last: an entry on disk means the pair is done
+
+
+def _is_done(cache: Path, key: str, val: bool) -> bool:
+    return entry_path(cache, key).is_file() and (not val or all(p.is_file() for p in image_paths(cache, key)))
+
+
+def _model_type(rows: list[Row], given: ModelType | None) -> ModelType:
+    if given is not None:
+        return given
+    categories = {row.category for row in rows if row.category is not None}
+    return default_model_type(Category.UPPER) if categories <= {Category.UPPER} else ModelType.DC
+
+
+def _check_cache(options: PrepareOptions, model_type: ModelType) -> None:
+    """A cache holds one model type, resolution and framing: refuse to mix them."""
+    if not (options.cache / "index.json").is_file():
+        return
+    index = read_index(options.cache)
+    mine = (model_type.value, str(options.resolution), options.fit.value)
+    if (index.model_type, index.resolution, index.fit) != mine:
+        raise UsageError(f"cache {printable(options.cache)} holds {index.model_type} pairs at {index.resolution}, "
+                         f"fit {index.fit}; this prepare is for {mine[0]} at {mine[1]}, fit {mine[2]}: use "
+                         "another -o folder")
+
+
+def prepare(options: PrepareOptions, progress: Progress | None = None, preprocessor: Any = None) -> PrepareReport:
+    """Prepare every good row into the cache (see the module docstring); `preprocessor`: pose + parsing already
+    loaded (else loaded when the first automatic mask is made)."""
+    tick = progress or (lambda stage, done, total: None)
+    layout, rows = read_rows(options.data, options.pairs)
+    if not rows:
+        raise UsageError(f"training data {printable(options.data)} lists no pairs")
+    model_type = _model_type(rows, options.model_type)
+    _check_cache(options, model_type)
+    options.cache.mkdir(parents=True, exist_ok=True)
+    report = PrepareReport(layout, CacheIndex(model_type.value, str(options.resolution), options.fit.value))
+    checked: list[_Checked] = []
+    for i, row in enumerate(rows, 1):
+        try:
+            checked.append(_check_row(row, model_type, options))
+        except OotdError as exc:
+            report.problems.append(f"{row.where()}: {exc}")
+        tick("check", i, len(rows))
+    val_people = held_out([c.person_id for c in checked], options.split, options.seed)
+    loader = _Models(options, preprocessor)
+    done: dict[str, _Checked] = {}
+    for i, item in enumerate(checked, 1):
+        val = item.person_id in val_people
+        if item.key in done:
+            report.reused += 1
+        elif _is_done(options.cache, item.key, val):
+            report.reused += 1
+            done[item.key] = item
+        else:
+            try:
+                _prepare_one(item, model_type, options, loader, val)
+                report.prepared += 1
+                done[item.key] = item
+            except (UsageError, NoPersonError, InputImageError) as exc:  # the pair's own problem, not the run's
+                report.problems.append(f"{item.row.where()}: {exc}")
+        tick("prepare", i, len(checked))
+    entries = [CacheEntry(key, str(c.row.person), str(c.row.garment), c.row.category.value,  # type: ignore[union-attr]
+                          c.person_id, "val" if c.person_id in val_people else "train") for key, c in done.items()]
+    report.index = replace(report.index, entries=entries, skipped=list(report.problems))
+    write_index(options.cache, report.index)
+    return report

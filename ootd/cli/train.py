@@ -1,0 +1,225 @@
+"""`ootd train prepare | run | bench`: fine-tune the try-on model on your own pairs with LoRA (docs/training.md).
+
+Thin: the options, declared once here with their defaults from ootd/training/settings.py, become checked option
+objects; ootd/app/train does the work; this prints the summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ootd.cli.display import Display, print_json, show_progress
+from ootd.cli.errors import guarded_command
+from ootd.cli.options import (
+    LOGGING_OPTIONS,
+    AttentionOpt,
+    CheckpointsOpt,
+    DeviceOpt,
+    FitOpt,
+    JsonOpt,
+    ModelTypeOpt,
+    ProviderOpt,
+    ResolutionOpt,
+    choices,
+    with_options,
+)
+from ootd.settings import EngineName, FitMode
+from ootd.training.settings import LrSchedule, MixedPrecision, TrainSettings
+
+D = TrainSettings  # the defaults
+TRAIN, RUNS, DATA = "Training", "Checkpoints and validation", "Data"
+
+PREPARE_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ootd train prepare VITON-HD/train -o cache --split 0.05\n\n"
+    "  ootd train prepare DressCode -o cache-dc --resolution 384x512\n\n"
+    "  ootd train prepare pairs.csv -o cache --split 0.1   [dim]# person,garment,category[,mask][/dim]"
+)
+RUN_EPILOG = (
+    "[bold]Examples[/bold]\n\n"
+    "  ootd train run cache -o run --steps 2000 --explain\n\n"
+    "  ootd train run cache -o run --resume\n\n"
+    "  ootd train run cache -o run --engine ray --workers 4 --batch-size 4\n\n"
+    "  ootd run -m person.jpg -c shirt.jpg -k upper --lora run/lora.safetensors --lora-scale 0.8"
+)
+
+
+def _opt(*names: str, panel: str, **kwargs: Any) -> Any:
+    return typer.Option(*names, rich_help_panel=panel, **kwargs)
+
+
+@with_options(LOGGING_OPTIONS)
+@guarded_command
+def prepare_command(
+    data: Annotated[Path, typer.Argument(help="A VITON-HD-style folder, a Dress Code-style folder or a pairs CSV.",
+                                         metavar="DATA", show_default=False)],
+    output: Annotated[Path, _opt("--output", "-o", panel=DATA, metavar="CACHE", show_default=False,
+                                 help="The cache folder (created; a rerun resumes it).")],
+    checkpoints: CheckpointsOpt = None,
+    model_type: ModelTypeOpt = None,
+    resolution: ResolutionOpt = "768x1024",
+    fit: FitOpt = FitMode.PAD.value,
+    split: Annotated[float, _opt("--split", panel=DATA, metavar="FRACTION",
+                                 help="Hold out this fraction of the people for validation (0: none).")] = 0.0,
+    seed: Annotated[int, _opt("--seed", panel=DATA, metavar="N", help="Which people are held out.")] = 0,
+    pairs: Annotated[Path | None, _opt("--pairs", panel=DATA, metavar="FILE", show_default=False,
+                                       help="A VITON-HD folder's pairs list (default: train_pairs.txt).")] = None,
+    device: DeviceOpt = None,
+    parsing_provider: ProviderOpt = "cpu",
+    json_out: JsonOpt = False,
+    **options: Any,
+) -> None:
+    """Prepare training pairs once: masks, latents and prompt embeddings into a cache every epoch reads."""
+    from ootd.app.train.prepare import PrepareOptions, prepare
+    from ootd.settings import ModelType, parse_resolution
+    from ootd.weights.layout import default_checkpoints_dir
+
+    chosen = PrepareOptions(data, output, checkpoints or default_checkpoints_dir(),
+                            ModelType.parse(model_type) if model_type else None, parse_resolution(resolution),
+                            FitMode.parse(fit, "fit mode"), split, seed, pairs, device, parsing_provider)
+    with Display(show_progress(options["quiet"], json_out)) as display:
+        report = prepare(chosen, progress=display)
+        for problem in report.problems:
+            display.print(f"skipped {problem}")
+    index = report.index
+    summary = {"cache": str(output), "layout": report.layout, "model_type": index.model_type,
+               "resolution": index.resolution, "prepared": report.prepared, "reused": report.reused,
+               "train": len(index.split("train")), "val": len(index.split("val")), "skipped": report.problems}
+    if json_out:
+        print_json(summary)
+        return
+    typer.echo(f"{output}: {summary['train']} training and {summary['val']} held-out pairs ({report.layout}, "
+               f"{index.model_type}, {index.resolution}); prepared {report.prepared}, already there "
+               f"{report.reused}, skipped {len(report.problems)}")
+
+
+@with_options(LOGGING_OPTIONS)
+@guarded_command
+def run_command(
+    cache: Annotated[Path, typer.Argument(help="A cache made by `ootd train prepare`.", metavar="CACHE",
+                                          show_default=False)],
+    output: Annotated[Path, _opt("--output", "-o", panel=RUNS, metavar="RUN", show_default=False,
+                                 help="The run folder: checkpoints, lora.safetensors, loss log, validation.")],
+    steps: Annotated[int, _opt("--steps", panel=TRAIN, metavar="N", help="Optimizer steps.")] = D.steps,
+    epochs: Annotated[int | None, _opt("--epochs", panel=TRAIN, metavar="N", show_default=False,
+                                       help="Passes over the training pairs instead of --steps.")] = None,
+    batch_size: Annotated[int, _opt("--batch-size", panel=TRAIN, metavar="N",
+                                    help="Pairs per forward pass (per worker).")] = D.batch_size,
+    accumulation: Annotated[int, _opt("--accumulation", panel=TRAIN, metavar="N",
+                                      help="Forward passes per optimizer step.")] = D.accumulation,
+    lr: Annotated[float, _opt("--lr", panel=TRAIN, help="Learning rate (AdamW).")] = D.learning_rate,
+    schedule: Annotated[str, _opt("--schedule", panel=TRAIN, metavar=choices(LrSchedule),
+                                  help="Learning-rate schedule after the warm-up.")] = D.schedule.value,
+    warmup: Annotated[int, _opt("--warmup", panel=TRAIN, metavar="N", help="Warm-up steps.")] = D.warmup,
+    rank: Annotated[int, _opt("--rank", panel=TRAIN, metavar="R", help="LoRA rank.")] = D.rank,
+    alpha: Annotated[float, _opt("--alpha", panel=TRAIN, help="LoRA alpha (scale alpha/rank).")] = D.alpha,
+    train_garment: Annotated[bool, _opt("--train-garment/--no-train-garment", panel=TRAIN,
+                                        help="Also adapt the garment UNet.")] = D.train_garment,
+    dropout: Annotated[float, _opt("--dropout", panel=TRAIN, metavar="P",
+                                   help="Outfitting dropout (the paper's 0.1).")] = D.dropout,
+    seed: Annotated[int, _opt("--seed", panel=TRAIN, metavar="N", help="Seed of the adapter, order, noise.")] = D.seed,
+    mixed_precision: Annotated[str, _opt("--mixed-precision", panel=TRAIN, metavar=choices(MixedPrecision),
+                                         help="bf16/fp16 where the device profile allows.")] = D.mixed_precision.value,
+    gradient_checkpointing: Annotated[bool, _opt("--gradient-checkpointing", panel=TRAIN,
+                                                 help="Recompute activations in the backward: less memory, "
+                                                 "slower steps.")] = D.gradient_checkpointing,
+    checkpoint_every: Annotated[int, _opt("--checkpoint-every", panel=RUNS, metavar="N",
+                                          help="Steps between checkpoints.")] = D.checkpoint_every,
+    validate_every: Annotated[int, _opt("--validate-every", panel=RUNS, metavar="N",
+                                        help="Steps between validation sheets (0: at the end).")] = D.validate_every,
+    validation_steps: Annotated[int, _opt("--validation-steps", panel=RUNS, metavar="N",
+                                          help="Denoising steps of a validation try-on.")] = D.validation_steps,
+    validation_pairs: Annotated[int, _opt("--validation-pairs", panel=RUNS, metavar="N",
+                                          help="Held-out pairs per sheet.")] = D.validation_pairs,
+    resume: Annotated[bool, _opt("--resume", panel=RUNS, help="Continue RUN from its latest checkpoint.")] = False,
+    explain: Annotated[bool, _opt("--explain", panel=RUNS, help="Print the device and memory estimate first.")
+                       ] = False,
+    engine: Annotated[str, _opt("--engine", panel=TRAIN, metavar=choices(EngineName),
+                                help="local, or ray: data-parallel over Ray Train (the ray-train extra).")] = "local",
+    workers: Annotated[int, _opt("--workers", panel=TRAIN, metavar="N", help="Ray Train workers.")] = 2,
+    gpus: Annotated[bool, _opt("--gpus/--no-gpus", panel=TRAIN, help="A GPU per Ray worker.")] = False,
+    checkpoints: CheckpointsOpt = None,
+    device: DeviceOpt = None,
+    attention: AttentionOpt = "auto",
+    json_out: JsonOpt = False,
+    **options: Any,
+) -> None:
+    """Fine-tune LoRA adapters on a prepared cache; the adapter is RUN/lora.safetensors (use it with --lora)."""
+    from ootd.app.train.loop import TrainOptions
+    from ootd.app.train.models import check_mixed_precision
+    from ootd.hardware.spec import check_device_spec
+    from ootd.settings import AttentionName
+    from ootd.weights.layout import default_checkpoints_dir
+
+    settings = TrainSettings.from_words(
+        steps=steps, epochs=epochs, batch_size=batch_size, accumulation=accumulation, learning_rate=lr,
+        schedule=schedule, warmup=warmup, rank=rank, alpha=alpha, train_garment=train_garment, dropout=dropout,
+        seed=seed, mixed_precision=mixed_precision, gradient_checkpointing=gradient_checkpointing,
+        checkpoint_every=checkpoint_every, validate_every=validate_every, validation_steps=validation_steps,
+        validation_pairs=validation_pairs)
+    chosen_engine = EngineName.parse(engine, "engine")
+    check_mixed_precision(settings.mixed_precision, device)
+    train = TrainOptions(cache, output, checkpoints or default_checkpoints_dir(), settings,
+                         check_device_spec(device), AttentionName.parse(attention, "attention backend"), resume)
+    with Display(show_progress(options["quiet"], json_out)) as display:
+        if chosen_engine is EngineName.RAY:
+            from ootd.app.train.ray_engine import train_ray
+
+            report = train_ray(train, workers, gpus, explain=explain and not json_out, echo=display.print)
+        else:
+            report = _train_local(train, explain and not json_out, display)
+    summary = {"run": str(output), "adapter": str(report.adapter), "steps": report.steps,
+               "from_step": report.first_step, "loss_first": report.losses[0] if report.losses else None,
+               "loss_last": report.losses[-1] if report.losses else None, "validation": report.validation,
+               "seconds": round(report.seconds, 2)}
+    if json_out:
+        print_json(summary)
+        return
+    typer.echo(f"{report.adapter}: {report.steps} steps (from {report.first_step}) in {report.seconds:.1f} s"
+               + (f", loss {report.losses[0]:.4f} -> {report.losses[-1]:.4f}" if report.losses else ""))
+    if report.validation:
+        last = report.validation[-1]
+        typer.echo(f"validation at step {last['step']}: SSIM {last['ssim_mean']} ({output}/validation/"
+                   f"{last['sheet']})")
+
+
+def _train_local(train: Any, explain: bool, display: Display) -> Any:
+    from ootd.app.train.loop import train_local
+    from ootd.app.train.models import load_training_models
+    from ootd.app.train.plan import explain_lines
+    from ootd.settings import ModelType, parse_resolution
+    from ootd.training.cache import read_index
+
+    index = read_index(train.cache)
+    models = load_training_models(train.checkpoints, ModelType.parse(index.model_type), train.settings,
+                                  train.device, train.attention)
+    if explain:
+        for line in explain_lines(models, parse_resolution(index.resolution), train.settings):
+            display.print(line)
+    return train_local(train, progress=display, models=models, index=index)
+
+
+@with_options(LOGGING_OPTIONS)
+@guarded_command
+def bench_command(
+    random_weights: Annotated[str, _opt("--random-weights", panel=TRAIN, metavar="[full|tiny]",
+                                        help="The released architectures (full) or the test ones (tiny).")] = "full",
+    resolution: ResolutionOpt = "384x512",
+    batch_size: Annotated[int, _opt("--batch-size", panel=TRAIN, metavar="N", help="Pairs per step.")] = 1,
+    gradient_checkpointing: Annotated[bool, _opt("--gradient-checkpointing", panel=TRAIN,
+                                                 help="Recompute activations in the backward.")] = False,
+    train_garment: Annotated[bool, _opt("--train-garment", panel=TRAIN, help="Also adapt the garment UNet.")
+                             ] = False,
+    steps: Annotated[int, _opt("--steps", panel=TRAIN, metavar="N", help="Steps to time.")] = 3,
+    **options: Any,
+) -> None:
+    """Seconds per training step and peak memory on this CPU, random weights, one configuration per run."""
+    from ootd.settings import parse_resolution
+    from ootd.tools.bench.training import bench_training
+
+    settings = TrainSettings.from_words(batch_size=batch_size, gradient_checkpointing=gradient_checkpointing,
+                                        train_garment=train_garment)
+    print_json(bench_training(random_weights, parse_resolution(resolution), settings, steps).to_json())

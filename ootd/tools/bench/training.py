@@ -1,0 +1,71 @@
+"""`ootd train bench`: seconds per training step and peak memory of the released architectures at random weights
+(no checkpoints, no data: random latents and prompt embeddings of the right shapes), next to the estimate of
+ootd/training/memory.py. Run one configuration per process: the peak resident memory is the process's."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ootd.settings import ModelType, Resolution
+from ootd.training.settings import TrainSettings
+
+
+@dataclass(frozen=True)
+class TrainBench:
+    resolution: str
+    batch_size: int
+    checkpointing: bool
+    train_garment: bool
+    step_seconds: list[float]
+    peak_rss: int  # bytes, the whole process
+    estimate: int  # bytes, ootd/training/memory.py
+    baseline_rss: int  # bytes, after loading the models, before the first step
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "median_step_seconds": sorted(self.step_seconds)[len(self.step_seconds) // 2]}
+
+
+def _peak_rss() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def bench_training(kind: str, resolution: Resolution, settings: TrainSettings, steps: int) -> TrainBench:
+    """Build the `kind` architectures with random weights, add the adapters and time `steps` optimizer steps."""
+    from ootd.app.train.models import load_training_models
+    from ootd.app.train.plan import training_estimate
+    from ootd.hardware.device import detect_device
+    from ootd.hardware.policy import choose_precision
+    from ootd.tools.bench.random_weights import build_random_components
+    from ootd.training.objective import draw
+
+    precision = choose_precision(detect_device("cpu"), "fp32")
+    components = build_random_components(kind, precision)
+    models = load_training_models(None, ModelType.HD, settings, "cpu", components=components)
+    baseline = _peak_rss()
+    h, w = resolution.height // 8, resolution.width // 8
+    b = settings.batch_size
+    generator = torch.Generator().manual_seed(0)
+    tensors = [torch.randn(b, 4, h, w, generator=generator) for _ in range(3)]
+    cross = int(components.unet_vton.config.cross_attention_dim)
+    prompt = torch.randn(b, 2, cross, generator=generator)
+    optimizer = torch.optim.AdamW(models.params, lr=settings.learning_rate)
+    times = []
+    for step in range(steps):
+        t = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        d = draw(range(b), (4, h, w), models.objective.num_timesteps, settings.dropout, 0, step)
+        loss = models.objective(*tensors, prompt, d.noise, d.timesteps, d.drop)
+        loss.backward()
+        models.objective.release()
+        optimizer.step()
+        times.append(time.perf_counter() - t)
+    estimate = training_estimate(models, resolution, settings)
+    return TrainBench(str(resolution), b, settings.gradient_checkpointing, settings.train_garment, times,
+                      _peak_rss(), estimate.total, baseline)

@@ -1,0 +1,71 @@
+"""LoRA on the UNets' attention projections, as diffusers' own LoRA training scripts add it (peft's LoraConfig through
+the UNet's `add_adapter`, Gaussian A and zero B, so a fresh adapter changes nothing), and its state in and out.
+
+The targets are the query, key, value and output projections of every transformer block's self- and cross-attention.
+The garment UNet's last transformer block is left out: the try-on UNet reads the inputs of the garment blocks
+(docs/upstream.md §5), so nothing the last block computes reaches the try-on (its run is even cut short there).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import torch
+
+from ootd.method.fusion import transformer_blocks
+
+PROJECTIONS = ("to_q", "to_k", "to_v", "to_out.0")
+ADAPTER = "default"  # the peft adapter name during training
+_ORDER = {"down_blocks": 0, "mid_block": 1, "up_blocks": 2}  # UNet2DConditionModel runs its blocks in this order
+
+
+def _run_order(name: str) -> tuple:
+    parts = name.split(".")
+    return (_ORDER.get(parts[0], 3), *[int(p) if p.isdigit() else p for p in parts[1:]])
+
+
+def target_modules(unet: torch.nn.Module, *, skip_last_block: bool = False) -> list[str]:
+    """The attention projections LoRA adapts in one UNet, by module name."""
+    blocks = sorted(transformer_blocks(unet), key=_run_order)
+    if skip_last_block:
+        blocks = blocks[:-1]
+    return [f"{block}.{attn}.{proj}" for block in blocks for attn in ("attn1", "attn2") for proj in PROJECTIONS]
+
+
+def add_lora(unet: torch.nn.Module, targets: list[str], rank: int, alpha: float, seed: int) -> list[torch.nn.Parameter]:
+    """Inject a fresh adapter (A drawn from `seed`, B zero) and return its parameters, in fp32 and trainable; the
+    base weights stay frozen."""
+    from diffusers.training_utils import cast_training_params
+    from peft import LoraConfig
+
+    unet.requires_grad_(False)
+    config = LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights="gaussian", target_modules=targets)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        unet.add_adapter(config, adapter_name=ADAPTER)
+    finally:
+        torch.random.set_rng_state(state)
+    cast_training_params(unet, dtype=torch.float32)  # the trainable ones only (peft made them trainable)
+    return [p for p in unet.parameters() if p.requires_grad]
+
+
+def lora_state(unet: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter's tensors of one UNet, peft state dict keys (`<module>.lora_A.weight`), detached copies."""
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(unet, adapter_name=ADAPTER).items()}
+
+
+def load_lora_state(unet: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Put saved adapter tensors back (a resume): every key must land."""
+    from peft import set_peft_model_state_dict
+
+    result = set_peft_model_state_dict(unet, dict(state), adapter_name=ADAPTER)
+    unexpected = list(getattr(result, "unexpected_keys", []) or [])
+    if unexpected:
+        raise ValueError(f"adapter tensors without a place in the UNet: {unexpected[:3]}")
+    missing = [k for k in getattr(result, "missing_keys", []) or [] if re.search(r"\.lora_[AB]\.", k)]
+    if missing:
+        raise ValueError(f"adapter tensors missing from the checkpoint: {missing[:3]}")

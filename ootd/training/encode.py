@@ -1,0 +1,44 @@
+"""A pair's cache entry from its framed pictures: the latents and the prompt embedding exactly as the inference
+pipeline computes them (docs/upstream.md §3-§4: the VAE posterior's mode of [-1, 1] pixels, the masked person and
+garment unscaled, the person times the scaling factor; the prompt of ootd/method/conditioning.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ootd.method.conditioning import prompt_embeddings
+from ootd.settings import Category, ModelType
+
+
+@torch.inference_mode()
+def encode_images(vae: torch.nn.Module, images: list[Image.Image], device: torch.device) -> list[torch.Tensor]:
+    """VAE latents (mode of the posterior, unscaled), one image at a time, as float32 on the CPU."""
+    from diffusers.image_processor import VaeImageProcessor
+
+    processor = VaeImageProcessor(vae_scale_factor=8)
+    dtype = next(vae.parameters()).dtype
+    out = []
+    for image in images:
+        # dense NCHW, as the pipeline encodes: the processor's output is a channels-last view, whose convolutions
+        # give other numbers
+        pixels = processor.preprocess(image).to(device, dtype).contiguous()
+        out.append(vae.encode(pixels).latent_dist.mode()[0].float().cpu())
+    return out
+
+
+@torch.inference_mode()
+def pair_tensors(person: Image.Image, masked_person: Image.Image, mask: Image.Image, garment: Image.Image,
+                 category: Category, model_type: ModelType, models: object, device: torch.device
+                 ) -> dict[str, torch.Tensor]:
+    """The tensors of one cache entry (ootd/training/cache.py ENTRY_TENSORS). `models` has the vae, tokenizer,
+    text_encoder, image_processor and image_encoder of the checkpoints (a Components or alike)."""
+    vae = models.vae  # type: ignore[attr-defined]
+    masked_latents, person_latents, garment_latents = encode_images(vae, [masked_person, person, garment], device)
+    prompt = prompt_embeddings(garment, category, model_type, models.tokenizer,  # type: ignore[attr-defined]
+                               models.text_encoder, models.image_processor,  # type: ignore[attr-defined]
+                               models.image_encoder)  # type: ignore[attr-defined]
+    return {"target": person_latents * vae.config.scaling_factor, "masked": masked_latents,
+            "garment": garment_latents, "prompt": prompt[0].float().cpu(),
+            "mask": torch.from_numpy(np.asarray(mask.convert("L"), dtype=np.uint8).copy())}

@@ -1,0 +1,117 @@
+"""What a fine-tune does, declared once with its defaults and bounds (`ootd train run`'s options read them).
+
+The paper (arXiv 2403.01779, §4.1 and §3.3) trains both UNets in full with AdamW at a fixed learning rate of 5e-5,
+36,000 iterations, batch 64 at 512x384 and 16 at 1024x768, and an outfitting dropout of 10%. A LoRA fine-tune of
+the released model on a shop's pairs is a much smaller change: the defaults below keep the paper's optimizer, its
+fixed-rate schedule (after a short warm-up) and its dropout rate, and use the learning rate LoRA fine-tunes of
+Stable Diffusion commonly use (1e-4) with a rank of 8; docs/training.md says which setting comes from where.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+from ootd.errors import UsageError
+from ootd.settings import Choice
+
+
+class LrSchedule(Choice):
+    """Learning-rate schedules (diffusers.optimization.get_scheduler's), after the warm-up."""
+
+    CONSTANT = "constant"  # the paper's fixed rate
+    LINEAR = "linear"
+    COSINE = "cosine"
+
+    @classmethod
+    def parse(cls, value: str | LrSchedule, what: str | None = "learning-rate schedule") -> LrSchedule:
+        return super().parse(value, what)
+
+
+class MixedPrecision(Choice):
+    """Autocast dtype of the forward passes; the adapter's weights and the optimizer stay in fp32."""
+
+    NO = "no"
+    BF16 = "bf16"
+    FP16 = "fp16"  # with a gradient scaler (CUDA/ROCm)
+
+    @classmethod
+    def parse(cls, value: str | MixedPrecision, what: str | None = "mixed precision") -> MixedPrecision:
+        return super().parse(value, what)
+
+
+PAPER_DROPOUT = 0.1  # the paper's outfitting dropout rate
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """One fine-tune's settings (stored with its checkpoints, so a resume can refuse a changed one)."""
+
+    steps: int = 1000  # optimizer steps; with `epochs` set, epochs x steps per epoch instead
+    epochs: int | None = None
+    batch_size: int = 1  # pairs per forward pass and device; the global batch is batch x accumulation x workers
+    accumulation: int = 1  # forward passes per optimizer step
+    learning_rate: float = 1e-4
+    schedule: LrSchedule = LrSchedule.CONSTANT
+    warmup: int = 50  # optimizer steps of linear warm-up
+    rank: int = 8  # LoRA rank
+    alpha: float = 8.0  # LoRA alpha (the change is scaled by alpha / rank)
+    train_garment: bool = False  # also adapt the garment UNet's attention projections
+    dropout: float = PAPER_DROPOUT  # outfitting dropout: the fraction of samples trained without the garment
+    seed: int = 0
+    mixed_precision: MixedPrecision = MixedPrecision.NO
+    gradient_checkpointing: bool = False
+    checkpoint_every: int = 500  # optimizer steps between checkpoints (one is always written at the end)
+    validate_every: int = 500  # optimizer steps between validation sheets; 0: only at the end
+    validation_steps: int = 20  # denoising steps of a validation try-on
+    validation_pairs: int = 4  # held-out pairs on a sheet
+
+    def validate(self) -> None:
+        """Every bound, as one-line usage errors."""
+        checks = [
+            (1 <= self.steps <= 10_000_000, f"--steps must be 1 to 10000000, got {self.steps}"),
+            (self.epochs is None or 1 <= self.epochs <= 100_000, f"--epochs must be 1 to 100000, got {self.epochs}"),
+            (1 <= self.batch_size <= 256, f"--batch-size must be 1 to 256, got {self.batch_size}"),
+            (1 <= self.accumulation <= 1024, f"--accumulation must be 1 to 1024, got {self.accumulation}"),
+            (math.isfinite(self.learning_rate) and 0 < self.learning_rate <= 1,
+             f"--lr must be above 0 and at most 1, got {self.learning_rate}"),
+            (0 <= self.warmup <= 1_000_000, f"--warmup must be 0 to 1000000 steps, got {self.warmup}"),
+            (1 <= self.rank <= 1024, f"--rank must be 1 to 1024, got {self.rank}"),
+            (math.isfinite(self.alpha) and 0 < self.alpha <= 4096, f"--alpha must be above 0, got {self.alpha}"),
+            (0.0 <= self.dropout < 1.0, f"--dropout must be from 0 up to (not including) 1, got {self.dropout}"),
+            (0 <= self.seed < 2**63, f"--seed must be a non-negative 64-bit integer, got {self.seed}"),
+            (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),
+            (self.validate_every >= 0, f"--validate-every must be 0 or more, got {self.validate_every}"),
+            (1 <= self.validation_steps <= 1000, f"--validation-steps must be 1 to 1000, got {self.validation_steps}"),
+            (0 <= self.validation_pairs <= 64, f"--validation-pairs must be 0 to 64, got {self.validation_pairs}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UsageError(message)
+
+    @classmethod
+    def from_words(cls, *, schedule: str | LrSchedule = LrSchedule.CONSTANT,
+                   mixed_precision: str | MixedPrecision = MixedPrecision.NO, **values: object) -> TrainSettings:
+        """Checked settings from what a user gave (anything omitted keeps its default)."""
+        settings = cls(schedule=LrSchedule.parse(schedule), mixed_precision=MixedPrecision.parse(mixed_precision),
+                       **values)  # type: ignore[arg-type]
+        settings.validate()
+        return settings
+
+    def total_steps(self, pairs: int, workers: int = 1) -> int:
+        """Optimizer steps of the run: `steps`, or `epochs` passes over `pairs` at the global batch."""
+        if self.epochs is None:
+            return self.steps
+        global_batch = self.batch_size * self.accumulation * workers
+        return self.epochs * max(1, math.ceil(pairs / global_batch))
+
+    def to_json(self) -> dict[str, object]:
+        return {k: (v.value if isinstance(v, Choice) else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> TrainSettings:
+        known = {f.name for f in fields(cls)}
+        return cls.from_words(**{k: v for k, v in data.items() if k in known})  # type: ignore[arg-type]
+
+    # what a resumed run must share with the one it continues (the rest may change: e.g. more steps)
+    RESUME_FIXED = ("batch_size", "accumulation", "rank", "alpha", "train_garment", "dropout", "seed")
