@@ -48,9 +48,10 @@ def eval_command(
     json_out: JsonOpt = False,
     **options: Any,
 ) -> None:
-    """How far try-on results are from the real photos: SSIM and LPIPS per pair (mean), FID and KID (with its
-    standard deviation) of the two sets, the counts, and what was skipped and why. On a batch's output folder
-    it also writes eval.json and eval.html there and adds the numbers to its index.html."""
+    """How far try-on results are from the real photos: SSIM and LPIPS per pair, FID and KID of the sets.
+
+    Prints the counts and what was skipped and why. On a batch's output folder it also writes eval.json and
+    eval.html there and adds the numbers to its index.html."""
     from ootd.app.evaluate.folder import evaluate_batch, is_batch_folder
     from ootd.app.evaluate.run import EvalOptions, evaluate
     from ootd.cli.display import Display, print_json, show_progress

@@ -36,7 +36,7 @@ def test_two_ray_workers_match_one_worker_with_the_same_global_batch(tiny_tree: 
     assert a.keys() == b.keys()
     start = {k: v for k, v in a.items() if ".lora_B." in k}
     assert any(v.abs().max() > 1e-3 for v in start.values())  # trained: B moved away from zero
-    for key in a:
-        torch.testing.assert_close(b[key], a[key], rtol=1e-3, atol=1e-4)
+    for key in a:  # float sums in another order (two processes, an all-reduce): ~1e-4 of weights that moved ~1e-2
+        torch.testing.assert_close(b[key], a[key], rtol=1e-3, atol=5e-4)
     for x, y in zip(one.losses, two.losses, strict=True):
         assert abs(x - y) < 1e-4
