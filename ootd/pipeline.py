@@ -326,9 +326,10 @@ class TryOnPipeline:
     @torch.inference_mode()
     def generate(self, person: PersonInputs, garment: GarmentInputs, settings: SamplingSettings,
                  progress: Progress | None = None, callback: StepCallback | None = None,
-                 modes: SpeedModes | None = None) -> TryOnResult:
+                 modes: SpeedModes | None = None, photo_pixels: int = 0) -> TryOnResult:
         """The denoising loop and decode for one prepared person and garment, with the pipeline's speed modes
-        or `modes` (token merging and feature caching may differ per call; quantization is the loaded one).
+        or `modes` (token merging and feature caching may differ per call; quantization is the loaded one);
+        `photo_pixels`: the caller brings the results to a photo this large (the plan counts it).
 
         `callback(step, t, latents)` runs after every step (after the inpainting blend) and may return new
         latents, as diffusers' callback_on_step_end."""
@@ -344,8 +345,8 @@ class TryOnPipeline:
             raise UsageError("feature caching (cache interval above 1) does not work with a compiled UNet: "
                              "use one of them")
         timings: dict[str, float | list[float]] = {**person.timings, **garment.timings}
-        residency = self.residency
-        residency.apply(residency.make_plan(settings.resolution.size, settings.num_samples, settings.guidance))
+        self.residency.apply(self.residency.make_plan(settings.resolution.size, settings.num_samples,
+                                                      settings.guidance, None, photo_pixels))
         tick = time.perf_counter()
         device, dtype, latent_hw = self.device.torch_device, self.precision.unet, person.original_latents.shape[-2:]
         mask = latent_mask(person.mask, latent_hw, device, dtype)

@@ -197,6 +197,59 @@ class FitMode(Choice):
     STRETCH = "stretch"
 
 
+class OutputSize(Choice):
+    """`--output-size`: the pictures at the working resolution (the method's own output), or the whole generated
+    picture brought back to the photo's size and framing (ootd/imaging/photo.py)."""
+
+    WORKING = "working"
+    PHOTO = "photo"
+
+    @classmethod
+    def parse(cls, value: str | OutputSize, what: str | None = "output size") -> OutputSize:
+        return super().parse(value, what)
+
+
+# --feather: the half-width of the seam where `--keep-unmasked` blends the generated picture into the photo, in
+# pixels of a picture FEATHER_HEIGHT high (scaled to the photo's height, so the seam looks the same at any size)
+FEATHER_HEIGHT = 1024
+DEFAULT_FEATHER = 4
+MAX_FEATHER = 64
+
+
+def check_feather(pixels: int) -> int:
+    if not 0 <= int(pixels) <= MAX_FEATHER:
+        raise UsageError(f"--feather must be 0 to {MAX_FEATHER} pixels (of a {FEATHER_HEIGHT} px high picture), "
+                         f"got {pixels}")
+    return int(pixels)
+
+
+@dataclass(frozen=True)
+class PhotoOutput:
+    """What the pictures are: the working resolution's (`OutputSize.WORKING`, the default: the original's
+    output), the generated picture at the photo's size (`PHOTO`), or the photo itself with only the repainted
+    region replaced, blended over `feather` pixels (`keep_unmasked`: at the photo's size)."""
+
+    size: OutputSize = OutputSize.WORKING
+    keep_unmasked: bool = False
+    feather: int = DEFAULT_FEATHER
+
+    @property
+    def at_photo_size(self) -> bool:
+        return self.keep_unmasked or self.size is OutputSize.PHOTO
+
+    @classmethod
+    def from_words(cls, size: str | None = None, keep_unmasked: bool = False,
+                   feather: int | None = None) -> PhotoOutput:
+        """Checked: --feather needs --keep-unmasked, which returns the photo at its own size (never `working`)."""
+        chosen = OutputSize.parse(size) if size is not None else None
+        if keep_unmasked and chosen is OutputSize.WORKING:
+            raise UsageError("--keep-unmasked gives back the photo at its own size: leave out --output-size working")
+        if feather is not None and not keep_unmasked:
+            raise UsageError("--feather is the seam of --keep-unmasked: pass --keep-unmasked too, or leave it out")
+        return cls(OutputSize.PHOTO if keep_unmasked else (chosen or OutputSize.WORKING), keep_unmasked,
+                   check_feather(feather if feather is not None else DEFAULT_FEATHER))
+
+
 class ParsingProvider(Choice):
     """ONNX Runtime execution providers for human parsing; `auto` tries the GPU ones first."""
 

@@ -21,11 +21,15 @@ from ootd.app.tryon.naming import NAME_FIELDS
 from ootd.hardware.spec import ENV_DEVICE
 from ootd.settings import (
     AUTO_CATEGORY,
+    DEFAULT_FEATHER,
+    FEATHER_HEIGHT,
+    MAX_FEATHER,
     AttentionName,
     Category,
     Choice,
     FitMode,
     ModelType,
+    OutputSize,
     ParsingProvider,
     PrecisionName,
     QuantizeName,
@@ -142,6 +146,19 @@ VerboseOpt = Annotated[bool, _opt("--verbose", "-v", panel=LOGGING, help="Debug 
 QuietOpt = Annotated[bool, _opt("--quiet", "-q", panel=LOGGING, help="No progress display, errors only.")]
 DebugOpt = Annotated[bool, _opt("--debug", panel=LOGGING, help="Print tracebacks for errors.")]
 
+OutputSizeOpt = Annotated[str | None, _opt(
+    "--output-size", metavar=choices(OutputSize), panel=OUTPUTS, default_shown=False,
+    help="working (default): the pictures at --resolution, as the method makes them; photo: the whole generated "
+         "picture at the photo's own size and framing.")]
+KeepUnmaskedOpt = Annotated[bool, _opt(
+    "--keep-unmasked", panel=OUTPUTS,
+    help="Give back the photo itself, at its own size, with only the garment's region replaced: every pixel "
+         "outside the feathered mask is the photo's (docs/commands.md).")]
+FeatherOpt = Annotated[int | None, _opt(
+    "--feather", metavar="N", panel=OUTPUTS, default_shown=False,
+    help=f"--keep-unmasked: blend over N pixels (of a {FEATHER_HEIGHT} px high picture, scaled to the photo) on each "
+         f"side of the mask's edge, 0 to {MAX_FEATHER}. Default {DEFAULT_FEATHER}.")]
+
 # name -> (declaration, default). The names are build_config's keywords.
 RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "model_type": (ModelTypeOpt, None),
@@ -172,6 +189,9 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "category_margin": (CategoryMarginOpt, RunConfig.category_margin),
     "lora": (LoraOpt, None),
     "lora_scale": (LoraScaleOpt, LoraChoice.scale),
+    "output_size": (OutputSizeOpt, None),
+    "keep_unmasked": (KeepUnmaskedOpt, False),
+    "feather": (FeatherOpt, None),
 }
 LOGGING_OPTIONS: dict[str, tuple[Any, Any]] = {
     "verbose": (VerboseOpt, False), "quiet": (QuietOpt, False), "debug": (DebugOpt, False),

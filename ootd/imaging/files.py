@@ -144,15 +144,48 @@ def _check_header_size(im: Image.Image, fail: Callable[[str], InputImageError], 
         raise fail(f"image too small: {width}x{height} (each side must be at least {min_side} px)")
 
 
-def _normalise(im: Image.Image, role: str) -> Image.Image:
-    """Apply EXIF orientation and convert any mode to RGB (or L for masks); returns a detached copy."""
+def image_size(value: str | Path | bytes | Image.Image) -> tuple[int, int]:
+    """An input's size as shown upright (EXIF orientation applied), from its header alone when it is a file."""
+    if isinstance(value, Image.Image):
+        return value.size
+    with Image.open(Path(value) if isinstance(value, str | Path) else io.BytesIO(value)) as im:
+        width, height = im.size
+        turned = im.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # orientations that swap the sides
+    return (height, width) if turned else (width, height)
+
+
+def load_photo(value: str | Path | bytes | Image.Image, label: str) -> Image.Image:
+    """The person photo as the user gave it, for results that are that photo (`--keep-unmasked`): EXIF
+    orientation applied as on input, RGBA when it has transparency (kept outside the repainted region), else RGB
+    (as the try-on saw it); the same checks and one-line errors as `load_image`."""
+
+    def fail(problem: str) -> InputImageError:
+        return InputImageError(f"person image {printable(label)}: {_one_line(problem)}")
+
+    if isinstance(value, Image.Image):
+        return value.convert("RGBA") if _has_alpha(value) else _to_rgb(value).copy()
+    opened = open_image_file(Path(value), fail) if isinstance(value, str | Path) else _decoded(io.BytesIO(value), fail)
+    with opened as im:
+        if not _has_alpha(im):
+            return _normalise(im, "person")
+        oriented = _oriented(im)
+        out = oriented.convert("RGBA")
+        out.info = {}
+        return out
+
+
+def _oriented(im: Image.Image) -> Image.Image:
     try:
         oriented = ImageOps.exif_transpose(im)
     except Exception as exc:  # a malformed EXIF block should not reject an otherwise fine photo
         logger.warning("ignoring unreadable EXIF orientation: %s", _one_line(exc))
         oriented = im
-    if oriented is None:  # older Pillow with in_place semantics
-        oriented = im
+    return im if oriented is None else oriented  # None: older Pillow with in_place semantics
+
+
+def _normalise(im: Image.Image, role: str) -> Image.Image:
+    """Apply EXIF orientation and convert any mode to RGB (or L for masks); returns a detached copy."""
+    oriented = _oriented(im)
     out = _to_mask(oriented) if role == "mask" else _to_rgb(oriented)
     if out is im:
         out = im.copy()

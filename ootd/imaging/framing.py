@@ -43,6 +43,32 @@ def _fill(colour: tuple[int, ...] | int, mode: str) -> tuple[int, ...] | int:
     return tuple(colour)
 
 
+def frame_of(source: tuple[int, int], size: tuple[int, int], mode: FitMode | str) -> FitInfo:
+    """How `fit_to_aspect` frames an image of `source` size (width, height) at `size`, without the pixels: what
+    maps a result back to the photo it was made from."""
+    width, height = int(size[0]), int(size[1])
+    if width <= 0 or height <= 0:
+        raise ValueError(f"size must be positive, got {size}")
+    src_w, src_h = int(source[0]), int(source[1])
+    if mode == "stretch":
+        return FitInfo("stretch", (src_w, src_h), (width, height), (0, 0, width, height))
+    if mode == "crop":
+        scale = max(width / src_w, height / src_h)
+        crop_w = min(src_w, round(width / scale))
+        crop_h = min(src_h, round(height / scale))
+        left = (src_w - crop_w) // 2
+        top = (src_h - crop_h) // 2
+        return FitInfo("crop", (src_w, src_h), (width, height), (left, top, left + crop_w, top + crop_h))
+    if mode != "pad":
+        raise ValueError(f"mode must be pad, crop or stretch, got {mode!r}")
+    scale = min(width / src_w, height / src_h)
+    content_w = max(1, min(width, round(src_w * scale)))
+    content_h = max(1, min(height, round(src_h * scale)))
+    left = (width - content_w) // 2
+    top = (height - content_h) // 2
+    return FitInfo("pad", (src_w, src_h), (width, height), (left, top, left + content_w, top + content_h))
+
+
 def fit_to_aspect(
     image: Image.Image,
     size: tuple[int, int] = (768, 1024),
@@ -56,34 +82,15 @@ def fit_to_aspect(
     colour); crop: scale to cover and cut the centre; stretch: plain resize (what the original does).
     `resample` None uses Pillow's default filter, as the original's resize; pass NEAREST for masks.
     """
-    width, height = int(size[0]), int(size[1])
-    if width <= 0 or height <= 0:
-        raise ValueError(f"size must be positive, got {size}")
-    src_w, src_h = image.size
+    info = frame_of(image.size, size, mode)
+    width, height = info.size
     kwargs = {} if resample is None else {"resample": resample}
-
-    if mode == "stretch":
-        out = image.resize((width, height), **kwargs)
-        return out, FitInfo("stretch", (src_w, src_h), (width, height), (0, 0, width, height))
-
-    if mode == "crop":
-        scale = max(width / src_w, height / src_h)
-        crop_w = min(src_w, round(width / scale))
-        crop_h = min(src_h, round(height / scale))
-        left = (src_w - crop_w) // 2
-        top = (src_h - crop_h) // 2
-        box = (left, top, left + crop_w, top + crop_h)
-        out = image.resize((width, height), box=box, **kwargs)
-        return out, FitInfo("crop", (src_w, src_h), (width, height), box)
-
-    if mode != "pad":
-        raise ValueError(f"mode must be pad, crop or stretch, got {mode!r}")
-    scale = min(width / src_w, height / src_h)
-    content_w = max(1, min(width, round(src_w * scale)))
-    content_h = max(1, min(height, round(src_h * scale)))
-    left = (width - content_w) // 2
-    top = (height - content_h) // 2
-    box = (left, top, left + content_w, top + content_h)
+    if info.mode == "stretch":
+        return image.resize((width, height), **kwargs), info
+    if info.mode == "crop":
+        return image.resize((width, height), box=info.box, **kwargs), info
+    box = info.box
+    content_w, content_h = box[2] - box[0], box[3] - box[1]
     content = image.resize((content_w, content_h), **kwargs) if (content_w, content_h) != image.size else image
 
     horizontal = content_w < width  # padding on the left and right
@@ -99,7 +106,7 @@ def fit_to_aspect(
     if second[0] < second[2] and second[1] < second[3]:
         canvas.paste(_fill(colours[1], image.mode), second)
     canvas.paste(content, box[:2])
-    return canvas, FitInfo("pad", (src_w, src_h), (width, height), box)
+    return canvas, info
 
 
 def restore_framing(

@@ -34,6 +34,10 @@ CPU_OVERHEAD = 1.3
 # Images in the largest batched VAE encode: the pipeline encodes [masked person, person] together and the
 # garment on its own.
 ENCODE_BATCH = 2
+# Bytes per photo pixel of bringing results back to the photo (ootd/imaging/photo.py), at most: the photo and
+# its copy (RGBA), the generated picture at the photo's size, the mask, its binary and feathered forms, the
+# blended region's crops (docs/benchmarks.md, "Results at the photo's size"). Host memory: counted on the CPU.
+PHOTO_BYTES_PER_PIXEL = 16
 # Resident memory of the Python process itself on CPU (interpreter, torch and its libraries: 0.31 GiB after
 # the imports, 0.43 GiB beyond the weights once they are loaded).
 CPU_RUNTIME_BYTES = 450 * MIB
@@ -55,6 +59,7 @@ class PlanRequest:
     max_memory: int | None = None  # the budget; None: the device's free memory less a margin
     vae_dtype: torch.dtype | str | None = None  # None: `dtype`
     profile: DeviceProfile | None = None
+    photo_pixels: int = 0  # results brought back to a photo this large (--keep-unmasked), on the CPU
 
     def __post_init__(self) -> None:
         if self.num_samples < 1:
@@ -184,7 +189,9 @@ def estimate(
     result: dict[str, int] = {
         stage: int(runtime + resident + stage_weights[stage] + overhead * tensors[stage]) for stage in STAGES
     }
-    result["peak"] = max(result[s] for s in STAGES)
+    if r.photo_pixels and device_type == "cpu":  # after the decode, with the models still resident
+        result["photo"] = int(runtime + resident + overhead * (PHOTO_BYTES_PER_PIXEL * r.photo_pixels + small))
+    result["peak"] = max(result[s] for s in (*STAGES, "photo") if s in result)
     result.update({
         "weights_resident": int(resident), "weights_total": int(sum(w.values())),
         "garment_features": features + kv, "unet_activations": unet_act, "attention_workspace": int(unet_attn),

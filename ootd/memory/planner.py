@@ -102,7 +102,7 @@ class Plan:
         lines.append(f"  VAE tiling             {'on' if self.vae_tiling else 'off':>11}")
         lines.append(f"  offload                {self.offload:>11}")
         lines.append("  stage                     estimate")
-        for stage in (*STAGES, "peak"):
+        for stage in (*STAGES, *(["photo"] if "photo" in self.estimate else []), "peak"):
             lines.append(f"    {stage:<20} {size_text(self.estimate[stage]):>11}")
         parts = ("weights_resident", "garment_features", "unet_activations", "attention_workspace")
         lines.append("    (" + ", ".join(f"{p} {size_text(self.estimate[p])}" for p in parts) + ")")

@@ -76,20 +76,21 @@ class Residency:
         self.place("none")
 
     def request(self, resolution: tuple[int, int], num_samples: int, guidance: bool,
-                max_memory: int | None = None) -> PlanRequest:
-        """What a call of this pipeline asks of memory (`max_memory` None: this residency's budget)."""
+                max_memory: int | None = None, photo_pixels: int = 0) -> PlanRequest:
+        """What a call of this pipeline asks of memory (`max_memory` None: this residency's budget;
+        `photo_pixels`: its results are then brought back to a photo this large)."""
         if self._sizes is None:
             self._sizes = self._size_models()
         dtype, vae_dtype = self._dtypes
         return PlanRequest(self.device, resolution, num_samples, guidance, dtype,
                            str(getattr(self.attention, "label", "custom")), self._sizes,
                            max_memory if max_memory is not None else self.max_memory, vae_dtype=vae_dtype,
-                           profile=self.profile)
+                           profile=self.profile, photo_pixels=photo_pixels)
 
     def make_plan(self, resolution: tuple[int, int], num_samples: int, guidance: bool,
-                  max_memory: int | None = None) -> Plan:
+                  max_memory: int | None = None, photo_pixels: int = 0) -> Plan:
         """The memory plan of a call (nothing is put into effect)."""
-        return make_plan(self.request(resolution, num_samples, guidance, max_memory))
+        return make_plan(self.request(resolution, num_samples, guidance, max_memory, photo_pixels))
 
     def plan_for_encodes(self, resolution: tuple[int, int]) -> None:
         """The plan of the encodes before a call: one image at `resolution`, whatever the latest call was (a plan

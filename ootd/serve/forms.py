@@ -20,12 +20,14 @@ from ootd.errors import CheckpointError, OotdError, UsageError
 from ootd.imaging.atomic import write_atomic
 from ootd.serve.limits import Limits
 from ootd.serve.service import JobSpec
-from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, FitMode, parse_category_word
+from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, FitMode, PhotoOutput, parse_category_word
 
 FILES = ("person", "garment", "mask", "garment2", "mask2")
 OPTIONAL_FILES = ("mask", "garment2", "mask2")
-TEXT_FIELDS = ("category", "category2", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit")
-NUMBERS = {"samples": int, "steps": int, "seed": int, "scale": float}
+TEXT_FIELDS = ("category", "category2", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit",
+               "keep_unmasked", "output_size", "feather")
+NUMBERS = {"samples": int, "steps": int, "seed": int, "scale": float, "feather": int}
+FLAGS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 REQUIRED = ("person", "garment", "category")
 # what each field of the form means (the OpenAPI schema's descriptions)
 FIELD_HELP = {
@@ -43,6 +45,10 @@ FIELD_HELP = {
     "resolution": "384x512 or 768x1024",
     "scheduler": "the sampler (GET /api/options lists them)",
     "fit": "how a photo that is not 3:4 is framed: pad, crop or stretch",
+    "keep_unmasked": "true: the answer's pictures are the person photo itself, at its own size, with only the "
+                     "garment's region replaced (the page's default); absent: the server's setting",
+    "output_size": "working (the pictures at the resolution) or photo (the generated picture at the photo's size)",
+    "feather": "with keep_unmasked: the seam's width in pixels of a 1024 px high picture (default 4)",
 }
 
 
@@ -73,6 +79,17 @@ def _number(form: Any, name: str) -> int | float | None:
         raise FieldError(f"{name} must be {what}, got {value!r}") from None
 
 
+def _photo(form: Any, base: RunConfig) -> PhotoOutput:
+    """What the answer's pictures are: the server's setting, or the request's fields (all of them together)."""
+    keep, size, feather = _text(form, "keep_unmasked"), _text(form, "output_size"), _number(form, "feather")
+    if keep is None and size is None and feather is None:
+        return base.photo
+    if keep is not None and keep.lower() not in FLAGS:
+        raise FieldError(f"keep_unmasked must be true or false, got {keep!r}")
+    kept = FLAGS[keep.lower()] if keep is not None else base.photo.keep_unmasked
+    return PhotoOutput.from_words(size, kept, feather)
+
+
 def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[CategoryWord, RunConfig]:
     """The category and this request's config: the server's config with the request's sampling and framing,
     within the server's limits. An absent seed means a fresh random one."""
@@ -90,6 +107,7 @@ def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category
             num_samples=numbers["samples"], steps=numbers["steps"], guidance_scale=numbers["scale"],
         )
         fit = FitMode.parse(_text(form, "fit") or base.fit, "fit")
+        photo = _photo(form, base)
     except FieldError:
         raise
     except UsageError as exc:
@@ -97,7 +115,7 @@ def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category
     beyond = limits.check_request(sampling.steps, sampling.num_samples)
     if beyond is not None:
         raise FieldError(beyond)
-    config = replace(base, sampling=sampling, fit=fit)
+    config = replace(base, sampling=sampling, fit=fit, photo=photo)
     try:
         if category != AUTO_CATEGORY:  # `auto`: checked once the garment is classified (build_spec)
             config.model_type_for(category)

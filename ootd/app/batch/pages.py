@@ -122,6 +122,10 @@ class Heading:
             parts.append(f"mask grow {config.mask_grow}")
         if speed.label() != "exact":
             parts.append(f"speed {speed.label()}")
+        if config.photo.keep_unmasked:
+            parts.append(f"the photos kept outside the garment (feather {config.photo.feather})")
+        elif config.photo.at_photo_size:
+            parts.append("at the photos' size")
         name = config.output.name or str(config.output)
         return cls(f"ootd batch: {name}", " · ".join(parts), time.time() if started is None else started)
 

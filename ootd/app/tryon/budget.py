@@ -59,7 +59,7 @@ def _quiet_planner():
         planner.setLevel(level)
 
 
-def _planner(config: RunConfig, model_type: ModelType) -> Any:
+def _planner(config: RunConfig, model_type: ModelType, photo_pixels: int = 0) -> Any:
     """fits(resolution, samples) -> (fits, estimated peak bytes) for this config's device, precision, budget."""
     from ootd.memory.estimate import PlanRequest
     from ootd.memory.planner import make_plan
@@ -74,7 +74,8 @@ def _planner(config: RunConfig, model_type: ModelType) -> Any:
 
     def fits(resolution: Resolution, samples: int) -> tuple[bool, int]:
         plan = make_plan(PlanRequest(device, resolution.size, samples, guidance, precision.unet, attention, sizes,
-                                     config.max_memory, vae_dtype=precision.vae, profile=profile))
+                                     config.max_memory, vae_dtype=precision.vae, profile=profile,
+                                     photo_pixels=photo_pixels))
         return plan.fits, int(plan.estimate["peak"])
 
     return fits
@@ -92,7 +93,8 @@ def _most_samples(fits: Any, resolution: Resolution, below: int) -> int:
     return low
 
 
-def check_memory_budget(config: RunConfig, model_types: list[ModelType] | set[ModelType]) -> None:
+def check_memory_budget(config: RunConfig, model_types: list[ModelType] | set[ModelType],
+                        photo_pixels: int = 0) -> None:
     """With --max-memory: raise a one-line UsageError, before anything is loaded, when the request cannot fit the
     budget with every saving on, naming what would fit. Without a budget nothing is checked here (the pipeline
     plans on the free memory it measures once loaded)."""
@@ -101,7 +103,7 @@ def check_memory_budget(config: RunConfig, model_types: list[ModelType] | set[Mo
     sampling = config.sampling
     for model_type in sorted(set(model_types), key=lambda m: m.value):
         with _quiet_planner():
-            fits = _planner(config, model_type)
+            fits = _planner(config, model_type, photo_pixels)
             ok, peak = fits(sampling.resolution, sampling.num_samples)
             if ok:
                 continue

@@ -23,6 +23,7 @@ from ootd.settings import (
     FitMode,
     ModelType,
     ParsingProvider,
+    PhotoOutput,
     PrecisionName,
     SamplingSettings,
     check_category_margin,
@@ -60,6 +61,7 @@ class RunConfig:
     category_margin: float = DEFAULT_CATEGORY_MARGIN  # `auto`: the lead over the 2nd category it needs, 0..1
     seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
     lora: LoraChoice | None = None  # an adapter `ootd train` wrote, merged at its scale when the models load
+    photo: PhotoOutput = field(default_factory=PhotoOutput)  # working-size pictures, or the photo's (--keep-unmasked)
 
     @property
     def runtime_request(self) -> RuntimeRequest:
@@ -141,7 +143,8 @@ def build_config(
     overwrite: bool = RunConfig.overwrite, channels_last: bool | None = None, compile: bool | None = None,
     name: str = RunConfig.name_template, grid: bool = RunConfig.grid,
     category_margin: float = DEFAULT_CATEGORY_MARGIN, lora: str | Path | None = None,
-    lora_scale: float = LoraChoice.scale,
+    lora_scale: float = LoraChoice.scale, output_size: str | None = None, keep_unmasked: bool = False,
+    feather: int | None = None,
 ) -> RunConfig:
     """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here.
 
@@ -170,4 +173,5 @@ def build_config(
         save_intermediates=save_intermediates, overwrite=overwrite,
         name_template=check_template(name), grid=grid, seed_random=seed is None,
         category_margin=check_category_margin(category_margin), lora=LoraChoice.parse(lora, lora_scale),
+        photo=PhotoOutput.from_words(output_size, keep_unmasked, feather),
     )

@@ -52,6 +52,7 @@ class JobInputs:
     person_name: str | None = None
     checked: bool = False
     files: tuple[Path, ...] = ()  # once checked: the inputs that were given as files
+    photo: Any = None  # once checked: the person photo as given (results that are the photo start from it)
 
     @classmethod
     def of(cls, person: Any, garments: Sequence[GarmentInput], person_name: str | None = None) -> JobInputs:
@@ -108,4 +109,9 @@ class JobInputs:
             garments[self.garments.index(garment)] = replace(garment, image=image, name=label, mask=mask,
                                                              mask_name=mask_label)
         return replace(self, person=person, person_name=person_label, garments=tuple(garments), checked=True,
-                       files=tuple(self.paths()))
+                       files=tuple(self.paths()), photo=self.person)
+
+    @property
+    def photo_source(self) -> Any:
+        """The person photo as the user gave it (a path, bytes or an image), before any decoding."""
+        return self.photo if self.checked else self.person

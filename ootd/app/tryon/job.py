@@ -28,12 +28,15 @@ from ootd.app.tryon.outputs import INTERMEDIATES, WITH_MASK_INTERMEDIATES, Targe
 from ootd.app.tryon.passes import PASS_NAMES, ParseOnce, Pass, order_outfit, pass_seed, run_pass
 from ootd.app.tryon.record import PassRecord, Record, comparable
 from ootd.errors import NoPersonError, OotdError, UsageError
-from ootd.imaging.framing import restore_framing
+from ootd.imaging.files import image_size, load_photo
+from ootd.imaging.framing import frame_of, restore_framing
+from ootd.imaging.photo import in_photo_frame, kept_photo, photo_mask
 from ootd.pipeline_types import Progress
 from ootd.preprocessing import mask_person
 from ootd.settings import Category, ModelType, default_model_type
 
 PipeFor = Callable[[ModelType], Any]  # a pass's pipeline by model type (a PipelineLoader's `get`)
+PHOTO_MASK = "photo_mask"  # --keep-unmasked --save-intermediates: the blend weight at the photo's size
 
 
 def plan_passes(config: RunConfig, inputs: JobInputs) -> tuple[Pass, ...]:
@@ -65,6 +68,8 @@ def plan_job(config: RunConfig, inputs: JobInputs) -> TryOnJob:
             kinds += [one.prefix + kind for kind in (INTERMEDIATES if made else WITH_MASK_INTERMEDIATES)]
             if number < len(passes) - 1:  # a pass whose results the next one is tried on
                 kinds += [f"{one.prefix}result_{i}" for i in range(config.sampling.num_samples)]
+        if config.photo.keep_unmasked:
+            kinds.append(PHOTO_MASK)
     requests = [one.request(inputs) for one in passes]
     first, last = requests[0], requests[-1]
     targets = job_targets(config, replace(first, category=last.category), passes[-1].model_type,
@@ -150,17 +155,19 @@ class TryOnJob:
             decoded = self.inputs.decoded(self.config.fit, [one.garment for one in self.passes])
             job = plan_job(self.config, decoded).with_masks(preprocessor())
         done: list[list[TryOnOutcome]] = []
-        for one in job.passes:
+        pixels = job.photo_pixels()
+        for number, one in enumerate(job.passes):
             pipe = pipe_for(one.model_type)
+            last = pixels if number == len(job.passes) - 1 else 0
             if not one.on_results:
                 done.append([run_pass(pipe, one.request(job.inputs), one.config, progress, callback, persons=persons,
-                                      garments=garments, person_mask=one.person_mask)])
+                                      garments=garments, person_mask=one.person_mask, photo_pixels=last)])
                 continue
             outcomes = []
             for sample, image in enumerate(done[-1][0].result.images):
                 config = one.config_for(sample)
                 request = check_mask_input(one.request_on(image, job.inputs), fit=config.fit)
-                outcomes.append(run_pass(pipe, request, config, progress, callback))
+                outcomes.append(run_pass(pipe, request, config, progress, callback, photo_pixels=last))
             done.append(outcomes)
         return JobOutcome(job, done)
 
@@ -168,15 +175,23 @@ class TryOnJob:
         """Every picture of the job, written atomically with its record (`keep_existing`: a resumed batch leaves
         the files it already has)."""
         grid = grid_image(outcome.final[0]) if self.targets.grid is not None else None
-        return save_pictures(self.targets, outcome.images, outcome.record, outcome.intermediates(), grid,
+        images, intermediates = outcome.pictures()
+        return save_pictures(self.targets, images, outcome.record, intermediates, grid,
                              overwrite=self.config.overwrite, keep_existing=keep_existing)
+
+    def photo_pixels(self) -> int:
+        """The person photo's pixels when the pictures are brought back to it (--keep-unmasked, --output-size
+        photo), else 0: what the memory plan counts for that work."""
+        if not self.config.photo.at_photo_size:
+            return 0
+        width, height = image_size(self.inputs.person)
+        return width * height
 
     def planned_record(self) -> Record:
         """What its pictures will record of the settings and inputs (before anything runs)."""
         passes = [PassRecord.of(one.request(self.inputs), one.config, one.name) for one in self.passes]
-        if len(passes) == 1:
-            return Record(passes[0])
-        return Record(passes[-1], tuple(passes))
+        photo = self.config.photo
+        return Record(passes[0], photo=photo) if len(passes) == 1 else Record(passes[-1], tuple(passes), photo=photo)
 
     def expected(self) -> dict[str, str]:
         """What its pictures record when they were made with this job's settings (resume)."""
@@ -233,7 +248,7 @@ class JobOutcome:
         ran = {"device": str(described.get("device", "")), "precision": str(described.get("precision", "")),
                "attention": str(described.get("attention", ""))}
         passes = tuple(records) if len(records) > 1 else ()
-        return Record(records[-1], passes, sample=sample, **ran)
+        return Record(records[-1], passes, sample=sample, photo=job.config.photo, **ran)
 
     def describe(self) -> dict[str, Any]:
         """What the job tried on, as its answers report it (`--json`): one garment's inputs, category and
@@ -258,6 +273,34 @@ class JobOutcome:
             if number < len(self.passes) - 1:
                 pictures.update({f"{one.prefix}result_{i}": image for i, image in enumerate(outcomes[0].result.images)})
         return pictures
+
+    def pictures(self) -> tuple[list[Any], dict[str, Any]]:
+        """The pictures to write, and the other pictures by kind: at the working size as the passes made them, or
+        brought back to the person photo (ootd/imaging/photo.py): the generated picture at the photo's size and
+        framing, or the photo with only the region the passes repainted replaced (its blend weight: PHOTO_MASK)."""
+        images, others = self.images, self.intermediates()
+        config = self.job.config
+        if not config.photo.at_photo_size:
+            return images, others
+        inputs = self.job.inputs
+        photo = load_photo(inputs.photo_source, inputs.person_label())
+        info = frame_of(photo.size, config.sampling.resolution.size, config.fit)
+        if not config.photo.keep_unmasked:
+            return [in_photo_frame(image, info)[0] for image in images], others
+        weight = photo_mask(self.repainted(images[0].size), info, config.photo.feather)
+        return [kept_photo(photo, image, weight, info) for image in images], {**others, PHOTO_MASK: weight}
+
+    def repainted(self, size: tuple[int, int]) -> Any:
+        """Every pass's mask together, at the pictures' `size`: the region the job repainted."""
+        from PIL import Image, ImageChops
+
+        union = None
+        for outcomes in self.passes:
+            result = outcomes[0].result
+            mask = (result.intermediates or {}).get("mask") or result.mask
+            mask = mask.convert("L").resize(size, Image.NEAREST)
+            union = mask if union is None else ImageChops.lighter(union, mask)
+        return union
 
     def timings(self) -> dict[str, Any]:
         """Seconds per stage, every pass's added up (stages of inputs reused from an earlier pair left out)."""

@@ -136,7 +136,8 @@ def _cached(cache: InputCache | None, key: tuple | None, compute: Callable[[], A
 
 def run_pass(pipe: Any, request: TryOnRequest, config: RunConfig, progress: Progress | None = None,
              callback: Callable[..., Any] | None = None, *, persons: InputCache | None = None,
-             garments: InputCache | None = None, person_mask: PersonMask | None = None) -> TryOnOutcome:
+             garments: InputCache | None = None, person_mask: PersonMask | None = None,
+             photo_pixels: int = 0) -> TryOnOutcome:
     """One try-on on a loaded pipeline: prepare the person (no person found: its error, naming the file), prepare
     the garment, generate. `persons`/`garments` let a batch reuse prepared inputs; `person_mask`: the person's mask
     made before the pipeline loaded, encoded as it is; `callback` goes to the pipeline's per-step hook."""
@@ -174,6 +175,8 @@ def run_pass(pipe: Any, request: TryOnRequest, config: RunConfig, progress: Prog
     garment, garment_new = _cached(garments, None if garment_key is None else (model_type, category, garment_key),
                                    prepare_garment)
     extra = {"callback": callback} if callback is not None else {}
+    if photo_pixels:  # the results are then brought back to the photo: the memory plan counts that
+        extra["photo_pixels"] = photo_pixels
 
     def staged(stage: str, done: int, total: int) -> None:  # the decode starts when the last step ends
         tick(stage, done, total)

@@ -57,7 +57,7 @@ def check_job(job: TryOnJob, loader: PipelineLoader | None = None, *, protect: I
     check_outputs(job.targets.all(), [*job.inputs.paths(), *protect], overwrite=config.overwrite)  # 5
     if not config.overwrite:
         refuse_existing(job.targets.all())
-    check_memory_budget(config, list(job.models))  # 6
+    check_memory_budget(config, list(job.models), job.photo_pixels())  # 6
     if not job.made_masks:
         return job
     tick = progress or (lambda stage, done, total: None)

@@ -11,11 +11,11 @@ and, after it, each pass's garment, category, model, seed and mask under the pas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ootd import __version__
-from ootd.settings import Category, FitMode, ModelType, SamplingSettings, SpeedPreset
+from ootd.settings import Category, FitMode, ModelType, PhotoOutput, SamplingSettings, SpeedPreset
 from ootd.speedups.modes import SpeedModes
 from ootd.weights.lora import LoraChoice
 
@@ -29,8 +29,9 @@ AUTO_MASK = "auto"  # the mask name of a mask made from pose and parsing
 # the keys that record what determines the pixels (and which inputs they came from): what resume compares
 PIXEL_SETTINGS = ("model_type", "category", "samples", "steps", "scale", "seed", "resolution", "scheduler",
                   "cache_interval", "token_merge", "quantize", "person", "garment", "mask", "fit", "mask_grow",
-                  "lora_sha256", "lora_scale")
+                  "lora_sha256", "lora_scale", "output_size", "keep_unmasked", "feather")
 NO_LORA = {"lora": "none", "lora_sha256": "none", "lora_scale": "none"}  # what a record without an adapter means
+NO_PHOTO = {"output_size": "working", "keep_unmasked": "no", "feather": "none"}  # ... without --output-size photo
 PASS_KEYS = ("garment", "category", "category_p", "model_type", "seed", "mask")  # recorded per pass of an outfit
 # what an outfit's pictures share across their passes (the rest is compared per pass)
 SHARED_SETTINGS = tuple(k for k in PIXEL_SETTINGS if k not in ("model_type", "category", "samples", "seed",
@@ -107,11 +108,12 @@ class Record:
     precision: str = ""
     attention: str = ""
     sample: int | None = None
+    photo: PhotoOutput = field(default_factory=PhotoOutput)  # what the pictures are: working size, or the photo's
 
     def text(self) -> dict[str, str]:
         """The PNG text, in the order it is written."""
-        text = {**software(), **self.picture.text(), "device": self.device, "precision": self.precision,
-                "attention": self.attention}
+        text = {**software(), **self.picture.text(), **_photo_words(self.photo), "device": self.device,
+                "precision": self.precision, "attention": self.attention}
         if self.sample is not None:
             text["sample"] = str(self.sample)
         for one in self.passes:
@@ -122,7 +124,10 @@ class Record:
 
     def settings(self) -> dict[str, Any]:
         """The picture's settings for JSON: `ootd run --json`, the API's answers."""
-        return self.picture.settings()
+        photo = self.photo
+        at_photo = {"output_size": photo.size.value, "keep_unmasked": photo.keep_unmasked,
+                    **({"feather": photo.feather} if photo.keep_unmasked else {})} if photo.at_photo_size else {}
+        return {**self.picture.settings(), **at_photo}
 
     def speed_summary(self) -> str:
         """`speed fast (token merge 0.5, cache interval 3)`; empty for the exact method."""
@@ -140,8 +145,9 @@ class Record:
         """What resume compares (without the seed when it was drawn at random: a resumed batch keeps its files'
         seed). One garment: the picture's PIXEL_SETTINGS. An outfit: each pass's garment, category and model,
         the settings its passes share, and the first pass's seed (each picture's last pass has its own)."""
+        photo = {**NO_PHOTO, **_photo_words(self.photo)}
         if not self.passes:
-            full = {**NO_LORA, **self.picture.text()}
+            full = {**NO_LORA, **self.picture.text(), **photo}
             return {key: full[key] for key in PIXEL_SETTINGS if not (seed_random and key == "seed")}
         expected = {"outfit": "+".join(one.name for one in self.passes)}
         first = self.passes[0]
@@ -149,11 +155,11 @@ class Record:
             words = one.pass_words()
             expected.update({f"{one.name}_{key}": words[key] for key in ("garment", "category", "model_type")})
             if one is first:
-                full = {**NO_LORA, **one.text()}
+                full = {**NO_LORA, **one.text(), **photo}
                 expected.update({key: full[key] for key in SHARED_SETTINGS})
         if not seed_random:
             expected[f"{first.name}_seed"] = str(first.sampling.seed)
-        return expected
+        return {**expected, **photo}
 
 
 def comparable(text: dict[str, str]) -> dict[str, str]:
@@ -183,10 +189,18 @@ def _lora_words(lora: LoraChoice | None) -> dict[str, str]:
     return {"lora": lora.path.name, "lora_sha256": lora.sha256, "lora_scale": f"{lora.scale:g}"}
 
 
+def _photo_words(photo: PhotoOutput) -> dict[str, str]:
+    """What pictures at the photo's size record (none for the working size: a record without them means it)."""
+    if not photo.at_photo_size:
+        return {}
+    return {"output_size": photo.size.value, "keep_unmasked": "yes" if photo.keep_unmasked else "no",
+            "feather": str(photo.feather) if photo.keep_unmasked else "none"}
+
+
 def _probability(p: float) -> str:
     return f"{p:.4f}"
 
 
 # what a record without the speed keys means (written before the speed modes existed): the exact path
 EXACT_WORDS = {key: value for key, value in _speed_words(SpeedModes()).items() if key != "speed"}
-DEFAULT_WORDS = {**EXACT_WORDS, **NO_LORA}  # what a record without these keys was made with
+DEFAULT_WORDS = {**EXACT_WORDS, **NO_LORA, **NO_PHOTO}  # what a record without these keys was made with

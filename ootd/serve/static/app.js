@@ -279,6 +279,7 @@ function formData(masks) {  // masks: none (automatic), or one per garment
     const value = $(field).value.trim();
     if (value !== "") form.append(field, value);
   }
+  form.append("keep_unmasked", $("keep-unmasked").checked ? "true" : "false");
   return form;
 }
 

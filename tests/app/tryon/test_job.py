@@ -18,7 +18,7 @@ from ootd.app.tryon.loader import PipelineLoader
 from ootd.app.tryon.passes import pass_seed
 from ootd.app.tryon.preflight import check_batch, prepare_job
 from ootd.app.tryon.provenance import differences
-from ootd.app.tryon.record import NO_LORA, PIXEL_SETTINGS
+from ootd.app.tryon.record import DEFAULT_WORDS, PIXEL_SETTINGS
 from ootd.errors import CheckpointError, InputImageError, NoPersonError, OutputError, UsageError
 from ootd.settings import Category, ModelType, SamplingSettings, parse_resolution
 from tests.helpers.synthetic import synthetic_preprocessor
@@ -222,8 +222,8 @@ def test_one_garment_records_its_settings_once_for_every_answer(models, tmp_path
     record = outcome.record(1)
     text = record.text()
     assert list(text)[:3] == ["software", "model_type", "category"] and text["sample"] == "1"
-    # no adapter: its keys are not written, and mean none
-    assert {k: {**NO_LORA, **text}[k] for k in PIXEL_SETTINGS} == {**job.expected(), "seed": "5"}
+    # no adapter, the working size: their keys are not written, and mean those defaults
+    assert {k: {**DEFAULT_WORDS, **text}[k] for k in PIXEL_SETTINGS} == {**job.expected(), "seed": "5"}
     assert "lora" not in text
     settings = record.settings()  # the JSON of `--json` and the API: numbers as numbers
     assert (settings["samples"], settings["steps"], settings["scale"], settings["seed"]) == (2, 1, 2.0, 5)

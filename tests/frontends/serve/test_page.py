@@ -190,6 +190,12 @@ def test_page_masks_before_a_run_history_seed_and_zip(browser, tmp_path: Path, t
         wait_runs(wait, 1)
         assert job_settings(browser, 1)["mask"] == "uploaded" and job_settings(browser, 1)["seed"] == 5
         assert_newest_result_in_view(browser, size)
+        # the page's default: the photo back, at its own size, only the garment's region changed
+        assert browser.find_element(By.ID, "keep-unmasked").is_selected()
+        assert job_settings(browser, 1)["keep_unmasked"] is True
+        natural = browser.execute_script("const img = document.querySelector('#history .run img.result');"
+                                         " return [img.naturalWidth, img.naturalHeight]")
+        assert natural == list(Image.open(example_images["person"]).size)
 
         # 2: automatic (the seed field emptied: a random seed), history kept
         browser.find_element(By.ID, "mask-reset").click()
