@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from os import PathLike
+
+# What must not reach a terminal as it is: C0 and C1 controls, DEL, line and paragraph separators, and the
+# bidirectional overrides and isolates (which reorder what is shown around them).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def printable(path: PathLike | str) -> str:
@@ -14,6 +20,17 @@ def printable(path: PathLike | str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return text
+
+
+def escaped(text: PathLike | str) -> str:
+    """`text` for one human-readable line: `printable`, with each control character as an escape (\\n, \\t,
+    \\x1b, \\u2028), as JSON shows it, so a file name can neither break a line, forge another, nor move the
+    cursor."""
+    shown = printable(text)
+    if _CONTROLS.search(shown) is None:
+        return shown
+    return _CONTROLS.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                              else f"\\u{ord(m.group()):04x}"), shown)
 
 
 class OotdError(Exception):

@@ -78,9 +78,11 @@ def _device(args: argparse.Namespace) -> str | None:
 
 
 def _announce_replaced(paths: list[Path]) -> None:
+    from ootd.errors import escaped
+
     for path in paths:
         if path.exists():
-            print(f"replacing {path} (fixed output names, as the original script)", file=sys.stderr)
+            print(f"replacing {escaped(path)} (fixed output names, as the original script)", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -88,7 +90,7 @@ def run(args: argparse.Namespace) -> None:
     from ootd.app.tryon.inputs import JobInputs
     from ootd.app.tryon.loader import PipelineLoader
     from ootd.app.tryon.preflight import prepare_job
-    from ootd.errors import UsageError
+    from ootd.errors import UsageError, escaped
     from ootd.imaging.atomic import write_atomic
     from ootd.settings import Category, FitMode, ModelType, SamplingSettings
 
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> None:
     write_atomic(mask_file, lambda handle: masked.convert("RGB").save(handle, format="JPEG"), overwrite=True)
     images, _ = job.save(outcome)
     for path in (*images, mask_file):  # every file it wrote
-        print(path)
+        print(escaped(path))
     print(f"seed: {config.sampling.seed}")
 
 

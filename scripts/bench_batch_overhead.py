@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The bookkeeping of `ootd batch` from 10^2 to 10^5 pairs, with the model replaced by an INSTANT STAND-IN.
+"""The bookkeeping of `ootd batch` from 10^2 to 10^6 pairs, with the model replaced by an INSTANT STAND-IN.
 
 This is not a model benchmark: the try-on's model is a stand-in that returns a 48x64 picture at once, so what is
 timed is everything around the model - reading and checking the pairs, resume, the try-on sequence's own
@@ -14,11 +14,14 @@ Each (engine, case, n) runs in a fresh process, so its peak resident memory is i
 
     python scripts/bench_batch_overhead.py                              # 10^2 .. 10^5, local; 10^4 on Ray
     python scripts/bench_batch_overhead.py --sizes 100,1000 --ray none --browser
+    python scripts/bench_batch_overhead.py --sizes 10000,1000000 --ray 10000,1000000 --cases ok  # flat memory
     python scripts/bench_batch_overhead.py --json results.json
 
 It prints, per run: wall time, the set-up before the first pair (imports, options), the time per pair after it,
-the CPU time, peak RSS, and each component's share of the wall time (exclusive: a component's time does not
-include the components it calls). `--browser` opens the contact sheet of each `ok` run in Debian's headless
+the CPU time, peak RSS (the driver's: Ray's workers are processes of their own), and each component's share of
+the wall time (exclusive: a component's time does not include the components it calls); then, per engine and
+case, the cost of a pair at the largest size against the smallest (wall after set-up, and CPU), a ratio.
+`--browser` opens the contact sheet of each `ok` run in Debian's headless
 chromium (as tests/frontends/serve/test_page.py does) and reports the front page's size and load time.
 """
 
@@ -58,6 +61,7 @@ class Components:
         self.seconds = dict.fromkeys(COMPONENTS, 0.0)
         self.calls = dict.fromkeys(COMPONENTS, 0)
         self.first_pair: float | None = None  # when the first pair's report was written
+        self.first_cpu = 0.0  # this process's CPU seconds by then
         self._local = threading.local()
 
     def wrap(self, component: str, fn: Any) -> Any:
@@ -113,6 +117,8 @@ def instrument(components: Components) -> None:
     def first(self: Any, entry: dict[str, Any]) -> None:
         if components.first_pair is None:
             components.first_pair = time.perf_counter()
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            components.first_cpu = usage.ru_utime + usage.ru_stime
         write(self, entry)
 
     ReportWriter.write = first
@@ -234,7 +240,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     first = components.first_pair
     setup = (first - start) if first is not None else wall
-    return {**spec, "code": code, "wall": wall, "setup": setup, "cpu": usage.ru_utime + usage.ru_stime,
+    cpu = usage.ru_utime + usage.ru_stime
+    return {**spec, "code": code, "wall": wall, "setup": setup, "cpu": cpu,
+            "cpu_after_setup": cpu - components.first_cpu if first is not None else 0.0,
             "peak_rss_mb": usage.ru_maxrss / 1024, "components": components.seconds, "calls": components.calls}
 
 
@@ -324,6 +332,25 @@ def row(result: dict[str, Any]) -> str:
             f"{100 * max(0.0, other) / wall:.0f}% |")
 
 
+def ratio_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Per engine and case: a pair's cost at the largest size over its cost at the smallest (1.0: flat)."""
+    lines = []
+    for engine in dict.fromkeys(r["engine"] for r in results):
+        for case in dict.fromkeys(r["case"] for r in results):
+            runs = sorted((r for r in results if (r["engine"], r["case"]) == (engine, case)), key=lambda r: r["n"])
+            if len(runs) < 2:
+                continue
+            small, big = runs[0], runs[-1]
+            wall = [(r["wall"] - r["setup"]) / r["n"] for r in (small, big)]
+            cpu = [r["cpu_after_setup"] / r["n"] for r in (small, big)]
+            lines.append(f"{engine} {case}: a pair at {big['n']:,} costs {wall[1] / wall[0]:.2f}x its cost at "
+                         f"{small['n']:,} after set-up ({wall[1] * 1000:.2f} against {wall[0] * 1000:.2f} ms), "
+                         f"{cpu[1] / cpu[0]:.2f}x in CPU after set-up ({cpu[1] * 1000:.2f} against "
+                         f"{cpu[0] * 1000:.2f} ms); peak RSS {big['peak_rss_mb']:.0f} MB against "
+                         f"{small['peak_rss_mb']:.0f} MB")
+    return lines
+
+
 HEADER = ("| engine | case | pairs | exit | wall s | set-up s | ms/pair after set-up | bookkeeping ms/pair | CPU s | "
           "peak RSS MB | " + " | ".join(COMPONENTS) + " | other |")
 
@@ -364,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "---|" * (11 + len(COMPONENTS)))
     plan = [("local", n) for n in sizes] + [("ray", n) for n in ray_sizes]
     results = run_plan(plan, cases, work, args.checkpoints or tiny_checkpoints(work), args)
+    for line in ratio_lines(results):
+        print(line)
     print(f"done; {load_average()}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

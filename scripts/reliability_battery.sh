@@ -706,6 +706,212 @@ case_serve_compile_cache_not_in_tmpdir() {  # torch.compile's cache goes to the 
   case "$where" in "$shared"*|/tmp/*|"") WHY="the compile cache is in the temporary folder: $where"; return 1 ;; esac
 }
 
+# -- cases: third pass (signals under Ray, flat memory, health without private Ray, ranges, classify, CSV) -------
+
+group_left() {  # group_left PGID: processes of that group still running after up to 20 s (their pids)
+  local limit=$(( $(date +%s) + 20 )) left
+  while :; do
+    left="$(pgrep -g "$1" | tr '\n' ' ')"
+    [ -z "$left" ] || [ "$(date +%s)" -ge "$limit" ] && break
+    sleep 0.5
+  done
+  [ -z "$left" ] || kill -9 -- "-$1" 2>/dev/null
+  echo "$left"
+}
+ray_child() { pgrep -P "$1" -f "$2" >/dev/null; }  # ray_child PID NAME: PID has started Ray's NAME
+detached() {  # detached ARGS...: python ARGS in a session (and process group) of its own, SIGINT at its default
+  "$PY" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.setsid(); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])' "$@"
+}
+stopped_cleanly() {  # stopped_cleanly CODE LAST: the last run ($RC, $WORK/stderr) ended as a signal should
+  if [ "$RC" -ne "$1" ]; then WHY="exit $RC, expected $1: $(tail -c 300 "$WORK/stderr")"; return 1; fi
+  [ "$(tail -1 "$WORK/stderr")" = "$2" ] || { WHY="last line: $(tail -1 "$WORK/stderr")"; return 1; }
+  if grep -q "Traceback\|SIGTERM received\|internal error" "$WORK/stderr"; then
+    WHY="$(grep -m1 "Traceback\|SIGTERM received\|internal error" "$WORK/stderr")"; return 1
+  fi
+}
+ray_batch_signal_case() {  # ray_batch_signal_case SIGNAL CODE LAST WHEN: SIGNAL while Ray starts, or to the
+  # whole process group (as Ctrl-C at a terminal) once the first pair is in the report
+  batch_inputs; rm -rf "$WORK/outr"; local pid left
+  detached -m ootd batch --models "$WORK/b/people" --cloths "$WORK/b/garments" --masks "$WORK/b/masks" \
+    --category upper -o "$WORK/outr" "${BATCH_ARGS[@]}" --steps 40 --engine ray --workers 1 --gpus-per-worker 0 \
+    >"$WORK/stdout" 2>"$WORK/stderr" </dev/null &
+  pid=$!
+  if [ "$4" = starting ]; then
+    wait_for 120 ray_child "$pid" gcs_server || { kill -9 -- "-$pid"; WHY="Ray never started"; return 1; }
+    kill -s "$1" "$pid"
+  else
+    wait_for 240 report_lines "$WORK/outr/batch_report.jsonl" 1 || { kill -9 -- "-$pid"; WHY="no pair finished"; return 1; }
+    kill -s "$1" -- "-$pid"
+  fi
+  timeout 120 tail --pid="$pid" -f /dev/null; wait "$pid"; RC=$?
+  left="$(group_left "$pid")"
+  stopped_cleanly "$2" "$3" || return 1
+  [ -z "$left" ] || { WHY="processes left: $left"; return 1; }
+  if [ "$4" = starting ]; then
+    [ ! -e "$WORK/outr" ] || { WHY="something was written before Ray started"; return 1; }
+  else
+    grep -q "^stopped after 1 of 2 pairs; .*rerun the same command" "$WORK/stderr" || { WHY="no resume line"; return 1; }
+    grep -q 'class="state interrupted"' "$WORK/outr/index.html" || { WHY="the page does not say interrupted"; return 1; }
+    no_temp_files "$WORK/outr" && pictures_whole "$WORK/outr" || { WHY="a half-written file"; return 1; }
+  fi
+}
+case_ray_batch_sigterm_while_ray_starts() { ray_batch_signal_case TERM 143 terminated starting; }
+case_ray_batch_sigint_while_ray_starts() { ray_batch_signal_case INT 130 interrupted starting; }
+case_ray_batch_ctrl_c_group_mid_pair() { ray_batch_signal_case INT 130 interrupted mid-pair; }
+case_ray_batch_sigterm_group_mid_pair() { ray_batch_signal_case TERM 143 terminated mid-pair; }
+case_serve_ray_sigterm_while_starting() {  # before it serves: 143, the deployment, Ray and every folder gone
+  mkdir -p "$SERVE_TMP"; rm -rf "${SERVE_TMP:?}"/*; local pid left
+  TMPDIR="$SERVE_TMP" detached -m ootd serve --engine ray --replicas 1 --checkpoints "$WORK/tiny" --port 0 \
+    --device cpu >"$WORK/stdout" 2>"$WORK/stderr" </dev/null &
+  pid=$!
+  wait_for 120 ray_child "$pid" gcs_server || { kill -9 -- "-$pid"; WHY="Ray never started"; return 1; }
+  sleep 2  # ray.init, then the replicas starting
+  kill -s TERM "$pid"
+  timeout 120 tail --pid="$pid" -f /dev/null; wait "$pid"; RC=$?
+  left="$(group_left "$pid")"
+  stopped_cleanly 143 terminated || return 1
+  [ -z "$left" ] || { WHY="processes left: $left"; return 1; }
+  [ -z "$(ls -A "$SERVE_TMP")" ] || { WHY="left in TMPDIR: $(ls -A "$SERVE_TMP")"; return 1; }
+}
+case_cli_run_sigint_mid_denoise() {  # a real Ctrl-C while denoising: 130 within seconds, no picture, no temp file
+  rm -rf "$WORK/outs"; local pid start
+  "$PY" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])' \
+    -m ootd run --model "$EX/person.png" --cloth "$EX/tshirt.png" --category upper --mask "$EX/person_mask_upper.png" \
+    --checkpoints "$WORK/tiny" -o "$WORK/outs" --steps 1000 --resolution 384x512 --seed 1 \
+    >"$WORK/stdout" 2>"$WORK/stderr" </dev/null &
+  pid=$!
+  sleep 30  # the tiny pipeline loads in seconds; 1000 steps take minutes
+  kill -0 "$pid" 2>/dev/null || { wait "$pid"; WHY="it ended before the signal: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  start="$(date +%s)"; kill -s INT "$pid"; wait "$pid"; RC=$?
+  stopped_cleanly 130 interrupted || return 1
+  [ $(( $(date +%s) - start )) -le 15 ] || { WHY="took over 15 s to stop"; return 1; }
+  [ -z "$(ls -A "$WORK/outs" 2>/dev/null)" ] || { WHY="left: $(ls -A "$WORK/outs")"; return 1; }
+}
+case_batch_json_errors_bounded() {  # 10^4 failing rows: --json lists the first 100, counts the rest; the report has all
+  batch_inputs
+  pyrun "$WORK/b/many.csv" <<'EOF'
+import sys
+open(sys.argv[1], "w").write("".join(f"people/missing{i}.png,garments/g.png,upper\n" for i in range(10000)))
+EOF
+  run_batch "$WORK/outj" "$WORK/b/many.csv" --json
+  [ "$RC" -eq 1 ] || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  pyrun "$WORK/stdout" "$WORK/outj/batch_report.jsonl" <<'EOF' || { WHY="summary or report wrong"; return 1; }
+import json, sys
+summary = json.load(open(sys.argv[1]))
+assert summary["error"] == 10000 and len(summary["errors"]) == 100 and summary["errors_not_listed"] == 9900, summary
+assert [e["index"] for e in summary["errors"]] == list(range(100))
+assert sum(1 for _ in open(sys.argv[2])) == 10000
+EOF
+}
+case_serve_ray_health_without_private_ray() {  # Ray Serve's private client gone: health still lists the replica
+  mkdir -p "$SERVE_TMP"; rm -rf "${SERVE_TMP:?}"/*; : >"$WORK/serve.out"
+  TMPDIR="$SERVE_TMP" detached -c '
+import sys
+from ootd.app.signals import ray_for_a_driver
+ray_for_a_driver()
+import ray.serve._private.api as private, ray.serve.api as public
+def gone(*a, **k): raise ImportError("no private Serve client in this Ray")
+private._get_global_client = public._get_global_client = gone
+from ootd.cli import main
+sys.exit(main(sys.argv[1:]))' serve --engine ray --replicas 1 --checkpoints "$WORK/tiny" --port 0 --device cpu \
+    >"$WORK/serve.out" 2>"$WORK/serve.err" </dev/null &
+  SERVE_PID=$!
+  if ! wait_for 240 grep -q "^ootd serve: open" "$WORK/serve.out"; then
+    kill -9 -- "-$SERVE_PID" 2>/dev/null; WHY="the server did not start: $(tail -c 300 "$WORK/serve.err")"; return 1
+  fi
+  SERVE_URL="$(sed -n 's/^ootd serve: open \(http[^ ;]*\).*/\1/p' "$WORK/serve.out")"
+  local answer
+  answer="$(pyrun "$SERVE_URL" <<'PY'
+import sys, time
+import httpx
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    replicas = httpx.get(sys.argv[1] + "api/health", timeout=10).json()["replicas"]
+    if len(replicas) == 1 and replicas[0]["alive"] and replicas[0]["id"]:
+        print("ok")
+        break
+    time.sleep(1)
+else:
+    print(f"health lists {replicas}")
+PY
+)"
+  stop_serve TERM
+  [ "$answer" = ok ] || { WHY="$answer"; return 1; }
+  [ "$RC" -eq 0 ] || { WHY="exit $RC after SIGTERM: $(tail -c 300 "$WORK/serve.err")"; return 1; }
+}
+serve_range_case() {  # serve_range_case RANGE STATUS TEXT: a result file asked for with a Range it refuses
+  start_serve || return 1
+  local answer
+  answer="$(pyrun "$SERVE_URL" "$EX" "$1" <<'PY'
+import sys, time
+import httpx
+url, ex, asked = sys.argv[1:]
+files = {r: (f"{n}.png", open(f"{ex}/{n}.png", "rb").read(), "image/png")
+         for r, n in (("person", "person"), ("garment", "tshirt"), ("mask", "person_mask_upper"))}
+jobs = httpx.post(url + "api/jobs", data={"category": "upper", "seed": "1"}, files=files, timeout=60).json()
+while (status := httpx.get(url + f"api/jobs/{jobs['id']}", timeout=10).json())["state"] not in ("done", "failed"):
+    time.sleep(0.2)
+size = len(httpx.get(status["images"][0], timeout=10).content)
+answer = httpx.get(status["images"][0], headers={"Range": asked.replace("SIZE", str(size + 5))}, timeout=10)
+print(answer.status_code, answer.headers.get("content-type"), answer.text.replace("\n", " ")[:300])
+PY
+)"
+  stop_serve TERM
+  case "$answer" in "$2 application/json {\"error\":"*"$3"*) ;; *) WHY="got: $answer"; return 1 ;; esac
+  serve_clean_exit
+}
+case_serve_range_unsatisfiable() { serve_range_case "bytes=SIZE-" 416 "range not satisfiable"; }
+case_serve_range_malformed() { serve_range_case "bytes=9-2" 400 "bad Range header"; }
+case_serve_range_not_bytes() { serve_range_case "lines=0-1" 400 "bad Range header"; }
+case_classify_unreadable_entries() {  # a link loop, a dangling link, a FIFO: each its own failed line, counted
+  rm -rf "$WORK/cl"; mkdir -p "$WORK/cl"
+  cp "$EX/tshirt.png" "$WORK/cl/a.png"; ln -s loop.png "$WORK/cl/loop.png"; ln -s none.png "$WORK/cl/dangling.png"
+  mkfifo "$WORK/cl/fifo.png" || { WHY="mkfifo failed"; return 1; }
+  CASE_TIMEOUT=180 cli_run classify "$WORK/cl" --checkpoints "$WORK/tiny"
+  [ "$RC" -ne 124 ] || { WHY="hung"; return 1; }
+  [ "$RC" -eq 0 ] && [ "$(grep -c ': error: ' "$WORK/stdout")" -eq 3 ] && grep -q "^4 garments: .* 3 failed" "$WORK/stdout" \
+    || { WHY="exit $RC: $(head -c 400 "$WORK/stdout")"; return 1; }
+}
+case_classify_name_forging_a_line() {  # a newline and an ANSI escape in a name: escaped, one line per garment
+  rm -rf "$WORK/cl"; mkdir -p "$WORK/cl"
+  cp "$EX/tshirt.png" "$WORK/cl/$(printf 'a\nz.png: dress 0.99 (dress 0.99)\033[2J')x.png"
+  cli_run classify "$WORK/cl" --checkpoints "$WORK/tiny"
+  [ "$RC" -eq 0 ] && [ "$(wc -l <"$WORK/stdout")" -eq 2 ] && ! grep -q "$(printf '\033')" "$WORK/stdout" \
+    && grep -q 'a\\nz.png' "$WORK/stdout" || { WHY="exit $RC: $(head -c 400 "$WORK/stdout" | cat -v)"; return 1; }
+}
+case_batch_name_with_control_characters() {  # per-pair and error lines escape them; stderr never gets an ESC
+  batch_inputs
+  cp "$EX/person.png" "$WORK/b/people/$(printf 'p\033[31mred')C.png"
+  cp "$EX/person_mask_upper.png" "$WORK/b/masks/$(printf 'p\033[31mred')C.png"
+  folder_batch "$WORK/outc"
+  [ "$RC" -eq 0 ] || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr" | cat -v)"; return 1; }
+  ! grep -q "$(printf '\033')" "$WORK/stderr" "$WORK/stdout" && grep -q 'p\\x1b\[31mredC.png' "$WORK/stderr" \
+    || { WHY="raw or missing: $(cat -v "$WORK/stderr" | head -c 300)"; return 1; }
+}
+csv_case() {  # csv_case CONTENT (printf format): a batch of it; RC and stderr as run_batch sets them
+  batch_inputs; rm -rf "$WORK/outv"; printf "$1" >"$WORK/b/odd.csv"
+  run_batch "$WORK/outv" "$WORK/b/odd.csv"
+}
+case_csv_quoted_newline_is_one_cell() {  # "people/pA.png\npeople/pB.png" never dresses pB
+  csv_case 'person,garment,category,mask\n"people/pA.png\npeople/pB.png",garments/g.png,upper,masks/pA.png\n'
+  [ "$RC" -eq 1 ] && [ "$(grep -c '^error: ' "$WORK/stderr")" -eq 1 ] && grep -q "odd.csv line 2 " "$WORK/stderr" \
+    && [ -z "$(find "$WORK/outv" -name '*.png')" ] || { WHY="exit $RC: $(head -c 300 "$WORK/stderr")"; return 1; }
+}
+case_csv_unicode_line_separator_splits_nothing() {
+  csv_case 'people/pA.png,garments/g.png,upper,masks/pA.png\xe2\x80\xa8people/pB.png,garments/g.png,upper\n'
+  [ "$RC" -eq 1 ] && [ "$(grep -c '^error: ' "$WORK/stderr")" -eq 1 ] && [ -z "$(find "$WORK/outv" -name 'pB*.png')" ] \
+    || { WHY="exit $RC: $(head -c 300 "$WORK/stderr")"; return 1; }
+}
+case_csv_nul_byte() { csv_case 'people/pA.png,garments/g.png,upper\npeople/p\x00B.png,garments/g.png,upper\n'; OUT="$WORK/outv"; expect_refusal 2 "line 2"; }
+case_csv_extra_columns_end_and_middle() {  # one rule: a column the header names that ootd does not use is ignored
+  local where
+  for where in 'person,garment,category,mask,notes\npeople/pA.png,garments/g.png,upper,masks/pA.png,hi\n' \
+               'person,notes,garment,category,mask\npeople/pA.png,hi,garments/g.png,upper,masks/pA.png\n'; do
+    csv_case "$where"
+    [ "$RC" -eq 0 ] && check_report "$WORK/outv/batch_report.jsonl" ok || { WHY="exit $RC: $(head -c 300 "$WORK/stderr")"; return 1; }
+  done
+}
+
 CASES=(
   pickle_zip_text_encoder pickle_raw_text_encoder pickle_zip_vae pickle_raw_vae pickle_zip_openpose
   pickle_raw_openpose lfs_pointer_unet lfs_pointer_vae truncated_onnx empty_onnx missing_key_vae missing_key_clip
@@ -725,6 +931,15 @@ CASES+=(
   serve_dns_rebinding serve_cross_site_post serve_request_limits serve_no_server_paths
   serve_client_leaves_mid_upload serve_client_gives_up serve_sigterm_running_job serve_sigint_running_job
   serve_sigterm_waiting_client serve_kill9_leftover_removed serve_compile_cache_not_in_tmpdir
+)
+
+CASES+=(
+  ray_batch_sigterm_while_ray_starts ray_batch_sigint_while_ray_starts ray_batch_ctrl_c_group_mid_pair
+  ray_batch_sigterm_group_mid_pair serve_ray_sigterm_while_starting cli_run_sigint_mid_denoise
+  batch_json_errors_bounded serve_ray_health_without_private_ray serve_range_unsatisfiable serve_range_malformed
+  serve_range_not_bytes classify_unreadable_entries classify_name_forging_a_line batch_name_with_control_characters
+  csv_quoted_newline_is_one_cell csv_unicode_line_separator_splits_nothing csv_nul_byte
+  csv_extra_columns_end_and_middle
 )
 
 main() {

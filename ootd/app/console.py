@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ootd import IMPORT_NOISE
-from ootd.errors import OotdError
+from ootd.errors import OotdError, escaped
 
 EXIT_INTERRUPTED = 130
 # Libraries whose chatter stays quiet unless ootd itself logs at DEBUG.
@@ -51,7 +51,9 @@ def quiet_libraries(importing: bool = False) -> None:
 
 
 def one_line(value: object) -> str:
-    return " ".join(str(value).split())
+    """A message as one line: its whitespace (line breaks too) as single spaces, and what is left that a
+    terminal would act on (ESC, other control characters, bidirectional overrides) escaped."""
+    return escaped(" ".join(str(value).split()))
 
 
 def echo_err(message: str) -> None:
@@ -142,7 +144,9 @@ class _StderrHandler(logging.StreamHandler):
         return True
 
     def format(self, record: logging.LogRecord) -> str:
-        return super().format(record).replace(record.levelname, record.levelname.lower(), 1)
+        """`level: message`, the message one line as errors are (a traceback, with -v, follows on its own)."""
+        shown = logging.makeLogRecord({**record.__dict__, "msg": escaped(record.getMessage()), "args": None})
+        return super().format(shown).replace(record.levelname, record.levelname.lower(), 1)
 
 
 @contextmanager

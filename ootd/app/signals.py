@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from ootd.errors import NoSpaceError, no_space
 
@@ -57,17 +58,49 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 @contextmanager
 def sigterm_kept() -> Iterator[None]:
-    """Whatever handles SIGTERM before stays after: `ray.init` installs its own (an exit without the cleanup
-    above), which would leave a batch's page saying "running" and exit 15 instead of 143."""
+    """Whatever handles SIGTERM before stays after: `ray.init` installs its own (`sys.exit(15)`: no cleanup, a
+    batch's page left saying "running", exit 15 instead of 143). A SIGTERM that Ray's handler caught meanwhile
+    comes out of here as `Terminated`, when the handler before was ours."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.getsignal(signal.SIGTERM)
     try:
         yield
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM or previous is not _raise_terminated:
+            raise
+        _received["sigterm"] = True
+        raise Terminated() from None
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+RAY_CRASH_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+
+
+def ray_for_a_driver() -> Any:
+    """Ray, imported for a process that drives it and keeps its own SIGTERM handling (`ootd batch --engine ray`,
+    `ootd serve --engine ray`).
+
+    `ray.init` installs Ray's C++ crash handler for SIGTERM too, under the handler Python reports: a SIGTERM while
+    ray.init runs would abort this process with a stack dump, and no cleanup. Ray's switch for it
+    (RAY_DISABLE_FAILURE_SIGNAL_HANDLER, read when Ray is first imported) is set for that import only, so the
+    processes Ray starts keep their crash reports. Imported earlier by someone else: Ray as it is."""
+    if "ray" not in sys.modules:
+        saved = os.environ.get(RAY_CRASH_HANDLER)
+        os.environ[RAY_CRASH_HANDLER] = "1"
+        try:
+            import ray  # noqa: F401 - its constants are read now
+        finally:
+            if saved is None:
+                os.environ.pop(RAY_CRASH_HANDLER, None)
+            else:
+                os.environ[RAY_CRASH_HANDLER] = saved
+    import ray
+
+    return ray
 
 
 def stream_path(stream: object) -> str:

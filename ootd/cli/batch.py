@@ -26,7 +26,7 @@ from ootd.cli.options import (
     choices,
     with_options,
 )
-from ootd.errors import UsageError
+from ootd.errors import UsageError, escaped
 from ootd.settings import EngineName, Pairing
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def error_text(entry: Any) -> str:
     source = entry.pair.source
     if source and problem.startswith(f"{source}: "):
         problem = problem[len(source) + 2:]
-    return f"{source} ({entry.pair.describe()}): {problem}"
+    return escaped(f"{source} ({entry.pair.describe()}): {problem}")
 
 
 def pair_line(entry: Any, done: int, total: int) -> str:
@@ -62,7 +62,7 @@ def pair_line(entry: Any, done: int, total: int) -> str:
     seconds = entry.timings.get("wall") if entry.timings else None
     took = f" in {format_seconds(seconds)}" if isinstance(seconds, float | int) else ""
     what = error_text(entry) if entry.status == "error" else f"{entry.pair.describe()}: {', '.join(entry.outputs)}"
-    return f"[{done}/{total}] {entry.status}{took} {what}"
+    return escaped(f"[{done}/{total}] {entry.status}{took} {what}")
 
 
 class PairLog:
@@ -197,9 +197,15 @@ def batch_command(
                 logger.info("%s: %s", entry.pair.describe(), entry.status)
 
         quiet = options["quiet"] or json_out
-        summary = make_engine(engine_name, config, cluster=cluster, report_path=report, progress=display,
-                              on_report=on_report, index_path=index,
-                              status=None if quiet else echo_err).run(pairs)
+        engine_run = make_engine(engine_name, config, cluster=cluster, report_path=report, progress=display,
+                                 on_report=on_report, index_path=index, status=None if quiet else echo_err)
+        try:
+            summary = engine_run.run(pairs)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: what is kept, and how to go on (then "interrupted")
+            if log.done:
+                display.print(escaped(f"stopped after {log.done} of {len(pairs)} pairs; {report} keeps them: "
+                                      "rerun the same command to resume (finished pairs are skipped)"))
+            raise
         failed = _evaluate(summary, config.output, truth, evaluation, report, index,
                            display) if truth is not None else None
 
@@ -208,9 +214,9 @@ def batch_command(
         print_json({**summary.to_json(), "index": sheet})
     else:
         for line in summary.summary_lines(config):
-            typer.echo(line)
+            typer.echo(escaped(line))
         if sheet is not None:  # last, where a terminal shows it: a file:// address opens with a click
-            typer.echo(f"contact sheet: {sheet}")
+            typer.echo(escaped(f"contact sheet: {sheet}"))
     if failed is not None:  # the try-ons are done and kept; the measuring failed
         echo_err(f"error: evaluation: {one_line(failed)}")
         raise typer.Exit(failed.exit_code)

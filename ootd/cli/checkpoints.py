@@ -11,7 +11,7 @@ import typer
 from ootd.cli.display import console, print_json, size_text
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, JsonOpt, ModelsOpt, parse_model_list, with_options
-from ootd.errors import CheckpointError
+from ootd.errors import CheckpointError, escaped
 
 VERIFY_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints --models hd"
 GROUP_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints --models hd --json"
@@ -54,11 +54,11 @@ def verify_command(
     else:
         _print_table(root, checks, quick)
         if bad:
-            typer.echo(f"{len(bad)} of {len(checks)} files have problems; fix them (or run "
-                       f"`ootd download --dest {root}`) and verify again")
+            typer.echo(escaped(f"{len(bad)} of {len(checks)} files have problems; fix them (or run "
+                               f"`ootd download --dest {root}`) and verify again"))
         elif diffs:
-            typer.echo(f"all {len(checks)} files ok, but warning: {summary(diffs)}; try-ons run, but their "
-                       f"pictures are noise (`ootd download --dest {root}` fetches the released weights)")
+            typer.echo(escaped(f"all {len(checks)} files ok, but warning: {summary(diffs)}; try-ons run, but their "
+                               f"pictures are noise (`ootd download --dest {root}` fetches the released weights)"))
         else:
             typer.echo(f"all {len(checks)} files ok: the released OOTDiffusion models")
     if bad:
@@ -66,9 +66,13 @@ def verify_command(
 
 
 def _print_table(root: Path, checks: list[Any], quick: bool) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"checkpoints in {root}", show_lines=False)
+    def text(value: object) -> str:  # a name or message in a cell: no markup, no control characters
+        return escape(escaped(str(value)))
+
+    table = Table(title=f"checkpoints in {text(root)}", show_lines=False)
     for column in ("component", "file", "present", "size", "loadable", "fix"):
         table.add_column(column, overflow="fold")
     for c in checks:
@@ -81,7 +85,7 @@ def _print_table(root: Path, checks: list[Any], quick: bool) -> None:
         elif c.ok:
             loadable = "[green]yes[/green]" if not quick else "not checked"
         else:
-            loadable = f"[red]no[/red]: {c.problem}"
-        table.add_row(c.component, shown, "[green]yes[/green]" if c.present else "[red]no[/red]",
-                      size_text(c.size), loadable, c.fix or "")
+            loadable = f"[red]no[/red]: {text(c.problem)}"
+        table.add_row(c.component, text(shown), "[green]yes[/green]" if c.present else "[red]no[/red]",
+                      size_text(c.size), loadable, text(c.fix or ""))
     console().print(table)

@@ -4,6 +4,7 @@ checkpoints' CLIP model only (ootd/app/tryon/autocategory.py); no diffusion mode
 
 from __future__ import annotations
 
+import heapq
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,27 +33,28 @@ def classify_command(
     **options: Any,
 ) -> None:
     """The category [bold]--category auto[/bold] would choose for each garment photo in DIR, and its probability."""
-    from ootd.app.batch.pairs import list_images
-    from ootd.app.tryon.autocategory import review_garments
+    from ootd.app.batch.folders import scan_images
+    from ootd.app.tryon.autocategory import Review, review_garments
+    from ootd.errors import escaped
 
     config = config_from(options)
-    paths = list_images(folder, "garment")
+    paths, unreadable = scan_images(folder, "garment")
+    reviewed = review_garments(paths, config.checkpoints, config.category_margin) if paths else iter(())
+    reviews = heapq.merge(reviewed, (Review(path, error=why) for path, why in unreadable), key=lambda r: r.path)
     counts = {"classified": 0, "refused": 0, "failed": 0}
-    for review in review_garments(paths, config.checkpoints, config.category_margin):
+    for review in reviews:
         counts["failed" if review.error else "refused" if review.refused else "classified"] += 1
         if json_out:
             typer.echo(json.dumps(review.json()))
             continue
         if review.error:
-            typer.echo(f"{review.path}: error: {review.error}")
+            typer.echo(f"{escaped(review.path)}: error: {escaped(review.error)}")
             continue
         found = review.classification
         mark = "  REFUSED (give --category)" if review.refused else ""
-        typer.echo(f"{review.path}: {found.category.value} {found.probability:.2f} ({found.words()}){mark}")
+        typer.echo(f"{escaped(review.path)}: {found.category.value} {found.probability:.2f} ({found.words()}){mark}")
     summary = ", ".join(f"{n} {what}" for what, n in counts.items())
     if json_out:
         typer.echo(json.dumps({"summary": counts, "margin": config.category_margin}))
     else:
-        typer.echo(f"{len(paths)} garments: {summary} (margin {config.category_margin:.2f})")
-
-
+        typer.echo(f"{sum(counts.values())} garments: {summary} (margin {config.category_margin:.2f})")

@@ -10,6 +10,7 @@ import typer
 
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import LOGGING_OPTIONS, JsonOpt, with_options
+from ootd.errors import escaped
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -53,16 +54,16 @@ def compare_command(
         return
     for item in result.images:
         if item.problem is not None:
-            typer.echo(f"{item.name}: {item.problem}")
+            typer.echo(escaped(f"{item.name}: {item.problem}"))
         else:
             made = "; ".join(f"{k} {a} vs {b}" for k, (a, b) in item.settings.items())
-            typer.echo(f"{item.name}: PSNR {_psnr_text(item.psnr)}  SSIM {item.ssim:.4f}  "
+            typer.echo(f"{escaped(item.name)}: PSNR {_psnr_text(item.psnr)}  SSIM {item.ssim:.4f}  "
                        f"max |diff| {item.max_abs}  mean |diff| {item.mean_abs:.3f}" + (f"  ({made})" if made else ""))
     if result.skipped:
         shown = ", ".join(result.skipped[:3]) + (f" and {len(result.skipped) - 3} more" if len(result.skipped) > 3
                                                  else "")
-        typer.echo(f"skipped {len(result.skipped)} intermediate(s) and contact sheet(s), not results ({shown}); "
-                   "--include-intermediates compares them too")
+        typer.echo(escaped(f"skipped {len(result.skipped)} intermediate(s) and contact sheet(s), not results "
+                           f"({shown}); --include-intermediates compares them too"))
     typer.echo(overall_line(result.summary()))
 
 

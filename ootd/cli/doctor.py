@@ -18,6 +18,7 @@ from ootd.cli.options import (
     parse_model_list,
     with_options,
 )
+from ootd.errors import escaped
 
 EPILOG = "[bold]Example[/bold]\n\n  ootd doctor --checkpoints /data/ootd-checkpoints"
 
@@ -60,8 +61,8 @@ def doctor_command(
         for column in ("section", "item", "status", "detail", "fix"):
             table.add_column(column, overflow="fold")
         for item in report.items:
-            table.add_row(item.section, escape(item.item), marks.get(item.status, item.status), escape(item.detail),
-                          escape(item.fix or ""))
+            table.add_row(item.section, escape(escaped(item.item)), marks.get(item.status, item.status),
+                          escape(escaped(item.detail)), escape(escaped(item.fix or "")))
         console().print(table)
         models_text = ", ".join(report.models_available) or "none"
         released = not any(i.item == "architecture" and i.status == "warn" for i in report.items)

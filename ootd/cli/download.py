@@ -10,6 +10,7 @@ import typer
 from ootd.cli.display import size_text
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, ModelsOpt, parse_model_list, with_options
+from ootd.errors import escaped
 
 EPILOG = ("[bold]Examples[/bold]\n\n  ootd download   (into ./checkpoints if that folder exists, else the per-user "
           "folder)\n\n  ootd download --dest checkpoints --models hd\n\n  ootd download --list   (the files and "
@@ -47,18 +48,18 @@ def download_command(
     chosen = parse_model_list(models)
     if list_files:
         for url, path in file_list(target, chosen):
-            typer.echo(f"{url} -> {path}")
+            typer.echo(escaped(f"{url} -> {path}"))
         return
 
     def on_size(repo: str, need: int | None, free: int) -> None:
         if not logging["quiet"]:
             what = size_text(need) if need is not None else "size unknown"
-            typer.echo(f"{repo}: {what} to fetch into {target} ({size_text(free)} free)", err=True)
+            typer.echo(escaped(f"{repo}: {what} to fetch into {target} ({size_text(free)} free)"), err=True)
 
     files = download_checkpoints(target, chosen, revision, progress=not logging["quiet"],
                                  clip_revision=clip_revision, force=force, on_size=on_size)
-    typer.echo(f"{len(files)} checkpoint files in {target} (models: {', '.join(m.value for m in chosen)})")
-    typer.echo(f"next: ootd checkpoints verify {target}")
+    typer.echo(escaped(f"{len(files)} checkpoint files in {target} (models: {', '.join(m.value for m in chosen)})"))
+    typer.echo(escaped(f"next: ootd checkpoints verify {target}"))
 
 
 def _download_eval(force: bool, list_files: bool, quiet: bool) -> None:
@@ -68,12 +69,12 @@ def _download_eval(force: bool, list_files: bool, quiet: bool) -> None:
     require_stack()  # the addresses are the eval extra's packages'
     if list_files:
         for item in standard_weights():
-            typer.echo(f"{item.url} -> {weights_dir() / item.file}")
+            typer.echo(escaped(f"{item.url} -> {weights_dir() / item.file}"))
         return
 
     def on_file(item: Any, path: Path) -> None:
         if not quiet:
-            typer.echo(f"fetching {item.what} into {path}", err=True)
+            typer.echo(escaped(f"fetching {item.what} into {path}"), err=True)
 
     folder, fetched = download_weights(force, on_file)
-    typer.echo(f"the metric weights are in {folder} ({len(fetched)} file(s) fetched now)")
+    typer.echo(escaped(f"the metric weights are in {folder} ({len(fetched)} file(s) fetched now)"))

@@ -12,6 +12,7 @@ import typer
 from ootd.cli.display import print_json
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import INPUTS, LOGGING_OPTIONS, RUN_OPTIONS, JsonOpt, checked_config, with_options
+from ootd.errors import escaped
 
 logger = logging.getLogger("ootd.cli")
 
@@ -58,6 +59,7 @@ def mask_command(
                     "files": {k: {"path": str(p), "size": list(outcome.images[k].size), "what": described[k]}
                               for k, p in targets.items()}})
         return
-    width = max(len(str(p)) for p in targets.values())
-    for kind, path in targets.items():
-        typer.echo(f"{str(path):<{width}}  {described[kind]}")
+    shown = {kind: escaped(path) for kind, path in targets.items()}
+    width = max(len(name) for name in shown.values())
+    for kind, name in shown.items():
+        typer.echo(f"{name:<{width}}  {described[kind]}")

@@ -27,6 +27,7 @@ from ootd.cli.options import (
     checked_config,
     with_options,
 )
+from ootd.errors import escaped
 
 logger = logging.getLogger("ootd.cli")
 
@@ -160,15 +161,15 @@ def _report(outcome: Any, images: list[Path], intermediates: dict[str, Path], ti
 
     job, record, info = outcome.job, outcome.record(0), outcome.info
     for path in [*images, *intermediates.values()]:
-        typer.echo(str(path))
+        typer.echo(escaped(path))
     seed = job.config.sampling.seed
     note = f" (random; pass --seed {seed} to reproduce)" if random_seed else ""
     seeds = ", ".join(f"{p.name} seed {p.sampling.seed}" for p in record.passes)
     passes = f"; passes: {seeds}" if seeds else ""
     typer.echo(f"seed: {seed}{note}{passes}")
     if record.passes:
-        typer.echo("outfit: " + ", then ".join(f"{p.garment} {category_words(p.category, p.category_p)} with "
-                                               f"{p.model_type.value}" for p in record.passes))
+        typer.echo(escaped("outfit: " + ", then ".join(f"{p.garment} {category_words(p.category, p.category_p)} with "
+                                               f"{p.model_type.value}" for p in record.passes)))
     elif record.picture.category_p is not None:  # a given category is not repeated back
         typer.echo(f"category: {category_words(record.picture.category, record.picture.category_p)}")
     speed = record.speed_summary()

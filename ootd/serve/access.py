@@ -14,6 +14,7 @@ import sys
 import time
 from http import HTTPStatus
 
+from ootd.errors import escaped
 from ootd.serve.limits import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger("ootd.serve.access")
@@ -63,8 +64,8 @@ def request_line(scope: Scope, status: int, seconds: float) -> str:
     query = scope.get("query_string", b"")
     if query:
         path += "?" + query.decode("latin-1")
-    return (f'{who} - "{scope.get("method", "-")} {path} HTTP/{scope.get("http_version", "1.1")}" '
-            f"{status} {phrase(status)} {seconds * 1000:.0f} ms")
+    return (f'{who} - "{scope.get("method", "-")} {escaped(path)} HTTP/{scope.get("http_version", "1.1")}" '
+            f"{status} {phrase(status)} {seconds * 1000:.0f} ms")  # the path percent-decoded: a %0A stays \\n
 
 
 def console_access_log() -> logging.Handler:

@@ -21,6 +21,7 @@ import base64
 import contextlib
 import logging
 import shutil
+import stat
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -188,15 +189,47 @@ class Api:
     async def job_file(self, job_id: str, name: str) -> FileResponse:
         job = self._job(job_id)
         path = job.result.files.get(name) if job.state == DONE else None
-        if path is None or not path.is_file():
+        try:
+            found = path.stat() if path is not None else None
+        except OSError:  # removed with its job meanwhile
+            found = None
+        if found is None or not stat.S_ISREG(found.st_mode):
             raise HTTPException(404, f"no file {name!r} in job {job_id}")
-        return FileResponse(path, media_type="image/png")
+        return ResultFile(path, media_type="image/png", stat_result=found)
 
     def _job(self, job_id: str) -> Job:
         job = self.worker.get(job_id)
         if job is None:
             raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while, then deleted)")
         return job
+
+
+class ResultFile(FileResponse):
+    """A job's PNG, with Starlette's answers to a Range header it refuses (malformed: 400; outside the file: 416,
+    with its Content-Range) as {"error": "one line"}, like every other failure (Starlette words them in plain
+    text)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        refused: dict[str, Any] = {}
+
+        async def answer(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                refused.update(message)  # its body says why
+                return
+            if not refused:
+                await send(message)
+                return
+            status, headers = refused["status"], dict(refused.get("headers") or ())
+            reason = message.get("body", b"").decode("utf-8", "replace").strip().rstrip(".")
+            if status == 416:
+                size = headers.get(b"content-range", b"").decode("latin-1").rpartition("/")[2]
+                error = f"range not satisfiable: the file has {size} bytes"
+                extra = {"Content-Range": f"bytes */{size}"}
+            else:
+                error, extra = f"bad Range header: {reason or 'malformed'}", {}
+            await JSONResponse({"error": one_line(error)}, status_code=status, headers=extra)(scope, receive, send)
+
+        await super().__call__(scope, receive, answer)
 
 
 def create_app(config: RunConfig, workdir: Path, limits: Limits | None = None, auth: Auth | None = None,

@@ -7,6 +7,8 @@ Ray Serve replicas, each holding one pipeline on one device, instead of this pro
                                 DeploymentHandle, as a stream (the replica's id, progress, then the result)
     TryOnReplica (Ray Serve)    one replica per device: TryOnService (service.py) in a temporary folder of its own
                                 node; `max_ongoing_requests=1`, so a replica runs one try-on at a time
+    Roster (ray_roster.py)      what each replica says of itself at each health check: the replicas /api/health
+                                lists (no private Ray module is read)
 
 Ray Serve spreads the requests over the replicas, holds up to `max_queued_requests` (replicas x
 --max-queued-per-replica) at the handle and refuses more (BackPressureError -> 503 + Retry-After); the ingress
@@ -43,10 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ootd.app.signals import ray_for_a_driver, sigterm_kept
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import UsageError
 from ootd.imaging.atomic import write_bytes_atomic
 from ootd.serve.ray_replica import TEST_EXIT, TEST_HOLD, TryOnReplica
+from ootd.serve.ray_roster import deployment_status, forget, list_replicas, start_roster
 from ootd.serve.service import Finished
 from ootd.serve.worker import RUNNING, Cancelled, Job, QueueFull, ReplicaLost, ShuttingDown, Worker
 
@@ -55,7 +59,7 @@ logger = logging.getLogger(__name__)
 APP_NAME = "ootd"
 DEPLOYMENT = "TryOnReplica"
 HEARD = ("device", "precision", "attention", "models_loaded", "completed")  # what a replica reports of itself
-REFRESH_S = 0.5  # how often the ingress asks Ray Serve which replicas run
+REFRESH_S = 0.5  # how often the ingress reads which replicas run (the roster) and Ray Serve's status
 
 
 @dataclass(frozen=True)
@@ -87,13 +91,15 @@ class RayWorker(Worker):
     job in flight, at most replicas x (1 + queued per replica)); the line, the finished jobs and their
     clean-up are the local worker's."""
 
-    def __init__(self, handle: Any, options: RayOptions, keep: int = 32) -> None:
+    def __init__(self, handle: Any, options: RayOptions, keep: int = 32, roster: Any = None) -> None:
         super().__init__(lambda job: None, max(1, options.max_queued), keep)
         self.options = options
         self._handle = handle
+        self._roster = roster  # what the replicas say of themselves (ray_roster.py)
+        self.deployment: dict[str, Any] | None = None  # Ray Serve's public status of the deployment
         self._streams: dict[str, Any] = {}
         self._threads: set[threading.Thread] = set()
-        self._replicas: list[dict[str, Any]] = []  # what Ray Serve says runs, with what the replicas told us
+        self._replicas: list[dict[str, Any]] = []  # the roster's list: the replicas heard from lately
         self._heard: dict[str, dict[str, Any]] = {}  # replica id -> its latest `about`
         self._on: dict[str, str] = {}  # job id -> replica id, while it runs
         self._monitor = threading.Thread(target=self._watch, name="ootd-replicas", daemon=True)
@@ -163,14 +169,17 @@ class RayWorker(Worker):
                     "limit": self.options.max_queued, "completed": self.completed}
 
     def replicas(self) -> list[dict[str, Any]]:
-        """Ray Serve's latest list of the replicas, each with what it last told this ingress."""
+        """The roster's latest list of the replicas, each with the newest of what it reported there and what it
+        told this ingress with a request's events."""
         with self._cond:
             busy = set(self._on.values())
             merged = []
             for replica in self._replicas:
-                about = self._heard.get(replica["id"], {})
-                merged.append({**replica, **{key: about[key] for key in HEARD if key in about},
-                               "busy": replica["id"] in busy})
+                about, told = replica["about"], self._heard.get(replica["id"], {})
+                if told.get("reported", 0) > about.get("reported", 0):
+                    about = told
+                merged.append({**{key: value for key, value in replica.items() if key != "about"},
+                               **{key: about[key] for key in HEARD if key in about}, "busy": replica["id"] in busy})
             return merged
 
     def heard(self) -> list[dict[str, Any]]:
@@ -254,6 +263,7 @@ class RayWorker(Worker):
         if isinstance(exc, ray_errors.RayActorError | ray_errors.ActorDiedError):
             with self._cond:
                 replica = self._on.get(job.id, "?")
+            forget(self._roster, replica)  # health lists it no more; its replacement reports itself
             logger.warning("the replica %s running request %s stopped: %s", replica, job.id, _one_line(exc))
             return ReplicaLost(f"the replica running this request ({replica}) stopped; Ray Serve is replacing "
                                "it: retry in a moment")
@@ -269,26 +279,12 @@ class RayWorker(Worker):
                 self._refresh()
 
     def _refresh(self) -> None:
-        listed = list_replicas()
+        import ray
+
+        listed = list_replicas(ray, self._roster) if self._roster is not None else []
+        status = deployment_status(APP_NAME, DEPLOYMENT)
         with self._cond:
-            self._replicas = listed
-
-
-def list_replicas() -> list[dict[str, Any]]:
-    """The deployment's replicas as Ray Serve's controller lists them (what `serve status` reads, per replica)."""
-    from ray.serve._private.api import _get_global_client
-    from ray.serve.schema import ServeInstanceDetails
-
-    client = _get_global_client(raise_if_no_controller_running=False)
-    if client is None:
-        return []
-    details = ServeInstanceDetails(**client.get_serve_details())
-    app = details.applications.get(APP_NAME)
-    if app is None or DEPLOYMENT not in app.deployments:
-        return []
-    return [{"id": r.replica_id, "state": str(r.state.value), "alive": r.state.value == "RUNNING",
-             "node_ip": r.node_ip, "pid": r.pid, "started": r.start_time_s}
-            for r in app.deployments[DEPLOYMENT].replicas]
+            self._replicas, self.deployment = listed, status
 
 
 def _one_line(exc: BaseException) -> str:
@@ -308,7 +304,8 @@ class RayService:
         config = self.config
         return {"engine": "ray", "device": latest.get("device", config.device or "auto"),
                 "precision": latest.get("precision", config.precision.value),
-                "attention": latest.get("attention", config.attention.value), "replicas": self.worker.replicas()}
+                "attention": latest.get("attention", config.attention.value), "replicas": self.worker.replicas(),
+                "deployment": self.worker.deployment}
 
     def loaded(self) -> list[str]:
         replicas = self.worker.replicas()
@@ -331,19 +328,20 @@ class Deployment:
     config: RunConfig
     options: RayOptions
     handle: Any
+    roster: Any = None
 
     def engine(self, keep: int = 32) -> RayEngine:
-        worker = RayWorker(self.handle, self.options, keep)
+        worker = RayWorker(self.handle, self.options, keep, self.roster)
         return RayEngine(RayService(self.config, worker), worker)
 
 
-def _connect(ray: Any, options: RayOptions) -> bool:
-    """Join the cluster at `address`, or start a private instance on this machine; True when started here."""
+def _connect(ray: Any, options: RayOptions) -> None:
+    """Join the cluster at `address`, or start a private instance on this machine (nothing: already joined)."""
     level = logging.INFO if logging.getLogger("ootd").isEnabledFor(logging.DEBUG) else logging.ERROR
     # Serve's router logs to the terminal (slow replica answers on a busy machine, its start): errors only
     logging.getLogger("ray.serve").setLevel(level)
     if ray.is_initialized():
-        return False
+        return
     init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": level}
     if options.address:
         init["address"] = options.address
@@ -354,7 +352,6 @@ def _connect(ray: Any, options: RayOptions) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {options.address}" if options.address else "a local Ray instance"
         raise UsageError(f"cannot reach {where}: {' '.join(str(exc).split())}") from None
-    return True
 
 
 def _gpus(ray: Any, options: RayOptions) -> float:
@@ -372,8 +369,9 @@ def _gpus(ray: Any, options: RayOptions) -> float:
     return gpus
 
 
-def deploy(config: RunConfig, options: RayOptions, one_model: bool = False) -> Any:
-    """Start (or replace) the deployment and wait until its replicas run; its handle."""
+def deploy(config: RunConfig, options: RayOptions, one_model: bool = False, roster: Any = None) -> Any:
+    """Start (or replace) the deployment and wait until its replicas run; its handle. `roster`: where the
+    replicas report themselves (ray_roster.py)."""
     import ray
     from ray import serve
 
@@ -388,7 +386,8 @@ def deploy(config: RunConfig, options: RayOptions, one_model: bool = False) -> A
         health_check_period_s=options.health_check_period_s,
         ray_actor_options={"num_cpus": options.cpus_per_replica, "num_gpus": gpus},
     )(TryOnReplica)
-    app = deployment.bind(config, one_model, os.environ.get(TEST_EXIT) or None, os.environ.get(TEST_HOLD) or None)
+    app = deployment.bind(config, one_model, os.environ.get(TEST_EXIT) or None, os.environ.get(TEST_HOLD) or None,
+                          roster)
     return serve.run(app, name=APP_NAME, route_prefix=None)
 
 
@@ -396,17 +395,23 @@ def deploy(config: RunConfig, options: RayOptions, one_model: bool = False) -> A
 def deployed(config: RunConfig, options: RayOptions, one_model: bool = False) -> Iterator[Deployment]:
     """Connect (or start Ray), deploy, yield; then delete the deployment, and stop Serve and Ray when they were
     started here (a joined cluster keeps running, without this deployment)."""
-    import ray
+    ray = ray_for_a_driver()
     from ray import serve
 
     options.validate()
-    started = _connect(ray, options)
+    started, roster = not ray.is_initialized(), None
     try:
-        yield Deployment(config, options, deploy(config, options, one_model))
+        with sigterm_kept():  # Ray's handler exits at once on SIGTERM: this process's stays
+            _connect(ray, options)
+        roster = start_roster(ray, options.health_check_period_s)
+        yield Deployment(config, options, deploy(config, options, one_model, roster), roster)
     finally:
         with contextlib.suppress(Exception):  # the replicas stop gracefully: their folders go
             serve.delete(APP_NAME)
-        if started:  # Serve's controller goes with the instance
+        with contextlib.suppress(Exception):
+            if roster is not None:
+                ray.kill(roster)
+        if started:  # Serve's controller goes with the instance (also one half-started when interrupted)
             ray.shutdown()
 
 

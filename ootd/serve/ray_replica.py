@@ -20,6 +20,7 @@ from typing import Any
 
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import OotdError
+from ootd.serve.ray_roster import forget, report
 from ootd.serve.service import Finished, JobSpec, TryOnService
 from ootd.serve.worker import Cancelled, Job, _expected
 
@@ -36,7 +37,7 @@ class TryOnReplica:
     time. `run` streams {"kind": "start"}, {"kind": "progress"}..., then {"kind": "done"} or {"kind": "error"}."""
 
     def __init__(self, config: RunConfig, one_model: bool, exit_on: str | None = None,
-                 hold: str | None = None) -> None:
+                 hold: str | None = None, roster: Any = None) -> None:
         from ray import serve
 
         from ootd.serve.workspace import Workspace, remove_dead
@@ -47,20 +48,29 @@ class TryOnReplica:
         self.id = serve.get_replica_context().replica_id.unique_id
         self.exit_on, self.hold = exit_on, hold
         self.completed = 0
+        self.started = time.time()
+        self.roster = roster  # where this replica says what it is (ray_roster.py), for the ingress's health
+        report(roster, self.about())
 
     def __del__(self) -> None:  # Ray Serve calls it when it stops the replica
+        forget(self.roster, self.id)
         with contextlib.suppress(Exception):
             self.workspace.close()
 
     def check_health(self) -> None:
+        """Ray Serve's health check (every health_check_period_s): this replica's folder is there; and a report
+        to the roster, so health lists this replica as alive."""
         if not self.workspace.path.is_dir():
             raise RuntimeError(f"the replica's temporary folder {self.workspace.path} is gone")
+        report(self.roster, self.about())
 
     def about(self) -> dict[str, Any]:
         import ray
+        from ray.util import get_node_ip_address
 
-        return {"replica": self.id, "node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-                **self.service.describe(), "models_loaded": self.service.loaded(), "completed": self.completed}
+        return {"replica": self.id, "node": ray.get_runtime_context().get_node_id(), "node_ip": get_node_ip_address(),
+                "pid": os.getpid(), "started": self.started, "reported": time.time(), **self.service.describe(),
+                "models_loaded": self.service.loaded(), "completed": self.completed}
 
     async def run(self, spec: JobSpec, job_id: str) -> Any:
         loop = asyncio.get_running_loop()

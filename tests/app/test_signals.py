@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import pytest
 
@@ -30,3 +31,14 @@ def test_a_library_replacing_the_handler_does_not_keep_it() -> None:
         with sigterm_kept():
             signal.signal(signal.SIGTERM, lambda *_: None)  # as ray.init does
         assert signal.getsignal(signal.SIGTERM) is ours
+
+
+def test_a_sigterm_caught_by_a_library_handler_that_exits_is_still_terminated() -> None:
+    """Ray's handler, installed by ray.init, exits with 15 at once; under ours it is `Terminated` (exit 143)."""
+    with pytest.raises(Terminated), sigterm_as_interrupt(), sigterm_kept():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # as ray.init does
+        os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(SystemExit), sigterm_kept():  # without ours: the library's exit stays its own
+        raise SystemExit(signal.SIGTERM)
+    with pytest.raises(SystemExit), sigterm_as_interrupt(), sigterm_kept():  # another exit code: not a signal
+        raise SystemExit(2)

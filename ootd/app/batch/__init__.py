@@ -2,6 +2,7 @@
 the local runner and the Ray engine.
 
     pairs.py       pairs from a CSV or two folders, shards
+    folders.py     a folder's image files, and its entries named like images that cannot be read
     precheck.py    every pair checked before models load (the single try-on's checks per pair), resume states
     resume.py      the resume rule (done = outputs exist and record these settings)
     report.py      PairReport, BatchSummary, the locked, whole-line report writer, and reading a report back

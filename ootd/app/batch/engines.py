@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from ootd.app.batch.cluster import ClusterOptions
 from ootd.app.batch.pairs import Pair
 from ootd.app.batch.report import BatchSummary, PairReport
+from ootd.app.signals import ray_for_a_driver
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import UsageError
 from ootd.pipeline_types import Progress
@@ -47,7 +48,7 @@ def require_engine(name: str | EngineName) -> EngineName:
     engine = EngineName.parse(name, "engine")
     if engine is EngineName.RAY:
         try:
-            import ray  # noqa: F401 - only to learn whether the extra is installed
+            ray_for_a_driver()  # the first import of Ray in this process (ootd/app/signals.py says why)
         except ImportError:
             raise UsageError(f"the ray engine needs Ray, which is not installed: {RAY_INSTALL}") from None
     return engine

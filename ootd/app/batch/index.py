@@ -20,7 +20,10 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+import zlib
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ootd.app.batch import pages
@@ -32,6 +35,7 @@ from ootd.app.batch.pages import (
     State,
     cell,
     document,
+    error_item,
     error_items,
     front_page,
     grid,
@@ -49,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 REFRESH_S = 3.0  # at most this often while pairs finish
 COST_SHARE = 0.05  # writing pages may take at most this share of the batch's time
+STATUSES = (None, "ok", "skipped", "error")
+STATUS = {status: code for code, status in enumerate(STATUSES) if status is not None}
 PAGE_FILE = re.compile(r"^(page|errors)-\d{4,}\.html$")
 
 
@@ -75,7 +81,10 @@ class ContactIndex:
     reports are in (the first write; timed writes follow), `finish` when the batch ends, however it ends."""
 
     def __init__(self, path: Path, pairs: Sequence[Pair], heading: Heading, *, interval: float | None = None,
-                 page_pairs: int | None = None, errors_per_page: int | None = None) -> None:
+                 page_pairs: int | None = None, errors_per_page: int | None = None,
+                 files: Callable[[Pair], tuple[list[str], dict[str, str]]] | None = None) -> None:
+        """`files`: where a done pair's pictures and intermediates are (its job's targets), so the sheet keeps
+        a byte a pair and makes each cell when its page is written; without it, each report's files are kept."""
         self.path = Path(path)
         self.pairs = pairs
         self.heading = heading
@@ -86,9 +95,13 @@ class ContactIndex:
         self.single = len(pairs) <= page_pairs  # index.html holds the grid and the errors
         self.folder = pages_folder(self.path)
         self.links = Links(self.path.parent, "" if self.single else "../")
-        self.position = {pair.index: i for i, pair in enumerate(pairs)}
-        self.cells: dict[int, str] = {}  # position -> the pair's rendered cell
-        self.errors: list[PairReport] = []
+        self.position = _Positions(pairs)
+        self.status = bytearray(len(pairs))  # position -> STATUS of its report (0: none yet)
+        self.messages: dict[int, str] = {}  # position -> its error
+        self.files_of = files
+        self.files: dict[int, tuple[list[str], dict[str, str]]] = {}  # position -> its report's, without `files`
+        self.grids: dict[int, bytes] = {}  # page -> its grid, rendered once complete, compressed
+        self.errors: list[int] = []  # the positions of the pairs that failed
         self.counts = Counts(len(pairs))
         self.writes = 0  # how many times the pages were written (tests, benchmarks)
         self._dirty: set[int] = set(range(len(self.pages)))
@@ -110,18 +123,46 @@ class ContactIndex:
             if position is None or self._ended is not None:
                 return
             self.counts.add(report.status)
-            page = self.page_of.get(position)
-            if page is not None:
-                self.cells[position] = cell(self.pairs[position], report, self.links)
+            self.status[position] = STATUS[report.status]
+            if report.status == "error":
+                self.messages[position] = report.error or ""
+                self.errors.append(position)
+                self._errors_dirty = True
+            elif self.files_of is None:
+                self.files[position] = (list(report.outputs), dict(report.intermediates))
+            page = self.page_of[position]
+            if page >= 0:
                 self.pages[page].counts.add(report.status)
                 self._dirty.add(page)
-            if report.status == "error":
-                self.errors.append(report)
-                self._errors_dirty = True
+                self._complete(page)
             if self._started and self._timer is None:
                 self._timer = threading.Timer(max(0.0, self._next - time.monotonic()), self._timed)
                 self._timer.daemon = True
                 self._timer.start()
+
+    def _complete(self, number: int) -> None:
+        """A page whose every pair is in: its grid rendered once and kept compressed (a few bytes a pair); only
+        the state around it changes from here on."""
+        page = self.pages[number]
+        if page.counts.done + page.counts.errors < page.counts.total or number in self.grids:
+            return
+        self.grids[number] = zlib.compress(grid(page, self.pairs, _Cells(self), self.links).encode("utf-8"))
+
+    def _grid(self, number: int) -> str:
+        kept = self.grids.get(number)
+        if kept is not None:
+            return zlib.decompress(kept).decode("utf-8")
+        return grid(self.pages[number], self.pairs, _Cells(self), self.links)
+
+    def report_at(self, position: int) -> PairReport | None:
+        """What the sheet shows of a pair: its report as far as a cell or an error item needs it."""
+        status, pair = STATUSES[self.status[position]], self.pairs[position]
+        if status is None:
+            return None
+        if status == "error":
+            return PairReport(pair, status, error=self.messages.get(position))
+        outputs, intermediates = self.files_of(pair) if self.files_of is not None else self.files[position]
+        return PairReport(pair, status, outputs=outputs, intermediates=intermediates)
 
     def refresh(self) -> None:
         """Write what changed now (the first write of a running batch); timed writes follow from here on."""
@@ -204,14 +245,14 @@ class ContactIndex:
 
     # ------------------------------------------------------------------------------------------ pages
 
-    def _sorted_errors(self) -> list[PairReport]:
-        self.errors.sort(key=lambda r: r.pair.index)  # nearly sorted already: linear
-        return self.errors
+    def _sorted_errors(self) -> list[str]:
+        self.errors.sort(key=lambda position: self.pairs[position].index)  # nearly sorted already: linear
+        return [error_item(self.report_at(position)) for position in self.errors]  # type: ignore[arg-type]
 
     def _single_page(self, state: State) -> str:
         body = [top(self.heading, state, self.counts)]
         if self.pages[0].positions:
-            body.append(grid(self.pages[0], self.pairs, self.cells, self.links))
+            body.append(self._grid(0))
         if self.errors:
             body.append(f"<h2 id=\"errors\">Errors ({len(self.errors)})</h2>{error_items(self._sorted_errors())}")
         return document(self.heading.title, "".join(body), state)
@@ -228,7 +269,7 @@ class ContactIndex:
             links.append((_errors_file(1), f"errors ({len(self.errors)})"))
         title = f"{self.heading.title} · page {page.number} of {count}"
         body = (nav(links) + top(self.heading, state, self.counts, page.counts, title)
-                + f"<p class=\"meta\">{page_label(page)}</p>" + grid(page, self.pairs, self.cells, self.links))
+                + f"<p class=\"meta\">{page_label(page)}</p>" + self._grid(page.number - 1))
         return document(title, body, state)
 
     def _error_pages(self, state: State) -> Iterable[tuple[Path, str]]:
@@ -252,6 +293,33 @@ class ContactIndex:
                    for page in self.pages]
         errors = f"{self.folder.name}/{_errors_file(1)}" if self.errors else None
         return front_page(self.heading, state, self.counts, entries, errors, len(self.errors))
+
+
+class _Cells:
+    """The cells of a page being rendered, each made now from what the sheet keeps of its pair."""
+
+    def __init__(self, index: ContactIndex) -> None:
+        self.index = index
+
+    def get(self, position: int, default: str) -> str:
+        report = self.index.report_at(position)
+        return default if report is None else cell(self.index.pairs[position], report, self.index.links)
+
+
+class _Positions:
+    """A pair's position in the batch's list from its index (its row): the indices are increasing (a CSV's, a
+    shard's), so a sorted array and a bisection, 8 bytes a pair instead of a dict's ~100."""
+
+    def __init__(self, pairs: Sequence[Pair]) -> None:
+        self.indices = array("q", (pair.index for pair in pairs))
+        ordered = all(a < b for a, b in zip(self.indices, self.indices[1:]))  # noqa: B905 - one shorter
+        self.map = None if ordered else {index: i for i, index in enumerate(self.indices)}
+
+    def get(self, index: int) -> int | None:
+        if self.map is not None:
+            return self.map.get(index)
+        i = bisect_left(self.indices, index)
+        return i if i < len(self.indices) and self.indices[i] == index else None
 
 
 def write_index(path: Path, pairs: Sequence[Pair], reports: Iterable[PairReport], heading: Heading,

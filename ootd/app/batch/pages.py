@@ -16,9 +16,11 @@ from __future__ import annotations
 import html
 import os
 import time
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from ootd.app.batch.pairs import Pair
@@ -163,22 +165,48 @@ class Counts:
 
 @dataclass
 class Page:
-    """One page of the grid: its people (rows), the garments they wear here (columns), its pairs (positions in
-    the batch's pair list) per person and per cell; keys are normalised paths (`_Names`)."""
+    """One page of the grid: its pairs (positions in the batch's pair list, a person's pairs together), their
+    counts and the page's label; what it shows of them (`arrange`) is worked out when it is rendered, so a batch
+    holds a few bytes a pair for its pages."""
 
     number: int
-    people: list[tuple[str, Path]] = field(default_factory=list)
-    columns: list[tuple[tuple[str, str], Pair]] = field(default_factory=list)  # (column key, its first pair)
-    cells: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
-    rows: dict[str, list[int]] = field(default_factory=dict)
-    positions: list[int] = field(default_factory=list)
+    positions: array = field(default_factory=lambda: array("i"))
     counts: Counts = field(default_factory=Counts)
-    _seen: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    label: str = ""
 
-    @property
-    def dense(self) -> bool:
-        return len(self.people) * len(self.columns) <= SPARSE * max(1, len(self.positions)) or \
-            min(len(self.people), len(self.columns)) <= 1
+
+@dataclass
+class Arranged:
+    """A page as it is shown: its people (rows), the garments they wear here (columns), its pairs per cell and
+    per person; keys are normalised paths (`_Names`)."""
+
+    people: list[tuple[str, Path]]
+    columns: list[tuple[tuple[str, str], Pair]]  # ((garments' key, category), the column's first pair)
+    cells: dict[tuple[str, str, str], list[int]]
+    rows: dict[str, list[int]]
+    dense: bool
+
+
+def arrange(page: Page, pairs: Sequence[Pair]) -> Arranged:
+    name = _Names()
+    people: list[tuple[str, Path]] = []
+    columns: list[tuple[tuple[str, str], Pair]] = []  # (column key, its first pair)
+    seen: set[tuple[str, str]] = set()
+    cells: dict[tuple[str, str, str], list[int]] = {}
+    rows: dict[str, list[int]] = {}
+    for position in page.positions:
+        pair = pairs[position]
+        key = name(pair.person)
+        if not people or people[-1][0] != key:
+            people.append((key, pair.person))
+        column = _column(pair, name)
+        if column not in seen:
+            seen.add(column)
+            columns.append((column, pair))
+        cells.setdefault((key, *column), []).append(position)
+        rows.setdefault(key, []).append(position)
+    dense = len(people) * len(columns) <= SPARSE * max(1, len(page.positions)) or min(len(people), len(columns)) <= 1
+    return Arranged(people, columns, cells, rows, dense)
 
 
 def _category(pair: Pair) -> str:
@@ -226,17 +254,17 @@ class _Names:
         return key
 
 
-def layout(pairs: Sequence[Pair], page_pairs: int = PAGE_PAIRS) -> tuple[list[Page], dict[int, int]]:
-    """The pages of the grid and each pair's page (by position). Pairs without a category (rows that could not
-    be read) are in no column: they are listed with the errors only. People keep their first appearance's order;
-    a person stays on one page unless they alone have more than `page_pairs` pairs."""
+def layout(pairs: Sequence[Pair], page_pairs: int = PAGE_PAIRS) -> tuple[list[Page], array]:
+    """The pages of the grid and each pair's page (by position; -1: none). Pairs without a category (rows that
+    could not be read) are in no column: they are listed with the errors only. People keep their first
+    appearance's order; a person stays on one page unless they alone have more than `page_pairs` pairs."""
     name = _Names()
     by_person: dict[str, list[int]] = {}
     for position, pair in enumerate(pairs):
         if pair.category is not None and pair.problem is None:
             by_person.setdefault(name(pair.person), []).append(position)
     pages: list[Page] = []
-    page_of: dict[int, int] = {}
+    page_of = array("i", [-1]) * len(pairs)
     page = Page(1)
     for positions in by_person.values():
         for start in range(0, len(positions), page_pairs):
@@ -244,28 +272,31 @@ def layout(pairs: Sequence[Pair], page_pairs: int = PAGE_PAIRS) -> tuple[list[Pa
             if page.positions and len(page.positions) + len(chunk) > page_pairs:
                 pages.append(page)
                 page = Page(len(pages) + 1)
-            _place(page, pairs, chunk, name)
-            page_of.update(dict.fromkeys(chunk, page.number - 1))
+            page.positions.extend(chunk)
+            page.counts.total += len(chunk)
+            for position in chunk:
+                page_of[position] = page.number - 1
     if page.positions or not pages:
         pages.append(page)
+    for page in pages:
+        page.label = _label(page, pairs, name)
     return pages, page_of
 
 
-def _place(page: Page, pairs: Sequence[Pair], positions: list[int], name: _Names) -> None:
-    person = pairs[positions[0]].person
-    key = name(person)
-    if not page.people or page.people[-1][0] != key:
-        page.people.append((key, person))
-    for position in positions:
-        pair = pairs[position]
-        column = _column(pair, name)
-        if column not in page._seen:
-            page._seen.add(column)
-            page.columns.append((column, pair))
-        page.cells.setdefault((key, *column), []).append(position)
-    page.rows.setdefault(key, []).extend(positions)
-    page.positions += positions
-    page.counts.total += len(positions)
+def _label(page: Page, pairs: Sequence[Pair], name: _Names) -> str:
+    """`first to last (N people)`: the page's people, for the front page's list."""
+    people: list[Path] = []
+    last = None
+    for position in page.positions:
+        person = pairs[position].person
+        if name(person) != last:
+            last = name(person)
+            people.append(person)
+    if not people:
+        return " (0 people)"
+    first, final = people[0].name, people[-1].name
+    shown = first if first == final else f"{first} to {final}"
+    return f"{shown} ({len(people)} {'person' if len(people) == 1 else 'people'})"
 
 
 def error_text(report: PairReport) -> str:
@@ -305,34 +336,38 @@ def _person_header(person: Path, links: Links) -> str:
     return f"<th>{links.input_thumb(person)}{_text(person.name)}</th>"
 
 
-def grid(page: Page, pairs: Sequence[Pair], cells: dict[int, str], links: Links) -> str:
+def grid(page: Page, pairs: Sequence[Pair], cells: Any, links: Links) -> str:
     """The page's people x garments table (in its own scrolling box), or its people's pairs listed per person
-    when that table would be mostly empty."""
+    when that table would be mostly empty. `cells.get(position, pending)`: a pair's cell (a dict, or cells
+    made as they are asked for)."""
     pending = '<div class="pending">pending</div>'
     rows = []
-    if page.dense:
-        head = "".join(f"<th>{_garment_header(first, links)}</th>" for _, first in page.columns)
-        for key, person in page.people:
-            tds = "".join("<td>" + "".join(cells.get(p, pending) for p in page.cells.get((key, *column), ()))
-                          + "</td>" for column, _ in page.columns)
+    shown = arrange(page, pairs)
+    if shown.dense:
+        head = "".join(f"<th>{_garment_header(first, links)}</th>" for _, first in shown.columns)
+        for key, person in shown.people:
+            tds = "".join("<td>" + "".join(cells.get(p, pending) for p in shown.cells.get((key, *column), ()))
+                          + "</td>" for column, _ in shown.columns)
             rows.append(f"<tr>{_person_header(person, links)}{tds}</tr>")
         return f'<div class="grid"><table><tr><th></th>{head}</tr>{"".join(rows)}</table></div>'
-    for key, person in page.people:
+    for key, person in shown.people:
         items = "".join(
             f'<div class="item"><div class="garment">{_garment_header(pairs[p], links)}</div>'
             f"{cells.get(p, pending)}</div>"
-            for p in page.rows[key])
+            for p in shown.rows[key])
         rows.append(f"<tr>{_person_header(person, links)}<td>{items}</td></tr>")
     return f'<div class="grid"><table>{"".join(rows)}</table></div>'
 
 
-def error_items(reports: Sequence[PairReport]) -> str:
-    """Errors as a list, each with its row (`pairs.csv line 7`) and its pair."""
-    items = "".join(
-        f'<li><span class="where">{_text(r.pair.source or f"pair {r.pair.index + 1}")} · '
-        f"{_text(r.pair.describe())}</span>: {_text(error_text(r))}</li>"
-        for r in reports)
-    return f'<ol class="errors">{items}</ol>'
+def error_item(report: PairReport) -> str:
+    """One error, with its row (`pairs.csv line 7`) and its pair."""
+    return (f'<li><span class="where">{_text(report.pair.source or f"pair {report.pair.index + 1}")} · '
+            f"{_text(report.pair.describe())}</span>: {_text(error_text(report))}</li>")
+
+
+def error_items(items: Iterable[str]) -> str:
+    """Errors (`error_item`) as a list."""
+    return f'<ol class="errors">{"".join(items)}</ol>'
 
 
 def _stamp(at: float) -> str:
@@ -370,10 +405,7 @@ def top(heading: Heading, state: State, batch: Counts, counts: Counts | None = N
 
 
 def page_label(page: Page) -> str:
-    first = page.people[0][1].name if page.people else ""
-    last = page.people[-1][1].name if page.people else ""
-    people = first if first == last else f"{first} to {last}"
-    return f"{people} ({len(page.people)} {'person' if len(page.people) == 1 else 'people'})"
+    return page.label
 
 
 def nav(links: list[tuple[str, str]]) -> str:

@@ -7,16 +7,17 @@ place instead of stopping.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from ootd.app.batch.folders import list_images
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.inputs import GarmentInput, JobInputs
 from ootd.errors import CheckpointError, UsageError, printable
 from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, Pairing, parse_category_word
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".avif", ".bmp", ".tif", ".tiff", ".gif", ".ppm")
 CSV_HEADER_WORDS = {
     "person": ("person", "model", "person_path", "model_path", "human"),
     "garment": ("garment", "cloth", "garment_path", "cloth_path", "clothes"),
@@ -43,7 +44,7 @@ def _outfit_cells(garment: str, category: str, mask: str) -> tuple[list[str], li
     return garments, categories, masks
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pair:
     """One person + garment try-on request, as read from a CSV row or a folder listing."""
 
@@ -98,18 +99,25 @@ def _cells(row: list[str]) -> list[str]:
 
 
 def _header_columns(cells: list[str]) -> dict[str, int] | None:
-    """Column index per field when `cells` is a header row, else None."""
+    """Column index per field when `cells` is a header row (it names a person or garment column), else None.
+
+    The rule for other columns: a column the header names that ootd does not use (`notes`, `id`) is ignored,
+    wherever it is; a header that names one of ootd's columns twice, or lacks person or garment, is refused."""
     lowered = [c.lower().replace(" ", "_") for c in cells]
-    if not lowered or lowered[0] not in CSV_HEADER_WORDS["person"] + CSV_HEADER_WORDS["garment"]:
+    field_of = {word: name for name, words in CSV_HEADER_WORDS.items() for word in words}
+    if not any(field_of.get(cell) in ("person", "garment") for cell in lowered):
         return None
-    columns = {}
-    for name, words in CSV_HEADER_WORDS.items():
-        for i, cell in enumerate(lowered):
-            if cell in words:
-                columns[name] = i
-                break
+    columns: dict[str, int] = {}
+    for i, cell in enumerate(lowered):
+        name = field_of.get(cell)
+        if name is None:
+            continue
+        if name in columns:
+            raise UsageError(f"CSV header {printable(','.join(cells))!r} names the {name} column twice "
+                             f"({cells[columns[name]]}, {cells[i]})")
+        columns[name] = i
     if "person" not in columns or "garment" not in columns:
-        raise UsageError(f"CSV header {','.join(cells)!r} needs person and garment columns")
+        raise UsageError(f"CSV header {printable(','.join(cells))!r} needs person and garment columns")
     return columns
 
 
@@ -134,60 +142,98 @@ class _Paths:
         return path
 
 
-def _rows(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
-    """(line number, cells) per CSV row; a row the csv module refuses (a field over csv.field_size_limit(),
-    a stray NUL) is a one-line error naming its line."""
-    reader = csv.reader(text.splitlines())
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            raise UsageError(f"pairs file {printable(path)} line {reader.line_num}: {exc}") from None
-        yield reader.line_num, row
+def _rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(first line number, cells) per CSV record, the file handed to the csv module as it is (a quoted cell may
+    hold a newline; only \\n and \\r end a line). What it cannot take - a field over csv.field_size_limit(), a
+    NUL byte (not a text file), bytes that are not UTF-8 - is one UsageError naming its line."""
+    line = 0
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            reader = csv.reader(handle)
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as exc:
+                    raise UsageError(f"pairs file {printable(path)} line {line + 1}: {exc}") from None
+                if any("\0" in cell for cell in row):
+                    raise UsageError(f"pairs file {printable(path)} line {line + 1}: a NUL byte (is it a text "
+                                     "CSV?)")
+                first, line = line + 1, reader.line_num
+                yield first, row
+    except UnicodeDecodeError:
+        raise UsageError(f"pairs file {printable(path)} line {_bad_utf8_line(path)}: cannot be read as UTF-8 "
+                         "text") from None
+    except OSError as exc:
+        raise UsageError(f"pairs file {printable(path)}: cannot be read ({exc.strerror or exc})") from None
+
+
+def _bad_utf8_line(path: Path) -> int:
+    """The line of the first byte that is not UTF-8 (the text reader decodes ahead, in blocks)."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return data.count(b"\n", 0, exc.start) + 1
+    return 1
 
 
 def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = None) -> list[Pair]:
     """Pairs from `person,garment,category[,mask]` rows; header optional; paths relative to the CSV's folder. A
     row whose category is `auto`, or empty (without a `default_category`), is classified (`classify_pairs`).
 
-    Blank lines and lines starting with '#' are ignored. A row that cannot be understood becomes a Pair with a
-    `problem` (reported as an error for that row) instead of stopping the whole batch.
+    Blank lines and lines starting with '#' are ignored; so are the columns a header names that ootd does not use
+    (wherever they are). A row that cannot be understood becomes a Pair with a `problem` (reported as an error
+    for that row) instead of stopping the whole batch.
     """
     path = Path(path)
     if not path.is_file():
         problem = ("is a folder" if path.is_dir() else "is not a regular file (a pipe or device would block)"
                    if path.exists() else "file not found")
         raise UsageError(f"pairs file {printable(path)}: {problem}")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"pairs file {path}: cannot be read as UTF-8 text ({exc})") from None
-    resolve, name = _Paths(path.parent), path.name
-    columns = {"person": 0, "garment": 1, "category": 2, "mask": 3}
+    rows = _RowReader(path, default_category)
     pairs: list[Pair] = []
     first = True
-    for line_no, row in _rows(path, text):
+    for line_no, row in _rows(path):
         cells = _cells(row)
         if not cells or cells[0].startswith("#"):
             continue
         if first:
             first = False
-            header = _header_columns(cells)
+            try:
+                header = _header_columns(cells)
+            except UsageError as exc:
+                raise UsageError(f"pairs file {printable(path)} line {line_no}: {exc}") from None
             if header is not None:
-                columns = header
+                rows.columns, rows.limit = header, len(cells)
+                rows.expected = f"at most {len(cells)}, the columns the header names"
                 continue
-        source = f"{name} line {line_no}"
+        pairs.append(rows.pair(cells, f"{path.name} line {line_no}", len(pairs)))
+    if not pairs:
+        raise UsageError(f"pairs file {path} lists no pairs (expected rows person,garment,category[,mask])")
+    return pairs
 
-        person, garment, category_word, mask = (_cell(cells, columns, name)
+
+class _RowReader:
+    """One CSV row's cells -> its Pair, by the columns of the header (or person,garment,category,mask)."""
+
+    def __init__(self, path: Path, default_category: CategoryWord | None) -> None:
+        self.resolve = _Paths(path.parent)
+        self.default_category = default_category
+        self.columns = {"person": 0, "garment": 1, "category": 2, "mask": 3}
+        self.limit, self.expected = len(self.columns), "person,garment,category[,mask]"
+
+    def pair(self, cells: list[str], source: str, index: int) -> Pair:
+        resolve = self.resolve
+        person, garment, category_word, mask = (_cell(cells, self.columns, name)
                                                 for name in ("person", "garment", "category", "mask"))
         problem = None
         category: CategoryWord | None = None
         second: dict[str, object] = {}
         outfit = _outfit_cells(garment, category_word, mask)
-        if len(cells) > max(columns.values()) + 1:
-            problem = f"{source}: {len(cells)} columns, expected person,garment,category[,mask]"
+        if len(cells) > self.limit:
+            problem = f"{source}: {len(cells)} columns, expected {self.expected}"
         elif not person or not garment:
             problem = f"{source}: needs a person and a garment path (person,garment,category[,mask])"
         elif isinstance(outfit, str):
@@ -204,41 +250,15 @@ def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = Non
                 problem = f"{source}: {exc}"
         else:
             try:
-                category = parse_category_word(category_word) if category_word else default_category
+                category = parse_category_word(category_word) if category_word else self.default_category
             except UsageError as exc:
                 problem = f"{source}: {exc}"
             if category is None and problem is None:
                 category = AUTO_CATEGORY
         auto = category == AUTO_CATEGORY
-        pairs.append(
-            Pair(
-                person=resolve(person or "?"), garment=resolve(garment or "?"),
-                category=None if auto else category, mask=resolve(mask) if mask else None, index=len(pairs),
-                source=source, problem=problem, auto=auto, **second,  # type: ignore[arg-type]
-            )
-        )
-    if not pairs:
-        raise UsageError(f"pairs file {path} lists no pairs (expected rows person,garment,category[,mask])")
-    return pairs
-
-
-def list_images(folder: str | Path, what: str, output: str | Path | None = None) -> list[Path]:
-    """Image files in a folder (not recursive, hidden files skipped: temporary files are hidden), sorted by
-    name. When `folder` is the run's `output` folder, the pictures ootd wrote there are not inputs."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise UsageError(f"{what} folder {folder}: {'is not a folder' if folder.exists() else 'not found'}")
-    files = sorted(
-        p for p in folder.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
-    )
-    if output is not None and Path(output).is_dir() and Path(output).samefile(folder):
-        from ootd.app.tryon.safety import is_our_png
-
-        files = [p for p in files if not is_our_png(p)]
-    if not files:
-        raise UsageError(f"{what} folder {folder} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
-    return files
+        return Pair(person=resolve(person or "?"), garment=resolve(garment or "?"),
+                    category=None if auto else category, mask=resolve(mask) if mask else None, index=index,
+                    source=source, problem=problem, auto=auto, **second)  # type: ignore[arg-type]
 
 
 def pairs_from_folders(
@@ -336,6 +356,27 @@ def order_key(pair: Pair, config: RunConfig) -> tuple:
     return (model, str(pair.garment), category, str(pair.person), str(pair.mask or ""), pair.index)
 
 
+def run_order(pairs: Sequence[Pair], positions: Iterable[int], config: RunConfig) -> Any:
+    """`positions` (in `pairs`) sorted by `order_key`, as a numpy array of them, at a few bytes a pair: each part
+    of the key is ranked among its distinct values, then the ranks are sorted (sorting the keys themselves
+    would hold a tuple a pair, ~150 MB at 10^6 pairs)."""
+    import numpy as np
+
+    chosen = np.fromiter(positions, dtype=np.int64)
+    parts = np.empty((6, len(chosen)), dtype=np.int64)
+    seen: list[dict[object, int]] = [{} for _ in range(5)]
+    for column in range(len(chosen)):
+        key = order_key(pairs[int(chosen[column])], config)
+        for part in range(5):
+            parts[part, column] = seen[part].setdefault(key[part], len(seen[part]))
+        parts[5, column] = key[5]
+    for part, values in enumerate(seen):  # first-seen numbers -> ranks in sorted order
+        rank = np.empty(len(values), dtype=np.int64)
+        rank[[values[value] for value in sorted(values)]] = np.arange(len(values))
+        parts[part] = rank[parts[part]] if len(values) else parts[part]
+    return chosen[np.lexsort(parts[::-1])]
+
+
 @dataclass(frozen=True)
 class Shard:
     """Shard `index` of `count` (`--shard K/N`, from 0): checked once, when it is made."""
@@ -364,7 +405,7 @@ class Shard:
 def select_shard(pairs: Sequence[Pair], shard: Shard, config: RunConfig) -> list[Pair]:
     """The pairs of `shard`: a contiguous block of the run order, so each garment's pairs stay together (reuse)
     and the shards are near-equal in size. Stable across runs, so resuming a shard works."""
-    ordered = sorted(pairs, key=lambda p: order_key(p, config))
+    ordered = [pairs[int(i)] for i in run_order(pairs, range(len(pairs)), config)]
     size, extra = divmod(len(ordered), shard.count)
     start = shard.index * size + min(shard.index, extra)
     stop = start + size + (1 if shard.index < extra else 0)

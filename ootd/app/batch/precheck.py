@@ -13,47 +13,103 @@ concern the whole batch (checkpoints, the output folder, --max-memory) run once,
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 
-from ootd.app.batch.pairs import Pair
+from ootd.app.batch.pairs import Pair, run_order
 from ootd.app.batch.report import PairReport, is_our_report
-from ootd.app.batch.resume import resume_state, stale_error
+from ootd.app.batch.resume import ResumeState, resume_state, stale_error
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.provenance import is_ours, read_record
 from ootd.app.tryon.safety import Other, check_outputs
 from ootd.errors import OutputError, UsageError
+from ootd.settings import ModelType
 
 
-def check_batch_outputs(pairs: Iterable[Pair], config: RunConfig, report: Path | None,
+def check_batch_outputs(pairs: Sequence[Pair], config: RunConfig, report: Path | None,
                         extra_inputs: Iterable[Path | None] = (), pages: Iterable[Path] = ()) -> None:
     """`check_outputs` for a batch: every readable pair's targets against every pair's inputs (each distinct
-    input once); the report must be a batch report, and pages (index.html) may be rewritten but never replace an
-    input. Whether an existing output is ours is asked by `precheck`, with the record it reads for resume."""
+    input once; the targets made one pair at a time, never all held); the report must be a batch report, and
+    pages (index.html) may be rewritten but never replace an input. Whether an existing output is ours is asked
+    by `precheck`, with the record it reads for resume."""
     inputs: dict[Path, None] = dict.fromkeys(p for p in extra_inputs if p is not None)
-    outputs: list[Other] = []
     for pair in pairs:
         inputs.update(dict.fromkeys(p for p in pair.inputs() if p is not None))
-        if pair.problem is None and pair.classified:
-            try:
-                outputs += [Other(p, "output") for p in plan_job(config, pair.job_inputs()).targets.all()]
-            except UsageError:  # a pair the batch reports as its own error (e.g. hd with a lower garment)
-                continue
     others = [Other(Path(report), "report", is_our_report, "a batch report")] if report is not None else []
     others += [Other(Path(page), "page") for page in pages]
-    check_outputs([], inputs, overwrite=config.overwrite, others=outputs + others)
+    check_outputs([], inputs, overwrite=config.overwrite, others=chain(_targets(pairs, config), others))
+
+
+def _targets(pairs: Iterable[Pair], config: RunConfig) -> Iterator[Other]:
+    for pair in pairs:
+        if pair.problem is None and pair.classified:
+            try:
+                paths = _plan(config, pair).targets.all()
+            except UsageError:  # a pair the batch reports as its own error (e.g. hd with a lower garment)
+                continue
+            yield from (Other(p, "output") for p in paths)
+
+
+TODO, SKIPPED, ERROR, STALE = 0, 1, 2, 3  # a pair's verdict
+NO_SEED = -1
 
 
 @dataclass
 class Precheck:
-    """The outcome of the checks: final reports, the jobs left to run, and the config they run with (a
-    resumed batch whose seed was drawn keeps the seed its files were made with)."""
+    """The outcome of the checks, a few bytes a pair: each pair's verdict (to do, skipped, error), the errors'
+    messages, the skipped pairs' seeds, what the pairs to do need, and the config they run with (a resumed batch
+    whose seed was drawn keeps the seed its files were made with). The reports of the pairs already decided
+    (`done`) and the jobs of the pairs to do (`todo`) are made again one at a time when they are wanted, so a
+    batch of 10^6 pairs never holds 10^6 of either."""
 
-    done: list[PairReport]
-    todo: list[tuple[Pair, TryOnJob]]
+    pairs: Sequence[Pair]
     config: RunConfig
+    verdicts: bytearray
+    errors: dict[int, tuple[str | None, str | None]]  # position -> (model, message; None: the pair's problem)
+    seeds: array  # position -> the seed a skipped pair's files record (NO_SEED: none)
+    models: set[ModelType] = field(default_factory=set)  # the models the pairs to do need
+    automatic: bool = False  # some pair to do needs pose and parsing (no mask given)
+    todo_count: int = 0
+
+    def done(self) -> Iterator[PairReport]:
+        """The reports of the pairs already decided (errors, skipped), in input order."""
+        seed, config = self.config.sampling.seed, self.config
+        for position, verdict in enumerate(self.verdicts):
+            pair = self.pairs[position]
+            if verdict == ERROR:
+                model, message = self.errors[position]
+                yield PairReport(pair, "error", model, error=message if message is not None else pair.problem,
+                                 seed=seed)
+            elif verdict == SKIPPED:
+                job = _plan(config, pair)
+                yield PairReport(pair, "skipped", _model(job), outputs=[str(p) for p in job.targets.images],
+                                 intermediates={k: str(p) for k, p in job.targets.intermediates.items() if p.exists()},
+                                 seed=self.seeds[position] if self.seeds[position] != NO_SEED else None)
+
+    def todo(self) -> Iterator[tuple[Pair, TryOnJob]]:
+        """The pairs to do in run order (model type, garment, person), each planned as it is reached."""
+        todo = (i for i, verdict in enumerate(self.verdicts) if verdict == TODO)
+        for position in run_order(self.pairs, todo, self.config):
+            pair = self.pairs[int(position)]
+            yield pair, _plan(self.config, pair)
+
+
+def _plan(config: RunConfig, pair: Pair) -> TryOnJob:
+    return plan_job(config, pair.job_inputs())  # step 1 of the pre-flight
+
+
+def planned_files(config: RunConfig, pair: Pair) -> tuple[list[str], dict[str, str]]:
+    """Where a done pair's pictures and intermediates are: its job's targets, as its report lists them."""
+    targets = _plan(config, pair).targets
+    return [str(p) for p in targets.images], {kind: str(p) for kind, p in targets.intermediates.items()}
+
+
+def _model(job: TryOnJob) -> str:
+    return job.describe_models()
 
 
 class _Files:
@@ -93,62 +149,122 @@ class _Records:
 
 def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
     """Everything knowable without models, per pair (see the module docstring)."""
-    done: list[PairReport] = []
-    todo: list[tuple[Pair, TryOnJob]] = []
-    claimed: dict[Path, Pair] = {}
-    stale: list[str] = []
+    checked = Precheck(pairs, config, bytearray(len(pairs)), {}, array("q"))
+    claims = _Claims()
+    stale = array("i")  # the pairs whose outputs were made with other settings
     seeds: set[int] = set()  # the seeds existing outputs were made with
-    seed = config.sampling.seed
     files = _Files()
-    for pair in pairs:
+    for position, pair in enumerate(pairs):
         if pair.problem is not None:
-            done.append(PairReport(pair, "error", error=pair.problem, seed=seed))
+            checked.verdicts[position] = ERROR
+            checked.errors[position] = (None, None)
             continue
         try:
-            job = plan_job(config, pair.job_inputs())  # step 1
+            job = _plan(config, pair)
         except UsageError as exc:
-            done.append(PairReport(pair, "error", error=f"{pair.source}: {exc}", seed=seed))
+            checked.verdicts[position] = ERROR
+            checked.errors[position] = (None, f"{pair.source}: {exc}")
             continue
-        model = job.describe_models()
         outputs = job.targets.all()
         records = _Records()
         if not config.overwrite:  # an existing file at an output name must be ours (exit 2 otherwise)
             check_outputs([], [], others=[Other(p, "output", records.ours, "an ootd picture") for p in outputs])
         missing = files.missing(pair)
         if missing:
-            done.append(PairReport(pair, "error", model, error="; ".join(missing), seed=seed))
+            checked.verdicts[position] = ERROR
+            checked.errors[position] = (_model(job), "; ".join(missing))
             continue
-        clash = next((claimed[p] for p in outputs if p in claimed), None)
-        if clash is not None:
-            done.append(PairReport(
-                pair, "error", model, seed=seed,
-                error=f"its output names collide with {clash.source} ({clash.describe()}); "
-                      "rename one of the inputs, drop the duplicate or use a --name with {category}",
-            ))
-            continue
-        claimed.update(dict.fromkeys(outputs, pair))
-        state = None if config.overwrite else resume_state(job.targets, job.expected(), read=records,
-                                                           view=job.comparable)
+        claims.add(position, outputs)
+        state = _resume(config, job, records)
         if state is not None and state.status == "stale":
-            stale.append(f"{pair.source}: {state.reason}")
+            checked.verdicts[position] = STALE
+            stale.append(position)
             continue
         if state is not None and state.seed is not None and job.records_run_seed:
             seeds.add(state.seed)
         if state is not None and state.status == "done":
-            done.append(PairReport(
-                pair, "skipped", model, outputs=[str(p) for p in job.targets.images],
-                intermediates={k: str(p) for k, p in job.targets.intermediates.items() if p.exists()},
-                seed=state.seed,
-            ))
+            checked.verdicts[position] = SKIPPED
+            _seed_of(checked, position, state.seed)
             continue
-        todo.append((pair, job))
+        _to_do(checked, pair, job)
+    _settle_clashes(checked, claims.losers(pairs, config))
+    stale = array("i", (position for position in stale if checked.verdicts[position] == STALE))
     if stale:
-        raise OutputError(stale_error(len(stale), stale[0]))
+        first = pairs[stale[0]]
+        state = _resume(config, _plan(config, first), _Records())
+        raise OutputError(stale_error(len(stale), f"{first.source}: {state.reason if state else '?'}"))
     if config.seed_random and len(seeds) == 1:  # a rerun of the same command finishes the batch it started
         (kept,) = seeds
-        config = replace(config, sampling=replace(config.sampling, seed=kept))
-        todo = [(pair, plan_job(config, job.inputs)) for pair, job in todo]
-        for report in done:
-            if report.status == "error":
-                report.seed = kept
-    return Precheck(done, todo, config)
+        checked.config = replace(config, sampling=replace(config.sampling, seed=kept))
+    return checked
+
+
+def _resume(config: RunConfig, job: TryOnJob, records: _Records) -> ResumeState | None:
+    if config.overwrite:
+        return None
+    return resume_state(job.targets, job.expected(), read=records, view=job.comparable)
+
+
+def _to_do(checked: Precheck, pair: Pair, job: TryOnJob) -> None:
+    checked.todo_count += 1
+    checked.models.update(job.models)
+    checked.automatic = checked.automatic or job.made_masks
+
+
+def _settle_clashes(checked: Precheck, lost: dict[int, Pair]) -> None:
+    """Each pair whose output names another pair claimed first: an error, whatever else was found."""
+    if not lost:
+        return
+    for position, clash in lost.items():
+        checked.verdicts[position] = ERROR
+        checked.errors[position] = (_model(_plan(checked.config, checked.pairs[position])),
+                                    f"its output names collide with {clash.source} ({clash.describe()}); rename one "
+                                    "of the inputs, drop the duplicate or use a --name with {category}")
+    redo = Precheck(checked.pairs, checked.config, checked.verdicts, checked.errors, checked.seeds)
+    for position, verdict in enumerate(checked.verdicts):  # what the pairs left to do need, counted again
+        if verdict == TODO:
+            _to_do(redo, checked.pairs[position], _plan(checked.config, checked.pairs[position]))
+    checked.todo_count, checked.models, checked.automatic = redo.todo_count, redo.models, redo.automatic
+
+
+def _seed_of(checked: Precheck, position: int, seed: int | None) -> None:
+    if not checked.seeds:  # made at the first skipped pair: a batch with none needs no array
+        checked.seeds = array("q", [NO_SEED]) * len(checked.pairs)
+    checked.seeds[position] = NO_SEED if seed is None else seed
+
+
+class _Claims:
+    """The hash of each output name and the pair that would write it, 12 bytes an output (not a Path and a
+    Pair). After the checks, the pairs sharing a hash are settled in input order as if each had claimed its
+    names in turn: the first keeps them, a later one whose names are taken is an error."""
+
+    def __init__(self) -> None:
+        self.hashes, self.owners = array("q"), array("i")
+
+    def add(self, position: int, outputs: list[Path]) -> None:
+        for output in outputs:
+            self.hashes.append(hash(output))
+            self.owners.append(position)
+
+    def losers(self, pairs: Sequence[Pair], config: RunConfig) -> dict[int, Pair]:
+        """Position -> the pair that claimed one of its names first."""
+        import numpy as np
+
+        hashes = np.frombuffer(self.hashes, dtype=np.int64) if self.hashes else np.empty(0, np.int64)
+        order = np.argsort(hashes, kind="stable")
+        twice = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
+        if not len(twice):
+            return {}
+        owners = np.frombuffer(self.owners, dtype=np.int32)
+        candidates = sorted(set(owners[order[twice]].tolist()) | set(owners[order[twice + 1]].tolist()))
+        owner: dict[Path, int] = {}
+        lost: dict[int, Pair] = {}
+        for position in candidates:
+            outputs = _plan(config, pairs[position]).targets.all()
+            first = next((owner[p] for p in outputs if p in owner), None)
+            if first is not None:
+                lost[position] = pairs[first]
+                continue
+            for output in outputs:
+                owner.setdefault(output, position)
+        return lost

@@ -36,10 +36,11 @@ from typing import Any
 
 from ootd.app.batch.cluster import ClusterOptions
 from ootd.app.batch.pairs import Pair
+from ootd.app.batch.precheck import Precheck
 from ootd.app.batch.ray_pool import ActorPool, Lost
 from ootd.app.batch.report import BatchSummary, PairReport
 from ootd.app.batch.runner import BatchRunner
-from ootd.app.signals import sigterm_kept
+from ootd.app.signals import ray_for_a_driver, sigterm_kept
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.outputs import peak_memory
@@ -100,6 +101,7 @@ class RayBatchRunner(BatchRunner):
         self.dispatched = 0  # pairs sent to workers (tests: a resumed batch sends none)
         self.attempts: dict[int, int] = {}  # pair index -> attempts, for the pairs whose worker died
         self.workers = 0
+        self._todo = 0  # pairs to do (the precheck's count)
         self._gpus = 0.0
         self._own_ray = False  # this run started or joined Ray (and shuts it down at the end)
         self._loads: dict[str, dict[str, int]] = {}
@@ -119,17 +121,17 @@ class RayBatchRunner(BatchRunner):
         summary.peak_memory = self._peak or summary.peak_memory
         return summary
 
-    def _start(self, todo: list[tuple[Pair, TryOnJob]]) -> None:
+    def _start(self, checked: Precheck) -> None:
         """Join (or start) the cluster and size the pool before anything is written; nothing to do: no Ray."""
-        if not todo:
+        self._todo = checked.todo_count
+        if not self._todo:
             return
-        import ray
-
-        if not ray.is_initialized():
-            with sigterm_kept():
-                _connect(ray, self.cluster)
-            self._own_ray = True
+        ray = ray_for_a_driver()
         try:
+            if not ray.is_initialized():
+                self._own_ray = True  # also when interrupted half-way: what ray.init started is stopped
+                with sigterm_kept():
+                    _connect(ray, self.cluster)
             self.workers, self._gpus = _width(ray, self.cluster)
         except BaseException:
             self._stop()
@@ -142,9 +144,10 @@ class RayBatchRunner(BatchRunner):
             self._own_ray = False
             ray.shutdown()
 
-    def _execute(self, order: list[tuple[Pair, TryOnJob]]) -> Iterator[PairReport]:
-        """The reports of the pairs to do (given in run order), in the order they finish on the cluster."""
-        if not order:
+    def _execute(self, order: Iterator[tuple[Pair, TryOnJob]]) -> Iterator[PairReport]:
+        """The reports of the pairs to do (given in run order, `self._todo` of them), in the order they finish on
+        the cluster."""
+        if not self._todo:
             return
         import ray
 
@@ -156,8 +159,8 @@ class RayBatchRunner(BatchRunner):
         pool = ActorPool(ray, lambda: actor.remote(shared, int(hook) if hook else None),
                          lambda worker, item, attempt: worker.run.remote(item[0], attempt),
                          self.workers, self.cluster.retries + 1, key=lambda item: item[0].index)
-        self.dispatched = len(order)
-        meter = _Meter(len(order), self.status)
+        self.dispatched = self._todo
+        meter = _Meter(self._todo, self.status)
         results = pool.results(order)
         try:
             for (pair, job), result in results:

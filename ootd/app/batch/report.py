@@ -11,6 +11,7 @@ could not be written whole is cut off again, so the report only ever holds whole
 from __future__ import annotations
 
 import errno
+import heapq
 import json
 import os
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ except ImportError:  # pragma: no cover - Windows: no lock, whole-line appends o
 
 REPORT_NAME = "batch_report.jsonl"
 REPORT_LINE_START = b'{"index": '  # how every report line begins (PairReport.to_json)
+ERRORS_LISTED = 100  # the summary's --json lists the first errors by row; the report has them all
 
 
 def report_name(shard: Shard | None = None) -> str:
@@ -71,9 +73,45 @@ class PairReport:
         }
 
 
+class Tally:
+    """A batch's counts as its reports stream past, O(1) a report: what the summary says, without keeping every
+    pair's report (a batch of 10^6 pairs would hold a GB). The errors it lists are the first `ERRORS_LISTED` by
+    row; the report file has every one."""
+
+    def __init__(self) -> None:
+        self.counts = {"ok": 0, "skipped": 0, "error": 0}
+        self._seed: tuple[int, int] | None = None  # (row, seed) of the first row with a seed
+        self._errors: list[tuple[int, dict[str, Any]]] = []  # a heap of (-row, entry): the first rows kept
+
+    def add(self, report: PairReport) -> None:
+        index = report.pair.index
+        self.counts[report.status] = self.counts.get(report.status, 0) + 1
+        if report.seed is not None and (self._seed is None or index < self._seed[0]):
+            self._seed = (index, report.seed)
+        if report.status == "error":
+            entry = (-index, {"index": index, "person": str(report.pair.person), "garment": str(report.pair.garment),
+                              "error": report.error})
+            if len(self._errors) < ERRORS_LISTED:
+                heapq.heappush(self._errors, entry)
+            elif entry[0] > self._errors[0][0]:  # an earlier row than the last one kept
+                heapq.heapreplace(self._errors, entry)
+
+    @property
+    def pairs(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def seed(self) -> int | None:
+        return self._seed[1] if self._seed is not None else None
+
+    def errors(self) -> list[dict[str, Any]]:
+        """The first errors by row (at most ERRORS_LISTED)."""
+        return [entry for _, entry in sorted(self._errors, key=lambda item: -item[0])]
+
+
 @dataclass
 class BatchSummary:
-    reports: list[PairReport]
+    tally: Tally
     seconds: float
     load_seconds: float
     loads: dict[str, int]
@@ -85,7 +123,7 @@ class BatchSummary:
     evaluation: Any = None  # with --truth: the EvalReport of ootd/app/evaluate (its `lines`, `to_json`)
 
     def count(self, status: str) -> int:
-        return sum(r.status == status for r in self.reports)
+        return self.tally.counts.get(status, 0)
 
     @property
     def ok(self) -> bool:
@@ -97,7 +135,7 @@ class BatchSummary:
         counts = f"{self.count('ok')} ok, {self.count('skipped')} skipped, {self.count('error')} error"
         people, garments = self.prepared["person"], self.prepared["garment"]
         lines = [
-            f"{len(self.reports)} pairs: {counts} in {format_seconds(self.seconds)} "
+            f"{self.tally.pairs} pairs: {counts} in {format_seconds(self.seconds)} "
             f"(model loading {format_seconds(self.load_seconds)}; prepared {people} "
             f"{'person' if people == 1 else 'people'}, {garments} garment{'' if garments == 1 else 's'})",
             f"seed: {self.seed if self.seed is not None else config.sampling.seed}",
@@ -112,19 +150,15 @@ class BatchSummary:
         return lines
 
     def to_json(self) -> dict[str, Any]:
+        errors = self.tally.errors()
         return {
-            "pairs": len(self.reports), "ok": self.count("ok"), "skipped": self.count("skipped"),
+            "pairs": self.tally.pairs, "ok": self.count("ok"), "skipped": self.count("skipped"),
             "error": self.count("error"), "seconds": round(self.seconds, 3),
             "load_seconds": round(self.load_seconds, 3), "loads": self.loads, "prepared": self.prepared,
             "report": str(self.report_path) if self.report_path else None,
-            "seed": self.seed if self.seed is not None else next((r.seed for r in self.reports if r.seed is not None),
-                                                                 None),
+            "seed": self.seed if self.seed is not None else self.tally.seed,
             **self.info, "peak_memory": self.peak_memory,
-            "errors": [
-                {"index": r.pair.index, "person": str(r.pair.person), "garment": str(r.pair.garment),
-                 "error": r.error}
-                for r in self.reports if r.status == "error"
-            ],
+            "errors": errors, "errors_not_listed": self.count("error") - len(errors),
             **({"evaluation": self.evaluation.to_json()} if self.evaluation is not None else {}),
         }
 

@@ -17,14 +17,15 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ootd.app.batch.index import ContactIndex
 from ootd.app.batch.pages import Heading
-from ootd.app.batch.pairs import Pair, order_key
-from ootd.app.batch.precheck import Precheck, precheck
-from ootd.app.batch.report import BatchSummary, PairReport, ReportWriter
+from ootd.app.batch.pairs import Pair
+from ootd.app.batch.precheck import Precheck, planned_files, precheck
+from ootd.app.batch.report import BatchSummary, PairReport, ReportWriter, Tally
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
@@ -99,8 +100,10 @@ class BatchRunner:
         self._model: ModelType | None = None  # the model type of the pairs the caches were filled for
         self.index_path = index_path  # the batch's contact sheet (index.html), refreshed as pairs finish
         self._index: ContactIndex | None = None
+        self.tally = Tally()  # the summary's counts, as reports go past (none is kept)
 
     def _emit(self, report: PairReport) -> None:
+        self.tally.add(report)
         if self._report_file is not None:
             self._report_file.write(report.to_json())
         if self._index is not None:
@@ -116,52 +119,50 @@ class BatchRunner:
         """Every pair: the precheck, then the batch-wide checks (checkpoints, --max-memory, the engine's own),
         and only then anything written: the output folder, the report, the contact sheet, the pairs' files."""
         start = time.perf_counter()
+        self.tally = Tally()
         output = self.config.output
         if output.exists() and not output.is_dir():
             prepare_output_dir(output)  # its one-line usage error, before any work
         checked = precheck(pairs, self.config)
-        self.config, todo = checked.config, checked.todo
-        if todo:  # a fully resumed batch needs no checkpoints at all
-            check_batch(self.config, {m for _, job in todo for m in job.models}, any(job.made_masks for _, job in todo))
-        self._start(todo)
+        self.config = checked.config
+        if checked.todo_count:  # a fully resumed batch needs no checkpoints at all
+            check_batch(self.config, checked.models, checked.automatic)
+        self._start(checked)
         try:
-            reports = self._run(pairs, checked)
+            self._run(pairs, checked)
         finally:
             self._stop()
-        reports.sort(key=lambda r: r.pair.index)
         return BatchSummary(
-            reports=reports, seconds=time.perf_counter() - start, load_seconds=self.loader.seconds,
+            tally=self.tally, seconds=time.perf_counter() - start, load_seconds=self.loader.seconds,
             loads=dict(self.loader.loads),
             prepared={"person": self.persons.computed, "garment": self.garments.computed},
             report_path=self.report_path, info=self.info, peak_memory=peak_memory(self.loader.current),
             seed=self.config.sampling.seed,
         )
 
-    def _start(self, todo: list[tuple[Pair, TryOnJob]]) -> None:
+    def _start(self, checked: Precheck) -> None:
         """An engine's own checks and start-up before anything is written (the local engine has none)."""
 
     def _stop(self) -> None:
         """Undo `_start` (always called after it)."""
 
-    def _run(self, pairs: Sequence[Pair], checked: Precheck) -> list[PairReport]:
+    def _run(self, pairs: Sequence[Pair], checked: Precheck) -> None:
         check_output_folder(self.config.output)
         if self.index_path is not None:
-            self._index = ContactIndex(self.index_path, pairs, Heading.of(self.config))
+            self._index = ContactIndex(self.index_path, pairs, Heading.of(self.config),
+                                       files=partial(planned_files, self.config))
         if self.report_path is not None:  # locked: a second batch on the same report stops here
             self._report_file = ReportWriter(self.report_path).open()
-        reports: list[PairReport] = []
         total = len(pairs)
         try:
-            for report in checked.done:
-                reports.append(report)
+            for report in checked.done():
                 self._emit(report)
-                self._tick("pairs", len(reports), total)
-            if checked.todo and self._index is not None:
+                self._tick("pairs", self.tally.pairs, total)
+            if checked.todo_count and self._index is not None:
                 self._index.refresh()  # the page says "running" from here on, rewritten on a timer
-            for report in self._execute(sorted(checked.todo, key=lambda item: order_key(item[0], self.config))):
-                reports.append(report)
+            for report in self._execute(checked.todo()):  # in run order, each planned as it is reached
                 self._emit(report)
-                self._tick("pairs", len(reports), total)
+                self._tick("pairs", self.tally.pairs, total)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM
             self._end("interrupted")
             raise
@@ -174,7 +175,6 @@ class BatchRunner:
             if self._report_file is not None:
                 self._report_file.close()
                 self._report_file = None
-        return reports
 
     def _end(self, phase: str, reason: str | None = None) -> None:
         if self._index is not None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from ootd.app.batch.pairs import IMAGE_EXTENSIONS, list_images
+from ootd.app.batch.folders import IMAGE_EXTENSIONS, list_images
 from ootd.app.batch.report import REPORT_NAME
 from ootd.app.tryon.provenance import is_ours, read_record
 from ootd.errors import OotdError, UsageError, printable

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 from ootd.app.tryon.provenance import is_our_png
@@ -44,7 +45,7 @@ def check_outputs(images: Iterable[Path], inputs: Iterable[Path | None], *, over
     """Refuse (UsageError, before any work) an output path that is an input, or an existing file that is not
     ours (without `overwrite`). `images`: every PNG the run may write; `others`: its other files."""
     sources = {_identity(Path(p)): Path(p) for p in inputs if p is not None}
-    outputs = [Other(Path(p), "output", is_our_png, "an ootd picture") for p in images] + list(others)
+    outputs = chain((Other(Path(p), "output", is_our_png, "an ootd picture") for p in images), others)  # one at a time
     for out in outputs:
         source = sources.get(_identity(out.path))
         if source is not None:

@@ -69,6 +69,54 @@ def test_read_pairs_csv_header_optional_relative_paths_and_bad_rows(tmp_path: Pa
         read_pairs_csv(tmp_path / "missing.csv")
 
 
+def test_read_pairs_csv_hands_the_file_to_the_csv_module_as_it_is(tmp_path: Path) -> None:
+    """A quoted newline is one cell (never another file name), a Unicode line separator splits nothing, and a
+    record that spans lines is named by its first line."""
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_text('a.png,"b.png\nother.png",upper\nc.png,d\u2028e.png,upper\r\nf.png,"g,h.png",upper\n',
+                        newline="")
+    first, second, third = read_pairs_csv(csv_file)
+    assert first.garment.name == "b.png\nother.png" and first.source == "pairs.csv line 1"
+    assert second.garment.name == "d\u2028e.png" and second.source == "pairs.csv line 3"
+    assert third.garment.name == "g,h.png" and third.source == "pairs.csv line 4"
+    assert all(p.problem is None for p in (first, second, third))
+
+
+@pytest.mark.parametrize("header", ["person,garment,category,notes", "person,notes,garment,category",
+                                    "id,person,garment,category", "notes,garment,person,category,id"])
+def test_columns_the_header_names_but_ootd_does_not_use_are_ignored_wherever_they_are(tmp_path: Path,
+                                                                                      header: str) -> None:
+    names = header.split(",")
+    values = {"person": "a.png", "garment": "b.png", "category": "upper"}
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_text(f"{header}\n{','.join(values.get(n, 'x') for n in names)}\n")
+    (pair,) = read_pairs_csv(csv_file)
+    assert pair.problem is None and pair.person.name == "a.png" and pair.garment.name == "b.png"
+    assert pair.category is Category.UPPER
+
+
+def test_a_row_wider_than_its_header_and_a_header_naming_a_column_twice(tmp_path: Path) -> None:
+    wide = tmp_path / "wide.csv"
+    wide.write_text("person,garment\na.png,b.png,upper\n")
+    (pair,) = read_pairs_csv(wide)
+    assert "3 columns, expected at most 2" in pair.problem and "line 2" in pair.problem
+    twice = tmp_path / "twice.csv"
+    twice.write_text("person,garment,model\na.png,b.png,c.png\n")
+    with pytest.raises(UsageError, match="twice.csv line 1: .*names the person column twice"):
+        read_pairs_csv(twice)
+
+
+@pytest.mark.parametrize("data, line, words", [
+    (b"a.png,b.png,upper\nc.png,d\x00.png,upper\n", 2, "NUL byte"),
+    (b"a.png,b.png,upper\n" * 5000 + b"caf\xe9.png,b.png,upper\n", 5001, "UTF-8"),
+])
+def test_what_the_csv_module_cannot_take_names_its_line(tmp_path: Path, data: bytes, line: int, words: str) -> None:
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_bytes(data)
+    with pytest.raises(UsageError, match=f"pairs.csv line {line}: .*{words}"):
+        read_pairs_csv(csv_file)
+
+
 def test_pairs_from_folders_zip_product_and_masks(tmp_path: Path, example_images: dict[str, Path]) -> None:
     people, garments = images_tree(tmp_path, example_images, people=2, garments=3)
     (tmp_path / "masks").mkdir()

@@ -18,7 +18,7 @@ from PIL import Image
 from ootd.app.batch import index as index_module
 from ootd.app.batch import pages as pages_module
 from ootd.app.batch.index import write_index
-from ootd.app.batch.pages import Heading, Links
+from ootd.app.batch.pages import Heading, Links, arrange
 from ootd.app.batch.pairs import Pair, collect_pairs
 from ootd.app.batch.report import PairReport, read_reports
 from ootd.app.tryon.config import build_config
@@ -293,14 +293,14 @@ def test_a_sparse_grid_lists_each_persons_pairs_and_a_big_person_spans_pages(tmp
     zipped = [p for p in people if p.person.stem[1:] == p.garment.stem[1:]]  # the i-th with the i-th
     index = write_index(out / "index.html", zipped, [], heading())
     sheet = page(out / "index.html")
-    assert not index.pages[0].dense
+    assert not arrange(index.pages[0], zipped).dense
     assert sheet.cells == 12 and "pending" in sheet.text  # one cell per person, not 12 x 12
     assert sum(src.endswith("p3.png") for src in sheet.images) == 0 and "missing" in sheet.classes
 
     one = [Pair(people[0].person, p.garment, Category.UPPER, index=k) for k, p in enumerate(people[:12])]
     index = write_index(out / "index.html", one, [], heading(), page_pairs=5)
     assert [len(p.positions) for p in index.pages] == [5, 5, 2]
-    assert all([person for _, person in p.people] == [one[0].person] for p in index.pages)
+    assert all([person for _, person in arrange(p, one).people] == [one[0].person] for p in index.pages)
 
 
 def test_index_after_a_batch_equals_the_one_built_from_its_report(models, tmp_path: Path, tiny_tree: Path,

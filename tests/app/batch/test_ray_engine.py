@@ -135,7 +135,7 @@ def test_worker_killed_mid_pair_is_replaced_and_the_pair_retried_then_resume_dis
     engine = make_engine("ray", config, cluster=ClusterOptions(workers=1, gpus_per_worker=0), report_path=report)
     summary = engine.run(pairs)
     assert engine.attempts == {1: 2}  # pair 0 ran once
-    assert [r.status for r in summary.reports] == ["ok", "ok"], [r.error for r in summary.reports]
+    assert summary.tally.counts == {"ok": 2, "skipped": 0, "error": 0}, summary.tally.errors()
     assert summary.loads == {"hd": 2}  # the replacement worker loaded its own pipeline
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert files == ["batch_report.jsonl", "p0__g0__0.png", "p1__g0__0.png"]  # nothing partial, nothing twice
@@ -145,7 +145,7 @@ def test_worker_killed_mid_pair_is_replaced_and_the_pair_retried_then_resume_dis
     again = make_engine("ray", config, cluster=ClusterOptions(workers=1, gpus_per_worker=0), report_path=report)
     summary = again.run(pairs)
     assert again.dispatched == 0
-    assert [r.status for r in summary.reports] == ["skipped"] * 2
+    assert summary.tally.counts == {"ok": 0, "skipped": 2, "error": 0}
     assert [line["status"] for line in report_lines(tmp_path / "out").values()] == ["skipped"] * 2
 
 
@@ -160,10 +160,12 @@ def test_a_pair_whose_worker_dies_on_every_attempt_is_reported_and_the_rest_run(
     engine = make_engine("ray", config, cluster=ClusterOptions(workers=1, gpus_per_worker=0, retries=0),
                          report_path=tmp_path / "out" / "batch_report.jsonl")
     summary = engine.run(pairs)
-    first, second = summary.reports
-    assert (first.status, first.model_type, first.seed) == ("error", "hd", 3)
-    assert first.error.startswith("the worker running this pair died on each of its 1 attempt(s)")
-    assert second.status == "ok", second.error
+    first, second = report_lines(tmp_path / "out").values()
+    assert (first["status"], first["model_type"], first["seed"]) == ("error", "hd", 3)
+    assert first["error"].startswith("the worker running this pair died on each of its 1 attempt(s)")
+    assert second["status"] == "ok", second["error"]
+    assert summary.tally.errors() == [{"index": 0, "person": str(pairs[0].person), "garment": str(pairs[0].garment),
+                                       "error": first["error"]}]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["batch_report.jsonl", "p1__g0__0.png"]
     assert [line["status"] for line in report_lines(tmp_path / "out").values()] == ["error", "ok"]
 

@@ -90,6 +90,52 @@ def test_a_resume_of_a_large_done_batch_reads_each_outputs_record_once(models, t
     assert opened == Counter({str(p): 1 for p in outputs})  # each record once, no input decoded
 
 
+def test_a_batch_holds_no_report_or_job_per_pair_while_it_runs(models, tmp_path: Path, tiny_tree: Path,
+                                                               example_images: dict[str, Path]) -> None:
+    """The summary is counted as reports go past and the jobs are planned as they are reached: while the last
+    pair runs, the batch holds a handful of reports and jobs, not one a pair; `--json` lists the first errors."""
+    import gc
+    import json
+
+    from ootd.app.batch.report import ERRORS_LISTED
+    from ootd.app.tryon.job import TryOnJob
+    from ootd.cli.display import Display
+
+    models.fake()
+    people, garments = images_tree(tmp_path, example_images, people=30, garments=10)
+    rows = [f"{person},{garment},upper" for person in sorted(people.iterdir())
+            for garment in sorted(garments.iterdir())]
+    rows += [f"{people}/missing{i}.png,{garments}/g0.png,upper" for i in range(ERRORS_LISTED + 20)]
+    (tmp_path / "pairs.csv").write_text("\n".join(rows) + "\n")
+    alive: list[tuple[int, int]] = []
+    seen = [0]
+    real = Display.__call__
+
+    def counting(self: Display, stage: str, done: int, total: int) -> None:  # the progress of every pair
+        if stage == "pairs" and done == total - 1:  # the last pair is about to run
+            gc.collect()
+            objects = gc.get_objects()
+            alive.append((sum(isinstance(o, PairReport) for o in objects),
+                          sum(isinstance(o, TryOnJob) for o in objects)))
+        seen[0] += stage == "pairs"
+        real(self, stage, done, total)
+
+    Display.__call__ = counting
+    try:
+        result = invoke("batch", tmp_path / "pairs.csv", "--checkpoints", tiny_tree, "-o", tmp_path / "out",
+                        "--steps", "1", "--resolution", "384x512", "--seed", "2", "--json")
+    finally:
+        Display.__call__ = real
+    assert result.exit_code == 1, result.output
+    assert seen[0] == 300 + ERRORS_LISTED + 20
+    (reports, jobs), = alive
+    assert reports <= 3 and jobs <= 3, (reports, jobs)  # was: every pair's report
+    summary = json.loads(result.stdout)
+    assert (summary["pairs"], summary["ok"], summary["error"]) == (420, 300, 120)
+    assert [e["index"] for e in summary["errors"]] == list(range(300, 300 + ERRORS_LISTED))  # the first rows
+    assert summary["errors_not_listed"] == 20
+
+
 def test_the_contact_sheet_is_written_on_a_timer_not_per_pair(tmp_path: Path) -> None:
     pairs = [Pair(tmp_path / f"p{i}.png", tmp_path / f"g{j}.png", Category.UPPER, index=i * 30 + j)
              for i in range(40) for j in range(30)]

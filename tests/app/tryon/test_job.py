@@ -176,7 +176,7 @@ def test_the_batch_steps_run_once_and_the_pair_steps_per_pair(models, monkeypatc
                       category2=Category.UPPER))
     config = config_for(tiny_tree, tmp_path / "out")
     summary = BatchRunner(config, PipelineLoader(config)).run(pairs)
-    assert summary.count("ok") == 4, [r.error for r in summary.reports]
+    assert summary.count("ok") == 4, summary.tally.errors()
     assert calls == ["check_checkpoints_present", "check_memory_budget"]  # once for the whole batch
     calls.clear()
     check_batch(config_for(tiny_tree, tmp_path / "x"), [ModelType.HD, ModelType.DC, ModelType.HD], True)

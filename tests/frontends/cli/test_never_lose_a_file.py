@@ -219,6 +219,30 @@ def test_csv_with_a_huge_field_names_its_line(models, tmp_path: Path, tiny_tree:
     one_error(batch([csv_file, "-o", tmp_path / "out"], tiny_tree), 2, "pairs.csv line 2", "field larger")
 
 
+def test_csv_with_a_nul_byte_is_one_line_naming_it(models, tmp_path: Path, tiny_tree: Path) -> None:
+    models.forbid()
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_bytes(b"person,garment,category\na.png,b.png,upper\nc.png,d\x00.png,upper\n")
+    one_error(batch([csv_file, "-o", tmp_path / "out"], tiny_tree), 2, "pairs.csv line 3", "NUL byte")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_quoted_newline_never_names_another_file(models, tmp_path: Path, tiny_tree: Path,
+                                                   example_images: dict[str, Path]) -> None:
+    """`"p.png\nother.png"` is one (missing) file: the photo other.png beside it is never dressed."""
+    models.fake()
+    for name in ("p.png", "other.png"):
+        (tmp_path / name).write_bytes(example_images["person"].read_bytes())
+    (tmp_path / "g.png").write_bytes(example_images["tshirt"].read_bytes())
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_text('person,notes,garment,category\n"p.png\nother.png",hi,g.png,upper\n')
+    result = batch([csv_file, "-o", tmp_path / "out"], tiny_tree)
+    assert result.exit_code == 1, result.output
+    (entry,) = read_report(tmp_path / "out" / "batch_report.jsonl")
+    assert entry["status"] == "error" and entry["person"].endswith("p.png\nother.png"), entry
+    assert not list((tmp_path / "out").glob("*.png"))
+
+
 def test_csv_that_is_a_fifo_is_refused(models, tmp_path: Path, tiny_tree: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     models.forbid()
@@ -310,7 +334,8 @@ def test_sigterm_is_handled_like_ctrl_c(models, when: str, tmp_path: Path, examp
         signal.signal(signal.SIGTERM, previous)
     assert result.exit_code == 143, result.output
     lines = result.stderr.strip().splitlines()  # the per-pair lines of a batch whose stderr is not a terminal
-    assert lines[-1] == "terminated" and all(line.startswith("[") for line in lines[:-1]), result.stderr
+    assert lines[-1] == "terminated" and all(line.startswith("[") for line in lines[:-2]), result.stderr
+    assert lines[-2].startswith("stopped after 1 of 2 pairs;") and "rerun the same command" in lines[-2]
     assert names(out) == ["batch_report.jsonl", "p0__g0__0.png"]
     assert [r["status"] for r in read_report(out / "batch_report.jsonl")] == ["ok"]
 

@@ -65,6 +65,31 @@ def test_settings_are_typed_and_urls_absolute(server, example_images: dict[str, 
         assert httpx.get(url, timeout=10).headers["content-type"] == "image/png"
 
 
+def test_range_requests_on_result_files_answer_in_the_apis_format(server,  # noqa: ANN001
+                                                                  example_images: dict[str, Path]) -> None:
+    """A range the file can serve is served; one it cannot (outside the file, malformed, another unit) is
+    {"error": "one line"} with 416 (and the file's size) or 400, like every other failure."""
+    files = files_for({"person": example_images["person"], "garment": example_images["tshirt"],
+                       "mask": example_images["mask"]})
+    job = httpx.post(server.url + "api/jobs", files=files, data=FAST, timeout=30).json()
+    while (status := httpx.get(server.url + f"api/jobs/{job['id']}", timeout=10).json())["state"] != "done":
+        assert status["state"] in ("queued", "running"), status
+    url = status["images"][0]
+    whole = httpx.get(url, timeout=10).content
+    part = httpx.get(url, headers={"Range": "bytes=0-7"}, timeout=10)
+    assert part.status_code == 206 and part.content == whole[:8] == b"\x89PNG\r\n\x1a\n"
+    for header, code in ((f"bytes={len(whole) + 10}-", 416), ("bytes=5-2", 400), ("lines=0-1", 400),
+                         ("nonsense", 400), ("bytes=", 400)):
+        answer = httpx.get(url, headers={"Range": header}, timeout=10)
+        assert answer.status_code == code, (header, answer.status_code, answer.text)
+        assert answer.headers["content-type"] == "application/json", (header, answer.headers)
+        body = answer.json()
+        assert list(body) == ["error"] and body["error"] and "\n" not in body["error"], (header, body)
+        if code == 416:
+            assert answer.headers["content-range"] == f"bytes */{len(whole)}"
+            assert str(len(whole)) in body["error"]
+
+
 def test_health_names_the_backend_and_says_the_checkpoints_are_not_released(server,  # noqa: ANN001
                                                                              example_images: dict[str, Path]) -> None:
     files = files_for({"person": example_images["person"], "garment": example_images["tshirt"],

@@ -1,6 +1,7 @@
-"""A real `ootd serve --engine ray` process (its own private Ray instance, one CPU replica) stopped by SIGTERM
-while a try-on runs: it exits 0, the deployment and Ray are gone, and so is every temporary folder, the
-server's and the replica's. Option errors are one line and exit 2, before Ray starts."""
+"""A real `ootd serve --engine ray` process (its own private Ray instance, one CPU replica) stopped by SIGTERM or
+SIGINT while a try-on runs: it exits 0, the deployment and Ray are gone, and so is every temporary folder, the
+server's and the replica's; stopped while it starts (ray.init, the replicas starting): 143 or 130, the same left.
+Option errors are one line and exit 2, before Ray starts."""
 
 from __future__ import annotations
 
@@ -32,14 +33,53 @@ def test_ray_options_need_the_ray_engine_and_sane_values(tiny_tree: Path) -> Non
         assert_one_line_error(invoke("serve", "--checkpoints", tiny_tree, *args), 2, words)
 
 
+def ray_env(temp: Path) -> dict[str, str]:
+    ray_temp = Path(f"/tmp/ootd-ray-{os.getpid()}")  # Ray's sockets need a short path; its own logs stay there
+    return {"PYTHONPATH": str(REPO), "TMPDIR": str(temp), "RAY_TMPDIR": str(ray_temp),
+            "RAY_memory_monitor_refresh_ms": "0"}  # as ray_deployment: no Ray OOM killer on a shared machine
+
+
+EXITS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+
+
 @pytest.mark.slow
-def test_sigterm_stops_the_deployment_and_removes_every_temporary_folder(tmp_path: Path, tiny_tree: Path,
-                                                                         example_images: dict[str, Path]) -> None:
+@pytest.mark.parametrize(("sig", "owner", "delay"), [
+    (signal.SIGTERM, "ray:init", None),  # the moment ray.init returns: Ray's own handlers, not yet replaced
+    (signal.SIGINT, "ray:init", 0.3),
+    (signal.SIGTERM, "ray.serve:run", 1.0),  # while the replicas start
+], ids=["SIGTERM-as-ray-init-returns", "SIGINT-while-ray-starts", "SIGTERM-while-replicas-start"])
+def test_a_signal_while_the_ray_engine_starts_stops_it_and_leaves_nothing(tmp_path: Path, tiny_tree: Path,
+                                                                          sig: int, owner: str,
+                                                                          delay: float | None) -> None:
+    """Before it serves, a signal ends `ootd serve --engine ray` as any command: 130 or 143, one line, the
+    deployment, Ray and every temporary folder gone."""
+    from tests.helpers.signals import run_signalled, send_during
+
     temp = tmp_path / "tmp"
     temp.mkdir()
-    ray_temp = Path(f"/tmp/ootd-ray-{os.getpid()}")  # Ray's sockets need a short path; its own logs stay there
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp), "RAY_TMPDIR": str(ray_temp),
-           "RAY_memory_monitor_refresh_ms": "0"}  # as ray_deployment: no Ray OOM killer on a shared machine
+    mark = tmp_path / "sent"
+    patch = ("from ootd.app.signals import ray_for_a_driver\nray_for_a_driver()\n"  # as the command imports Ray
+             + send_during(owner, sig, mark, delay=delay))
+    stopped = run_signalled(["serve", "--engine", "ray", "--replicas", "1", "--checkpoints", str(tiny_tree), "--port",
+                             "0", "--device", "cpu"], patch, mark, env=ray_env(temp))
+    code, last = EXITS[sig]
+    print(f"{signal.Signals(sig).name} while starting: exit {stopped.code} {stopped.seconds:.1f} s after it")
+    assert stopped.code == code, (stopped.code, stopped.stderr[-3000:])
+    assert stopped.stderr.strip().splitlines()[-1] == last, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr and "SIGTERM received" not in stopped.stderr, stopped.stderr[-3000:]
+    assert "ootd serve: open" not in stopped.stdout
+    assert stopped.seconds is not None and stopped.seconds < 60
+    assert stopped.left == [], f"processes left behind: {stopped.left}"
+    assert list(temp.glob("ootd-serve-*")) == [], "a temporary folder was left behind"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_deployment_and_removes_every_temporary_folder(tmp_path: Path, tiny_tree: Path, sig: int,
+                                                                          example_images: dict[str, Path]) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, **ray_env(temp)}
     err = tmp_path / "stderr.txt"
     with err.open("w") as stderr:
         proc = subprocess.Popen(
@@ -56,11 +96,12 @@ def test_sigterm_stops_the_deployment_and_removes_every_temporary_folder(tmp_pat
             assert status["state"] in ("queued", "running") and time.monotonic() < deadline, status
             time.sleep(0.2)
         assert len(list(temp.glob("ootd-serve-*"))) == 2  # the server's folder and the replica's
-        out, seconds = stop_process(proc, signal.SIGTERM, 120)
+        out, seconds = stop_process(proc, sig, 120)
     finally:
         kill_process(proc)
     text = err.read_text()
-    print(f"SIGTERM with a running try-on on a Ray replica: exited {proc.returncode} {seconds:.1f} s after it")
+    print(f"{signal.Signals(sig).name} with a running try-on on a Ray replica: exited {proc.returncode} "
+          f"{seconds:.1f} s after it")
     assert proc.returncode == 0, text[-3000:]
     assert out.strip().endswith("ootd serve: stopped"), out
     assert "Traceback" not in text, text[-3000:]

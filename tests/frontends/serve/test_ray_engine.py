@@ -143,3 +143,35 @@ def test_a_replica_killed_mid_request_fails_that_request_only_and_is_replaced(
             response = httpx.post(live.url + "api/tryon", files=tryon_files(example_images),
                                   data={**FAST, "seed": seed}, timeout=300)
             assert response.status_code == 200, response.text
+
+
+def test_health_lists_the_replicas_without_rays_private_modules(deployment: Any, tiny_tree: Path,
+                                                                example_images: dict[str, Path],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With Ray Serve's private client gone from this process (the ingress), health still lists both replicas,
+    from their own reports; with it there, the deployment's public status is shown too."""
+    import ray.serve._private.api as private
+    import ray.serve.api as public
+
+    with live_server(tiny_config(tiny_tree), ray=deployment) as live:
+        status = until(lambda: (h := health(live))["deployment"] and h["deployment"], timeout=60)
+        assert status["replicas"].get("RUNNING") == 2, status
+
+    def gone(*_: Any, **__: Any) -> Any:
+        raise ImportError("ray.serve._private.api is not there in this Ray")
+
+    monkeypatch.setattr(private, "_get_global_client", gone)
+    monkeypatch.setattr(public, "_get_global_client", gone)  # serve.status() reads it too
+    with live_server(tiny_config(tiny_tree), ray=deployment) as live:
+        replicas = until(lambda: (r := health(live)["replicas"]) and len(r) == 2 and all(x["alive"] for x in r)
+                         and r, timeout=60)
+        assert len({r["id"] for r in replicas}) == 2 and all(r["state"] == "RUNNING" for r in replicas), replicas
+        assert all(isinstance(r["pid"], int) and r["node_ip"] and r["started"] for r in replicas), replicas
+        assert health(live)["deployment"] is None  # Ray Serve's own status: not known here
+        answer = httpx.post(live.url + "api/tryon", files=tryon_files(example_images), data={**FAST, "seed": "1"},
+                            timeout=300)
+        assert answer.status_code == 200, answer.text
+        ran = answer.json()["replica"]
+        assert ran in {r["id"] for r in replicas}
+        after = {r["id"]: r for r in health(live)["replicas"]}
+        assert after[ran]["completed"] >= 1 and after[ran]["models_loaded"] == ["hd"], after
