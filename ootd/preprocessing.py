@@ -61,7 +61,9 @@ class Preprocessor:
 
     @classmethod
     def from_checkpoints(cls, root: Path, device: torch.device | str = "cpu",
-                         parsing_provider: ParsingProvider = ParsingProvider.CPU) -> Preprocessor:
+                         parsing_provider: ParsingProvider = ParsingProvider.CPU, threads: int | None = None,
+                         ) -> Preprocessor:
+        """Pose and parsing from the released layout; `threads`: ONNX Runtime's (None: its default)."""
         from preprocess.parsing import HumanParser
         from preprocess.pose import PoseEstimator
 
@@ -72,7 +74,7 @@ class Preprocessor:
             pose = PoseEstimator.from_checkpoint(layout.body_pose, device)
             # preprocess/ knows nothing of ootd: it takes the provider's word
             parser = HumanParser(layout.parsing_atr, layout.parsing_lip,
-                                 provider=ParsingProvider(parsing_provider).value)
+                                 provider=ParsingProvider(parsing_provider).value, threads=threads)
         return cls(pose, parser)
 
     @property

@@ -44,6 +44,7 @@ class RuntimeRequest:
     channels_last: bool | None = None  # None: the device profile's choice
     compile: bool | None = None
     profile: Path | None = None  # a TOML file over the device's profile (configs/profiles/)
+    threads: int | None = None  # torch's CPU threads (and ONNX Runtime's); None: as the process has them
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Runtime:
     attention: AttentionName | AttentionFn
     speed: SpeedOptions
     quantize: QuantizeName = QuantizeName.NONE
+    threads: int | None = None  # the CPU threads applied (None: the process's, untouched)
 
     def attention_fn(self) -> AttentionFn:
         """A new attention dispatcher of the chosen backend (its own call counts), or the given function."""
@@ -96,4 +98,6 @@ def resolve_runtime(request: RuntimeRequest, attention: AttentionFn | None = Non
     options = choose_speed(info, profile, channels_last=request.channels_last, compile=request.compile,
                            vae_dtype=precision.vae)
     keep_freed_memory(malloc_heap_bytes(info, profile))  # CPU: no page faults per new tensor
-    return Runtime(info, profile, precision, attention or request.attention, options, quantization)
+    if request.threads is not None and torch.get_num_threads() != request.threads:
+        torch.set_num_threads(request.threads)  # a float sum's last bit depends on how many threads share it
+    return Runtime(info, profile, precision, attention or request.attention, options, quantization, request.threads)

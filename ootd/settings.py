@@ -131,6 +131,16 @@ def check_mask_grow(pixels: int) -> int:
     return int(pixels)
 
 
+MAX_THREADS = 1024
+
+
+def check_threads(threads: int) -> int:
+    """A CPU thread count (--threads) if it is 1..MAX_THREADS, else a UsageError."""
+    if not 1 <= int(threads) <= MAX_THREADS:
+        raise UsageError(f"--threads must be 1 to {MAX_THREADS}, got {threads}")
+    return int(threads)
+
+
 def parse_resolution(value: str | tuple[int, int] | Resolution) -> Resolution:
     if isinstance(value, Resolution):
         res = value

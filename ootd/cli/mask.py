@@ -26,7 +26,7 @@ EPILOG = (
 )
 # the shared options that change the mask (the same words as `ootd run`, so a run with them makes this mask)
 MASK_OPTIONS = {name: RUN_OPTIONS[name] for name in (
-    "model_type", "fit", "mask_grow", "resolution", "checkpoints", "device", "parsing_provider", "output",
+    "model_type", "fit", "mask_grow", "resolution", "checkpoints", "device", "parsing_provider", "threads", "output",
     "overwrite",
 )}
 

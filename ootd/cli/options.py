@@ -24,6 +24,7 @@ from ootd.settings import (
     DEFAULT_FEATHER,
     FEATHER_HEIGHT,
     MAX_FEATHER,
+    MAX_THREADS,
     AttentionName,
     Category,
     Choice,
@@ -116,6 +117,11 @@ CompileOpt = Annotated[bool | None, _opt(
     "--compile/--no-compile", panel=HARDWARE, default_shown=False,
     help="torch.compile the try-on UNet: the first call compiles for minutes; then each step may be faster "
          "(measure with ootd bench). Default: the device profile's choice, off everywhere.")]
+ThreadsOpt = Annotated[int | None, _opt(
+    "--threads", metavar="N", panel=HARDWARE, default_shown=False,
+    help="CPU threads of torch and ONNX Runtime, 1 to " + str(MAX_THREADS) + ". Default: this machine's as torch "
+         "counts them (physical cores, or $OMP_NUM_THREADS), fixed when the command starts and applied by every "
+         "engine's processes (Ray workers too), so the same command gives the same bytes on either engine.")]
 ProviderOpt = Annotated[str, _opt(
     "--parsing-provider", metavar=choices(ParsingProvider), panel=HARDWARE,
     help="ONNX Runtime provider for human parsing: cpu (as the original) or auto (MIGraphX, ROCm, CUDA, then "
@@ -182,6 +188,7 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "channels_last": (ChannelsLastOpt, None),
     "compile": (CompileOpt, None),
     "parsing_provider": (ProviderOpt, RunConfig.parsing_provider.value),
+    "threads": (ThreadsOpt, None),
     "output": (OutputOpt, RunConfig.output),
     "save_intermediates": (IntermediatesOpt, RunConfig.save_intermediates),
     "overwrite": (OverwriteOpt, RunConfig.overwrite),

@@ -29,6 +29,7 @@ from ootd.settings import (
     check_category_margin,
     check_mask_grow,
     check_model_category,
+    check_threads,
     default_model_type,
 )
 from ootd.speedups.modes import SpeedModes, resolve_speed
@@ -62,6 +63,10 @@ class RunConfig:
     seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
     lora: LoraChoice | None = None  # an adapter `ootd train` wrote, merged at its scale when the models load
     photo: PhotoOutput = field(default_factory=PhotoOutput)  # working-size pictures, or the photo's (--keep-unmasked)
+    # CPU threads of torch and ONNX Runtime. build_config fixes the number where the command starts, and every
+    # engine's processes apply it, so a Ray worker sums floats in the same order as a local run (same bytes).
+    # None: leave the process as it is (library use).
+    threads: int | None = None
 
     @property
     def runtime_request(self) -> RuntimeRequest:
@@ -70,7 +75,8 @@ class RunConfig:
 
         speed = self.speed
         return RuntimeRequest(device=self.device, precision=self.precision, attention=self.attention,
-                              quantize=speed.quantize, channels_last=speed.channels_last, compile=speed.compile)
+                              quantize=speed.quantize, channels_last=speed.channels_last, compile=speed.compile,
+                              threads=self.threads)
 
     def model_type_for(self, category: Category) -> ModelType:
         """The model for a category: the forced one (if compatible) or the default (hd upper, dc otherwise)."""
@@ -144,14 +150,18 @@ def build_config(
     name: str = RunConfig.name_template, grid: bool = RunConfig.grid,
     category_margin: float = DEFAULT_CATEGORY_MARGIN, lora: str | Path | None = None,
     lora_scale: float = LoraChoice.scale, output_size: str | None = None, keep_unmasked: bool = False,
-    feather: int | None = None,
+    feather: int | None = None, threads: int | None = None,
 ) -> RunConfig:
     """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here.
 
     Takes the words a user typed (as front ends receive them); each bad one is a one-line UsageError. The speed
-    options left as None follow the `speed` preset (ootd/speedups/modes.py; None: exact).
+    options left as None follow the `speed` preset (ootd/speedups/modes.py; None: exact). `threads` None: the
+    CPU threads torch uses in this process now (its physical cores, or $OMP_NUM_THREADS), fixed here so that
+    the processes of every engine apply the same number.
     """
-    from ootd.hardware.spec import check_device_spec  # imports torch: not at --help time
+    import torch  # not at --help time
+
+    from ootd.hardware.spec import check_device_spec
     from ootd.weights.layout import default_checkpoints_dir
 
     device = None if device is None or not str(device).strip() else str(device).strip()
@@ -174,4 +184,5 @@ def build_config(
         name_template=check_template(name), grid=grid, seed_random=seed is None,
         category_margin=check_category_margin(category_margin), lora=LoraChoice.parse(lora, lora_scale),
         photo=PhotoOutput.from_words(output_size, keep_unmasked, feather),
+        threads=check_threads(threads) if threads is not None else torch.get_num_threads(),
     )

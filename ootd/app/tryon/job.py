@@ -246,7 +246,7 @@ class JobOutcome:
         outcome, _ = self._outcome(len(job.passes) - 1, sample)
         described = outcome.info or info
         ran = {"device": str(described.get("device", "")), "precision": str(described.get("precision", "")),
-               "attention": str(described.get("attention", ""))}
+               "attention": str(described.get("attention", "")), "threads": str(described.get("threads", ""))}
         passes = tuple(records) if len(records) > 1 else ()
         return Record(records[-1], passes, sample=sample, photo=job.config.photo, **ran)
 

@@ -152,8 +152,10 @@ class PipelineLoader:
             else:
                 from ootd.preprocessing import Preprocessor
 
+                runtime = self.runtime()
                 self._preprocessor = Preprocessor.from_checkpoints(
-                    self.config.checkpoints, self.runtime().device.torch_device, self.config.parsing_provider)
+                    self.config.checkpoints, runtime.device.torch_device, self.config.parsing_provider,
+                    runtime.threads)
         return self._preprocessor
 
     def _load(self, model_type: ModelType, progress: Progress | None) -> Any:

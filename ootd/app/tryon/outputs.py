@@ -166,6 +166,9 @@ def describe_pipeline(pipe: Any, config: RunConfig) -> dict[str, Any]:
         precision = precision.get("unet", next(iter(precision.values()), None))
     info["precision"] = dtype_name(precision) if precision is not None else "unknown"
     info["attention"] = str(info.get("attention") or config.attention)
+    torch = sys.modules.get("torch")
+    if "threads" not in info and torch is not None:  # a CPU float sum's last bit depends on it (RunConfig.threads)
+        info["threads"] = torch.get_num_threads()
     return info
 
 

@@ -5,8 +5,9 @@ the record of `ootd mask` files are all derived here, so a key name is spelt in 
 
 A picture of one garment records its pass: model, category, sampling and speed settings, its inputs' names, the
 framing and mask growth (and, for `--category auto`, the classification's probability), then where it was
-computed (device, precision, attention) and its sample number. An outfit's picture records its last pass that way
-and, after it, each pass's garment, category, model, seed and mask under the pass's name (`lower_seed`, ...).
+computed (device, precision, attention, CPU threads) and its sample number. An outfit's picture records its last
+pass that way and, after it, each pass's garment, category, model, seed and mask under the pass's name
+(`lower_seed`, ...).
 """
 
 from __future__ import annotations
@@ -108,12 +109,15 @@ class Record:
     precision: str = ""
     attention: str = ""
     sample: int | None = None
+    threads: str = ""  # the CPU threads of the process that made it (RunConfig.threads); empty: not known
     photo: PhotoOutput = field(default_factory=PhotoOutput)  # what the pictures are: working size, or the photo's
 
     def text(self) -> dict[str, str]:
         """The PNG text, in the order it is written."""
         text = {**software(), **self.picture.text(), **_photo_words(self.photo), "device": self.device,
                 "precision": self.precision, "attention": self.attention}
+        if self.threads:
+            text["threads"] = self.threads
         if self.sample is not None:
             text["sample"] = str(self.sample)
         for one in self.passes:

@@ -80,8 +80,8 @@ def run_bench(config: RunConfig, *, model_type: ModelType = ModelType.HD, random
     say = log or (lambda line: logger.info("%s", line))
     if random_weights is not None and components is not None:
         raise UsageError("give random weights or components, not both")
-    if options.threads is not None:
-        torch.set_num_threads(options.threads)
+    if options.threads is not None:  # the runtime applies the config's count
+        config = replace(config, threads=options.threads)
     # before the weights are loaded: the plan's budget is what is free now
     runtime = resolve_runtime(config.runtime_request)
     sampling, precision, info = config.sampling, runtime.precision, runtime.device

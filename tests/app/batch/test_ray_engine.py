@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
@@ -39,16 +40,6 @@ def ray_instance():  # noqa: ANN201
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     yield ray
     ray.shutdown()
-
-
-@pytest.fixture
-def one_thread():  # noqa: ANN201
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +80,10 @@ def comparable(line: dict, out: Path) -> dict:
     return kept
 
 
-def test_ray_engine_gives_the_local_engines_images_and_report(ray_instance, one_thread, tiny_tree: Path,  # noqa: ANN001
+def test_ray_engine_gives_the_local_engines_images_and_report(ray_instance, tiny_tree: Path,  # noqa: ANN001
                                                                 inputs: Path, tmp_path: Path) -> None:
+    """Bytes too: the workers (one CPU each, so one thread by Ray's default) apply the driver's thread count,
+    which this process's local run uses."""
     pairs = write_csv(inputs, "mixed.csv", [
         "p0.png,g0.png,upper,m0.png",
         "p1.png,g0.png,upper,m1.png",
@@ -119,6 +112,7 @@ def test_ray_engine_gives_the_local_engines_images_and_report(ray_instance, one_
         records = [{k: v for k, v in Image.open(tmp_path / side / name).info.items()
                     if isinstance(v, str) and k != "attention"} for side in ("local", "ray")]  # its calls counted
         assert records[0] == records[1], name
+        assert records[1]["threads"] == str(torch.get_num_threads()), name  # the driver's, in the worker
     assert "lower_seed" in Image.open(tmp_path / "ray" / "p1__g0-with-g1__0.png").info
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(
         p.name for p in (tmp_path / "local").iterdir())

@@ -16,7 +16,7 @@ from ootd.app.tryon.job import plan_job
 from ootd.app.tryon.outputs import encode_png
 from ootd.app.tryon.passes import run_pass as run_tryon
 from ootd.app.tryon.request import TryOnRequest
-from ootd.errors import InputImageError, NoPersonError
+from ootd.errors import InputImageError, NoPersonError, UsageError
 from ootd.imaging.files import decode_image
 from ootd.settings import Category, FitMode, SamplingSettings, parse_resolution
 from tests.helpers.fakes import FakePipe
@@ -105,5 +105,28 @@ def test_encode_png_round_trips_pixels_and_metadata() -> None:
 
 def test_build_config_defaults_are_run_config_defaults(tmp_path: Path) -> None:
     config = build_config(checkpoints=tmp_path, seed=1)
-    assert replace(config, sampling=replace(config.sampling, seed=None)) == RunConfig(checkpoints=tmp_path)
+    unfixed = replace(config, sampling=replace(config.sampling, seed=None), threads=None)
+    assert unfixed == RunConfig(checkpoints=tmp_path)
     assert build_config(checkpoints=tmp_path, fit="CROP").fit is FitMode.CROP
+
+
+def test_threads_are_fixed_where_the_command_starts_and_applied_by_the_runtime(tmp_path: Path) -> None:
+    """Every engine's processes apply the number build_config fixed, so a Ray worker (one CPU, one thread by
+    Ray's default) sums floats as the local run does."""
+    import torch
+
+    from ootd.runtime import resolve_runtime
+
+    before = torch.get_num_threads()
+    assert build_config(checkpoints=tmp_path).threads == before
+    for bad in (0, -1, 1025):
+        with pytest.raises(UsageError, match="--threads must be 1 to 1024"):
+            build_config(checkpoints=tmp_path, threads=bad)
+    config = build_config(checkpoints=tmp_path, threads=before + 1, device="cpu")
+    assert config.runtime_request.threads == before + 1
+    try:
+        assert resolve_runtime(config.runtime_request).threads == before + 1 == torch.get_num_threads()
+        assert resolve_runtime(replace(config, threads=None).runtime_request).threads is None
+        assert torch.get_num_threads() == before + 1  # None: the process as it is
+    finally:
+        torch.set_num_threads(before)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from ootd import __version__
@@ -53,6 +54,7 @@ def test_run_hd_json_metadata_seed_overwrite(tmp_path: Path, tiny_tree: Path, ex
     assert meta["seed"] == "7" and meta["steps"] == "1" and meta["model_type"] == "hd"
     assert (meta["person"], meta["garment"], meta["mask"]) == ("person.png", "tshirt.png", "person_mask_upper.png")
     assert meta["resolution"] == "384x512" and meta["software"] == f"ootd {__version__}"
+    assert meta["threads"] == str(torch.get_num_threads())  # the default: this process's count, recorded
     first = pixels(target)
     mtime = target.stat().st_mtime_ns
 

@@ -95,14 +95,12 @@ def test_tryon_equals_ootd_run(tmp_path: Path, tiny_tree: Path, example_images: 
                                engine: dict) -> None:
     """Both sides load the tiny checkpoints themselves (the local engine in this process, the Ray engine in
     its replicas); the CLI runs in its own process. On a CPU the last bit of a float sum depends on how many
-    threads share it, and Ray runs a replica of one CPU with one thread: the CLI runs with as many then."""
+    threads share it: the replicas (one CPU each) apply the server's thread count, which is the CLI's."""
     out = tmp_path / "cli"
     args = ["run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper",
             "--mask", example_images["mask"], "--checkpoints", tiny_tree, "-o", out, "--device", "cpu",
             "--steps", "2", "--resolution", "384x512", "--seed", "11", "--samples", "2", "-q"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    if "ray" in engine:
-        env["OMP_NUM_THREADS"] = str(int(engine["ray"].options.cpus_per_replica))
     cli = subprocess.run([sys.executable, "-m", "ootd", *map(str, args)], capture_output=True, text=True, env=env,
                          timeout=300)
     assert cli.returncode == 0, cli.stderr
