@@ -11,8 +11,9 @@ import typer
 
 from ootd.cli.display import print_json
 from ootd.cli.errors import guarded_command
-from ootd.cli.options import INPUTS, LOGGING_OPTIONS, RUN_OPTIONS, JsonOpt, checked_config, with_options
+from ootd.cli.options import INPUTS, LOGGING_OPTIONS, RUN_OPTIONS, JsonOpt, checked_config, choices, with_options
 from ootd.errors import escaped
+from ootd.settings import Category
 
 logger = logging.getLogger("ootd.cli")
 
@@ -37,7 +38,7 @@ def mask_command(
     model: Annotated[Path, typer.Option("--model", "--person", "-m", help="Person photo.", metavar="PERSON",
                                         rich_help_panel=INPUTS, show_default=False)],
     category: Annotated[str, typer.Option("--category", "-k", help="upper, lower or dress.", rich_help_panel=INPUTS,
-                                          show_default=False)],
+                                          show_default=False, metavar=choices(tuple(c.value for c in Category)))],
     json_out: JsonOpt = False,
     **options: Any,
 ) -> None:
@@ -46,7 +47,6 @@ def mask_command(
     from ootd.app.tryon.loader import PipelineLoader
     from ootd.app.tryon.masking import describe_mask_file
     from ootd.app.tryon.preflight import prepare_mask_job
-    from ootd.settings import Category
 
     config = checked_config(options)  # the device and parsing provider as `ootd run` checks them
     job = prepare_mask_job(config, model, Category.parse(category))  # every check, in `ootd run`'s order

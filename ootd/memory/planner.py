@@ -26,17 +26,9 @@ from typing import Any
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.policy import attention_budget_for, free_memory
 from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, PlanRequest, estimate
+from ootd.memory.units import size_text
 
 logger = logging.getLogger(__name__)
-
-
-def size_text(n: float) -> str:
-    """Bytes for tables and logs in the unit that shows them: `4.20 GiB`, `10.0 MiB`, `512.0 KiB`, `0 B` (a
-    budget of 10 MiB is not `0.01 GiB`)."""
-    for unit, scale, digits in (("GiB", GIB, 2), ("MiB", MIB, 1), ("KiB", 1024, 1)):
-        if abs(n) >= scale:
-            return f"{n / scale:.{digits}f} {unit}"
-    return f"{n:.0f} B"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import torch
 
 from ootd.hardware.dtypes import itemsize
 from ootd.memory.trace import trace_activations
+from ootd.memory.units import size_text
 from ootd.weights.released import (
     RELEASED_LARGEST_MODULE,
     RELEASED_PARAMETERS,
@@ -183,5 +184,5 @@ def classifier_lines(text_parameters: int, bytes_per_parameter: int = 4) -> list
     """The memory plan's lines for `--category auto`: the text tower's weights (fp32), held only while the prompt
     features are computed, before any diffusion model loads."""
     size = text_parameters * bytes_per_parameter
-    return [f"  classifier text tower  {size / 2**30:>7.2f} GiB  ({text_parameters:,} parameters, fp32; "
+    return [f"  classifier text tower  {size_text(size):>10}  ({text_parameters:,} parameters, fp32; "
             "--category auto: loaded before the try-on models, dropped once its prompt features are computed)"]

@@ -41,6 +41,7 @@ from ootd import __version__
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.loader import ModelSource
+from ootd.app.tryon.outputs import rounded
 from ootd.errors import NoPersonError, OotdError, UsageError
 from ootd.serve import schema
 from ootd.serve.access import CLIENT_GONE, AccessLog
@@ -72,7 +73,7 @@ def result_json(job: Job, base_url: str | None) -> dict[str, Any]:
         return f"{base_url}api/jobs/{job.id}/files/{quote(name)}"
 
     seconds = job.seconds()
-    timings = {**done.timings, **seconds, "total": seconds["queue"] + seconds["run"]}
+    timings = rounded({**done.timings, **seconds, "total": seconds["queue"] + seconds["run"]})  # as --json
     settings = {**done.settings, "fit": str(job.spec.config.fit),
                 "mask": "uploaded" if job.spec.job.inputs.garments[0].mask is not None else "auto"}
     return {

@@ -35,7 +35,8 @@ RESULT_EXAMPLE = {
                  "resolution": "768x1024", "scheduler": "unipc", "fit": "pad", "mask": "auto"},
 }
 FAILURES = {
-    400: {"description": "an upload is not a usable image, no person found, or an impossible combination",
+    400: {"description": "an upload is not a usable image, no person found, an impossible combination, or a "
+                         "setting this server cannot run (a precision or attention backend its hardware lacks)",
           "content": ERROR},
     413: {"description": "the request is larger than the server's upload limit", "content": ERROR},
     422: {"description": "a field is missing, unknown, out of range or over the server's limits", "content": ERROR},

@@ -114,6 +114,7 @@ def test_tryon_equals_ootd_run(tmp_path: Path, tiny_tree: Path, example_images: 
     assert body["seed"] == 11 and len(body["images"]) == 2 and body["model_type"] == "hd"
     assert body["settings"]["steps"] == 2 and body["settings"]["mask"] == "uploaded"  # typed, as ootd run --json
     assert {"queue", "run", "total", "denoise"} <= set(body["timings"])
+    assert all(round(value, 4) == value for value in body["timings"].values() if isinstance(value, float))
     assert health["models_loaded"] == ["hd"] and health["device"] == "cpu" and health["precision"] == "fp32"
     if "ray" in engine:  # the replica that ran it, by the id Ray Serve lists
         assert body["replica"] in {replica["id"] for replica in health["replicas"]}

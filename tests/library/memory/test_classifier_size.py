@@ -23,3 +23,5 @@ def test_text_parameters_equal_the_stock_tower(hidden: int, inner: int, layers: 
 def test_classifier_line_gives_fp32_bytes() -> None:
     (line,) = classifier_lines(2**28)  # 2^28 parameters x 4 bytes = 1 GiB
     assert "1.00 GiB" in line and "268,435,456 parameters" in line
+    (small,) = classifier_lines(2_500_000)  # a tiny tower: 9.5 MiB, not "0.01 GiB"
+    assert "9.5 MiB" in small and "GiB" not in small
