@@ -77,6 +77,7 @@ class _Run:
         self.matching, self.scorer, self.progress, self.total = matching, scorer, progress, total
         self.size: tuple[int, int] | None = None
         self.framing = {"cropped": 0, "resized": 0}
+        self._framed: set[Path] = set()  # the photos counted in `framing`
         self.done = 0
 
     def tick(self) -> None:
@@ -98,30 +99,37 @@ class _Run:
             return None
         return np.asarray(image)
 
-    def photo(self, path: Path, owner: Path) -> np.ndarray | None:
+    def photo(self, path: Path) -> tuple[np.ndarray | None, str]:
+        """A real photo framed to the set's size, or None and why it cannot be used (each photo counted once in
+        the framing figures, however many results it is the truth of)."""
         try:
             image = _read(path)
         except InputImageError as exc:
-            self.matching.skip(owner, f"photo {printable(path)}: {exc}")
-            return None
+            return None, f"photo {printable(path)}: {exc}"
         assert self.size is not None
         framed = frame_to(image, self.size)
-        self.framing["cropped"] += framed.cropped
-        self.framing["resized"] += framed.resized
-        return np.asarray(framed.image)
+        if path not in self._framed:
+            self._framed.add(path)
+            self.framing["cropped"] += framed.cropped
+            self.framing["resized"] += framed.resized
+        return np.asarray(framed.image), ""
 
     def paired(self) -> list[Match]:
-        """Every match scored in order; returns the matches by the scorer's keys."""
+        """Every match scored in order; returns the matches by the scorer's keys. A result whose photo cannot
+        be used is skipped with the photo's reason, each of them (a photo is read again only when the truth
+        changes: the matches come grouped by photo)."""
         seen: set[Path] = set()
-        last: tuple[Path | None, np.ndarray | None] = (None, None)
+        last: tuple[Path | None, np.ndarray | None, str] = (None, None, "")
         for key, match in enumerate(self.matching.matches):
             result = self.result(match.result)
             if result is not None:
                 assert match.truth is not None
-                photo = last[1] if last[0] == match.truth else self.photo(match.truth, match.result)
-                last = (match.truth, photo)
-                if photo is not None:
-                    self.scorer.add_pair(key, result, photo, new_truth=match.truth not in seen)
+                if last[0] != match.truth:
+                    last = (match.truth, *self.photo(match.truth))
+                if last[1] is None:
+                    self.matching.skip(match.result, last[2])
+                else:
+                    self.scorer.add_pair(key, result, last[1], new_truth=match.truth not in seen)
                     seen.add(match.truth)
             self.tick()
         return self.matching.matches
@@ -135,8 +143,10 @@ class _Run:
         if self.size is None:
             return
         for path in photos:
-            photo = self.photo(path, path)
-            if photo is not None:
+            photo, problem = self.photo(path)
+            if photo is None:
+                self.matching.skip(path, problem)
+            else:
                 self.scorer.add_image(photo, real=True)
             self.tick()
 

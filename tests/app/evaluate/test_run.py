@@ -59,6 +59,21 @@ def test_a_photo_shared_by_samples_is_framed_and_counted_once(tmp_path: Path) ->
     assert report.framing == {"cropped": 0, "resized": 2}  # once per photo, not per result
 
 
+def test_every_result_of_an_unreadable_photo_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    photos = write_photos(tmp_path / "photos", ["alice.png", "bob.png"])
+    (tmp_path / "photos" / "bob.png").write_bytes(b"not a png")
+    results = tmp_path / "results"
+    results.mkdir()
+    for person in ("alice.png", "bob.png"):
+        for sample in range(3):
+            our_result(results / f"{person[:-4]}_{sample}.png", blurred(photos["alice.png"], sample), person, sample)
+    report = evaluate(results, tmp_path / "photos", OPTIONS)
+    assert len(report.pairs) == 3
+    skipped = {Path(s.what).name: s.reason for s in report.skipped}
+    assert sorted(skipped) == ["bob_0.png", "bob_1.png", "bob_2.png"]  # each one, not only the first
+    assert all(reason.startswith("photo ") and "bob.png" in reason for reason in skipped.values())
+
+
 def test_unpaired_frames_every_photo_to_the_results_size(tmp_path: Path) -> None:
     write_photos(tmp_path / "photos", [f"q{i}.png" for i in range(3)], size=(80, 100))
     results = tmp_path / "results"
@@ -130,3 +145,28 @@ def test_files_not_ours_are_never_replaced(tmp_path: Path) -> None:
 def test_a_shards_files_are_its_own() -> None:
     assert eval_names() == eval_names(Path("out/batch_report.jsonl")) == ("eval.json", "eval.html")
     assert eval_names(Path("batch_report.shard0of2.jsonl")) == ("eval.shard0of2.json", "eval.shard0of2.html")
+
+
+def test_a_missing_result_or_photo_named_by_pairs_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    photos = write_photos(tmp_path / "photos", ["alice.png", "bob.png"])
+    results = tmp_path / "results"
+    results.mkdir()
+    for name in ("r0.png", "r1.png", "r3.png"):
+        blurred(photos["alice.png"], 1).save(results / name)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("result,truth\nr0.png,alice.png\nr1.png,bob.png\ngone.png,bob.png\nr3.png,nobody.png\n")
+    report = evaluate(results, tmp_path / "photos", EvalOptions.from_words(batch=2, pairs_csv=pairs))
+    assert [Path(p.result).name for p in report.pairs] == ["r0.png", "r1.png"]
+    skipped = {Path(s.what).name: s.reason for s in report.skipped}
+    assert sorted(skipped) == ["gone.png", "r3.png"]
+    assert skipped["gone.png"].startswith("result: ") and "gone.png" not in skipped["gone.png"]
+    assert skipped["r3.png"].startswith("photo ") and "nobody.png" in skipped["r3.png"]
+
+
+def test_a_result_in_the_report_but_not_on_disk_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    out, photos = batch_folder(tmp_path)
+    (out / "r1.png").unlink()  # the photo p1.png is still there
+    report = evaluate(out, photos, OPTIONS)
+    assert sorted(Path(p.result).name for p in report.pairs) == ["r0.png", "r2.png"]
+    assert [Path(s.what).name for s in report.skipped] == ["r1.png"]
+    assert report.skipped[0].reason.startswith("result: ")
