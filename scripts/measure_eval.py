@@ -109,7 +109,7 @@ def main() -> None:
         print(json.dumps(measure(*args.one, args.weights, args.batch, args.threads)))
         return
     counts = sorted(int(c) for c in args.counts.split(","))
-    print(f"# {cpu_name()}, {os.cpu_count()} CPUs, torch threads default; load average at start "
+    print(f"# {cpu_name()}, {os.cpu_count()} CPUs, {args.threads} torch thread(s) a run; load average at start "
           f"{Path('/proc/loadavg').read_text().split()[:3]}")
     rows = []
     for word in args.sizes.split(","):

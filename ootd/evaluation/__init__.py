@@ -4,7 +4,8 @@
     weights.py   the published networks' weight files: which, where they live (torch's hub cache), fetching them
     networks.py  the networks the metrics run on: torch-fidelity's InceptionV3 (FID/KID features) and LPIPS's
                  AlexNet (the `eval` extra), or randomly initialised stand-ins; the seam to hand in others
-    sets.py      FID and KID of two sets of features (torchmetrics' estimators, fed features computed here)
+    sets.py      FID and KID of two sets of features (torchmetrics' estimators, fed features computed here;
+                 FID's running sums, KID's bounded reservoir sample)
     scoring.py   per-pair SSIM (torchmetrics) and LPIPS, and the sets' features, a batch of images at a time
 
 The library under the application layer: imports errors, settings, hardware and imaging; torch, torchmetrics and

@@ -159,14 +159,15 @@ def test_a_missing_result_or_photo_named_by_pairs_is_skipped_with_its_reason(tmp
     assert [Path(p.result).name for p in report.pairs] == ["r0.png", "r1.png"]
     skipped = {Path(s.what).name: s.reason for s in report.skipped}
     assert sorted(skipped) == ["gone.png", "r3.png"]
-    assert skipped["gone.png"].startswith("result: ") and "gone.png" not in skipped["gone.png"]
-    assert skipped["r3.png"].startswith("photo ") and "nobody.png" in skipped["r3.png"]
+    assert skipped["gone.png"].startswith("result: ") and "not found" in skipped["gone.png"]
+    assert skipped["r3.png"].startswith("photo ") and "nobody.png: file not found" in skipped["r3.png"]
+    assert report.sets.results == 2 and report.matched_by == {"--pairs": 4}  # matched, then skipped when read
 
 
-def test_a_result_in_the_report_but_not_on_disk_is_skipped_with_its_reason(tmp_path: Path) -> None:
+def test_a_result_missing_from_the_folder_its_report_names_is_skipped_with_its_reason(tmp_path: Path) -> None:
     out, photos = batch_folder(tmp_path)
     (out / "r1.png").unlink()  # the photo p1.png is still there
     report = evaluate(out, photos, OPTIONS)
     assert sorted(Path(p.result).name for p in report.pairs) == ["r0.png", "r2.png"]
     assert [Path(s.what).name for s in report.skipped] == ["r1.png"]
-    assert report.skipped[0].reason.startswith("result: ")
+    assert report.skipped[0].reason.startswith("result: ") and "not found" in report.skipped[0].reason

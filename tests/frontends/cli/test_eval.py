@@ -96,6 +96,17 @@ def test_missing_weights_one_line_exit_1_nothing_written(tmp_path: Path, monkeyp
     assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "r0.png", "r1.png"]
 
 
+def test_a_missing_file_named_by_pairs_is_listed_not_a_traceback(tmp_path: Path) -> None:
+    results, photos = folders(tmp_path)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("p0.png,p0.png\np1.png,p1.png\ngone.png,p2.png\np3.png,nobody.png\n")
+    with stand_ins():
+        result = invoke("eval", results, "--truth", photos, "--pairs", pairs)
+    assert result.exit_code == 0, result.output
+    assert "evaluated 2 pairs" in result.stdout and "skipped 2" in result.stdout
+    assert "gone.png: result: file not found" in result.stdout and "nobody.png: file not found" in result.stdout
+
+
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
     results, photos = folders(tmp_path)
     with stand_ins():
@@ -146,6 +157,25 @@ def test_batch_with_truth_checks_the_metrics_before_any_pair(models, tmp_path: P
     missing = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--checkpoints", tiny_tree,
                      "-o", out, *RUN, "--truth", tmp_path / "nowhere")
     assert_one_line_error(missing, 2, "--truth folder", "not found")
+
+
+def test_batch_with_truth_and_missing_weights_stops_before_any_pair(models, tmp_path: Path,  # noqa: ANN001
+                                                                    tiny_tree: Path, example_images,  # noqa: ANN001
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seam of test_missing_weights_one_line_exit_1_nothing_written: the published weights absent and not to
+    be had. The batch says so in one line before any model loads or any pair runs, and writes nothing."""
+    made = models.fake()
+    people, garments = images_tree(tmp_path, example_images, 1, 1)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr("ootd.evaluation.networks.require_stack", lambda: None)
+    gone = WeightsFile("InceptionV3 FID weights", (tmp_path / "offline" / "weights-inception-6726825d.pth").as_uri())
+    monkeypatch.setattr(eval_weights, "standard_weights", lambda: (gone,))
+    out = tmp_path / "out"
+    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--checkpoints", tiny_tree,
+                    "-o", out, *RUN, "--truth", people)
+    assert_one_line_error(result, 1, "weights-inception-6726825d.pth", "ootd download --eval",
+                          str(tmp_path / "torch" / "hub" / "checkpoints"))
+    assert made == {} and not out.exists()
 
 
 # ---------------------------------------------------------------------------------------------- the real stack
