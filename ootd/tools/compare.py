@@ -28,8 +28,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ootd.app.tryon.provenance import is_ours, read_record
-from ootd.app.tryon.record import DEFAULT_WORDS, PIXEL_SETTINGS
+from ootd.app.tryon.provenance import is_intermediate_record, is_ours, read_record, setting_changes
 from ootd.errors import InputImageError, OotdError, UsageError, printable
 from ootd.imaging.files import open_image_file
 from ootd.imaging.similarity import differences, psnr, ssim
@@ -116,8 +115,7 @@ def is_intermediate(path: Path) -> bool:
             return False
     except OSError:
         return False
-    record = read_record(path)
-    return is_ours(record) and "sample" not in record
+    return is_intermediate_record(read_record(path))
 
 
 def _read_rgb(path: Path) -> np.ndarray:
@@ -150,9 +148,7 @@ def setting_differences(a_path: Path, b_path: Path) -> dict[str, tuple[str, str]
     a, b = read_record(a_path), read_record(b_path)
     if not (is_ours(a) and is_ours(b)):
         return {}
-    a, b = {**DEFAULT_WORDS, **a}, {**DEFAULT_WORDS, **b}
-    keys = [k for k in (*PIXEL_SETTINGS, "lora") if k not in ("person", "garment", "mask")]
-    return {k: (a.get(k, "unknown"), b.get(k, "unknown")) for k in keys if a.get(k) != b.get(k)}
+    return setting_changes(a, b)
 
 
 def compare_folders(a_dir: str | Path, b_dir: str | Path, include_intermediates: bool = False) -> FolderComparison:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ootd.app.tryon.outputs import Targets
-from ootd.app.tryon.provenance import differences, read_record
+from ootd.app.tryon.provenance import differences, read_record, recorded_seed
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def resume_state(targets: Targets, expected: dict[str, str],
         problem = differences(recorded, expected)
         if problem is not None:
             return ResumeState("stale", reason=f"{path} was made with {problem}")
-        seeds.add(recorded.get("seed", ""))
+        seeds.add(recorded_seed(recorded))
     if len(seeds) > 1:
         return ResumeState("stale", reason=f"{existing[0]} and the other samples were made with different seeds "
                                            f"({', '.join(sorted(seeds))})")

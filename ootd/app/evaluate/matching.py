@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ootd.app.batch.folders import IMAGE_EXTENSIONS, list_images
 from ootd.app.batch.report import REPORT_NAME
-from ootd.app.tryon.provenance import is_ours, read_record
+from ootd.app.tryon.provenance import is_intermediate_record, is_ours, read_record, recorded_inputs
 from ootd.errors import OotdError, UsageError, printable
 
 REPORT_GLOB = f"{Path(REPORT_NAME).stem}*.jsonl"  # batch_report.jsonl and the shards' batch_report.shard0of2.jsonl
@@ -157,11 +157,11 @@ def _from_folder(folder: Path, matching: Matching) -> Iterator[tuple[Path, str, 
     """Every image of the folder: an ootd result by its record, an intermediate skipped, any other by name."""
     for path in list_images(folder, "results"):
         record = read_record(path)
-        if is_ours(record) and "sample" not in record:
+        if is_intermediate_record(record):
             matching.skip(path, "a picture ootd writes beside its results (mask, pose, parsing, contact sheet), "
                                 "not a result")
-        elif is_ours(record) and record.get("person"):
-            yield path, record["person"], MatchedBy.RECORD
+        elif is_ours(record) and (person := recorded_inputs(record).person):
+            yield path, person, MatchedBy.RECORD
         else:
             yield path, path.name, MatchedBy.NAME
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
-from ootd.app.tryon.record import DEFAULT_WORDS, SOFTWARE_KEY, SOFTWARE_PREFIX
+from ootd.app.tryon.record import COMPARED_SETTINGS, DEFAULT_WORDS, SOFTWARE_KEY, SOFTWARE_PREFIX
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEAD_BYTES = 1 << 16  # ootd's record is 1-2 KB of text chunks between the header and the pixels
@@ -83,6 +84,39 @@ def is_ours(record: dict[str, str]) -> bool:
 def is_our_png(path: Path) -> bool:
     """A PNG written by ootd (reads the header chunks only)."""
     return Path(path).is_file() and is_ours(read_record(path))
+
+
+def is_intermediate_record(record: dict[str, str]) -> bool:
+    """Ours without a sample number: a picture the job writes beside its results (pose, parsing, mask, masked
+    person, contact sheet, `ootd mask`'s files), which `ootd compare` and `ootd eval` leave out."""
+    return is_ours(record) and "sample" not in record
+
+
+@dataclass(frozen=True)
+class RecordedInputs:
+    """The file names a record gives for a picture's inputs ("" where it gives none): what `ootd eval` pairs a
+    result with its person's photo by."""
+
+    person: str
+    garment: str
+    mask: str
+
+
+def recorded_inputs(record: dict[str, str]) -> RecordedInputs:
+    return RecordedInputs(record.get("person", ""), record.get("garment", ""), record.get("mask", ""))
+
+
+def recorded_seed(record: dict[str, str]) -> str:
+    """The seed as written ("" when none is recorded): resume compares the words of a pair's files, and a word
+    that is not a number must still count as a different seed."""
+    return record.get("seed", "")
+
+
+def setting_changes(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """The settings two of our records give differently, as (a's, b's) words (COMPARED_SETTINGS, in order); a key
+    a record lacks has the value it meant when it was written (DEFAULT_WORDS), else "unknown"."""
+    a, b = {**DEFAULT_WORDS, **a}, {**DEFAULT_WORDS, **b}
+    return {k: (a.get(k, "unknown"), b.get(k, "unknown")) for k in COMPARED_SETTINGS if a.get(k) != b.get(k)}
 
 
 def differences(recorded: dict[str, str], expected: dict[str, str]) -> str | None:

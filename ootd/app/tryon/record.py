@@ -38,6 +38,10 @@ PASS_KEYS = ("garment", "category", "category_p", "model_type", "seed", "mask") 
 SHARED_SETTINGS = tuple(k for k in PIXEL_SETTINGS if k not in ("model_type", "category", "samples", "seed",
                                                                  "garment", "mask", "mask_grow"))
 GIVEN_CATEGORY = "given"  # a pass's category_p when the category was given, not classified
+INPUT_KEYS = ("person", "garment", "mask")  # the keys that name a picture's inputs, not how it was made
+# what `ootd compare` names when two pictures' records differ: the pixel settings and the adapter's file name, not
+# the inputs' names
+COMPARED_SETTINGS = tuple(k for k in (*PIXEL_SETTINGS, "lora") if k not in INPUT_KEYS)
 
 
 def software() -> dict[str, str]:
