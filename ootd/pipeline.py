@@ -372,7 +372,7 @@ class TryOnPipeline:
         return TryOnResult(
             images=images, mask=person.mask, masked_person=person.masked_person, seed=settings.seed,
             timings=timings, intermediates=dict(person.intermediates), model_type=self.model_type,
-            category=person.category, sampling=settings, modes=modes, lora=self.lora,
+            category=person.category, sampling=settings, modes=modes, lora=self.lora, fit=person.fit,
         )
 
     # -- steps ------------------------------------------------------------------------------------

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PIL import Image
 
-from ootd.imaging.framing import FitInfo
-from ootd.settings import Category, ModelType, Resolution, SamplingSettings
+from ootd.errors import UsageError
+from ootd.imaging.files import ImageInput, load_photo
+from ootd.imaging.framing import FitInfo, frame_of, restore_framing
+from ootd.imaging.photo import photo_pictures
+from ootd.settings import Category, ModelType, PhotoOutput, Resolution, SamplingSettings
 from ootd.speedups.modes import SpeedModes
 from ootd.weights.lora import LoraChoice
 
@@ -35,6 +39,29 @@ class TryOnResult:
     sampling: SamplingSettings | None = None
     modes: SpeedModes | None = None
     lora: LoraChoice | None = None  # the adapter merged into the UNets
+    fit: FitInfo | None = None  # how the person photo was framed (what maps the images back onto it)
+
+    def on_photo(self, photo: ImageInput | bytes, *, keep_unmasked: bool = True,
+                 feather: int | None = None) -> list[Image.Image]:
+        """The images brought back to the person `photo` they were made from (its path, bytes or image), as
+        `ootd run --keep-unmasked` gives them: the photo itself, at its own size, orientation and mode, with
+        only the repainted region replaced, blended over a seam of `feather` (`--feather`, default 4); with
+        `keep_unmasked=False`, as `--output-size photo`: the generated picture at the photo's size and framing.
+        The same code as the CLI (ootd/imaging/photo.py), so the same pixels for the same inputs and seed;
+        `images` stay the method's own output at the working size."""
+        if self.fit is None:
+            raise UsageError("this result does not say how its photo was framed (made by TryOnPipeline)")
+        output = PhotoOutput.from_words(None if keep_unmasked else "photo", keep_unmasked, feather)
+        label = str(photo) if isinstance(photo, str | Path) else "photo"
+        loaded = load_photo(photo, label)
+        if loaded.size != self.fit.original_size:
+            raise UsageError(f"person image {label}: {loaded.size[0]}x{loaded.size[1]} upright, the result was "
+                             f"made from a {self.fit.original_size[0]}x{self.fit.original_size[1]} photo")
+        info = frame_of(loaded.size, self.fit.size, self.fit.mode)
+        repainted = restore_framing(self.mask.convert("L"), self.fit, keep_scale=True)
+        pictures, _ = photo_pictures(loaded, self.images, info, repainted.resize(self.images[0].size, Image.NEAREST),
+                                     output.keep_unmasked, output.feather)
+        return pictures[:]  # by index: each stays open (iterating would stream them, closing each in turn)
 
 
 @dataclass

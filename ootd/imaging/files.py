@@ -156,22 +156,45 @@ def image_size(value: str | Path | bytes | Image.Image) -> tuple[int, int]:
 
 def load_photo(value: str | Path | bytes | Image.Image, label: str) -> Image.Image:
     """The person photo as the user gave it, for results that are that photo (`--keep-unmasked`): EXIF
-    orientation applied as on input, RGBA when it has transparency (kept outside the repainted region), else RGB
-    (as the try-on saw it); the same checks and one-line errors as `load_image`."""
+    orientation applied as on input, and in its own mode where a PNG holds it (L, LA, RGB, RGBA: a grey photo
+    stays grey, a transparent one keeps its alpha). Else: palette -> RGB (RGBA when transparent), bilevel -> L,
+    16-bit and float grey -> 8-bit L (scaled as on input), CMYK, YCbCr, LAB, HSV -> RGB (as the try-on saw it).
+    Its ICC profile stays in `info["icc_profile"]` (the PNG writer stores it) when it describes the result's
+    colours: an RGB profile on RGB(A), a grey one on L(A); any other (a CMYK profile of a converted photo) is
+    dropped. The same checks and one-line errors as `load_image`."""
 
     def fail(problem: str) -> InputImageError:
         return InputImageError(f"person image {printable(label)}: {_one_line(problem)}")
 
-    if isinstance(value, Image.Image):
-        return value.convert("RGBA") if _has_alpha(value) else _to_rgb(value).copy()
+    if isinstance(value, Image.Image):  # as the pipeline takes it: not re-oriented
+        return _photo_mode(value)
     opened = open_image_file(Path(value), fail) if isinstance(value, str | Path) else _decoded(io.BytesIO(value), fail)
     with opened as im:
-        if not _has_alpha(im):
-            return _normalise(im, "person")
-        oriented = _oriented(im)
-        out = oriented.convert("RGBA")
-        out.info = {}
-        return out
+        try:
+            oriented = _oriented(im)
+            return _photo_mode(oriented, owned=oriented is not im)
+        except (OSError, ValueError) as exc:  # e.g. a mode Pillow cannot convert
+            raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
+
+
+PHOTO_MODES = ("L", "LA", "RGB", "RGBA")  # the modes a photo keeps (a PNG holds each as it is)
+
+
+def _photo_mode(im: Image.Image, owned: bool = False) -> Image.Image:
+    """`load_photo`'s mode and ICC profile rules; a detached image (`owned`: `im` is one already, not copied)."""
+    grey = im.mode in ("1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
+    if _has_alpha(im):
+        out = im.convert("LA" if grey else "RGBA")
+    elif im.mode in PHOTO_MODES:
+        out = im if owned else im.copy()
+    elif im.mode.startswith("I") or im.mode == "F":
+        out = _high_bit_to_l(im)
+    else:
+        out = im.convert("L" if grey else "RGB")
+    icc = im.info.get("icc_profile")
+    space = b"GRAY" if out.mode in ("L", "LA") else b"RGB "
+    out.info = {"icc_profile": icc} if isinstance(icc, bytes) and icc[16:20] == space else {}
+    return out
 
 
 def _oriented(im: Image.Image) -> Image.Image:

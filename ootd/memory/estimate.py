@@ -37,6 +37,8 @@ ENCODE_BATCH = 2
 # Bytes per photo pixel of bringing results back to the photo (ootd/imaging/photo.py), at most: the photo and
 # its copy (RGBA), the generated picture at the photo's size, the mask, its binary and feathered forms, the
 # blended region's crops (docs/benchmarks.md, "Results at the photo's size"). Host memory: counted on the CPU.
+# Not times the samples: the pictures are made one at a time, each closed before the next is made
+# (JobOutcome.pictures, PhotoPictures), so one exists at a time (measured: the same peak for 1 and 3 samples).
 PHOTO_BYTES_PER_PIXEL = 16
 # Resident memory of the Python process itself on CPU (interpreter, torch and its libraries: 0.31 GiB after
 # the imports, 0.43 GiB beyond the weights once they are loaded).

@@ -24,7 +24,7 @@ from typing import Any
 from ootd.app.batch.index import ContactIndex
 from ootd.app.batch.pages import Heading
 from ootd.app.batch.pairs import Pair
-from ootd.app.batch.precheck import Precheck, planned_files, precheck
+from ootd.app.batch.precheck import TODO, Precheck, planned_files, precheck
 from ootd.app.batch.report import BatchSummary, PairReport, ReportWriter, Tally
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
@@ -126,7 +126,9 @@ class BatchRunner:
         checked = precheck(pairs, self.config)
         self.config = checked.config
         if checked.todo_count:  # a fully resumed batch needs no checkpoints at all
-            check_batch(self.config, checked.models, checked.automatic)
+            check_batch(self.config, checked.models, checked.automatic,
+                        persons=(checked.pairs[i].person for i, verdict in enumerate(checked.verdicts)
+                                 if verdict == TODO))
         self._start(checked)
         try:
             self._run(pairs, checked)

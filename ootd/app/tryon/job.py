@@ -14,7 +14,7 @@ job (its passes, models and records).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from ootd.app.tryon.record import PassRecord, Record, comparable
 from ootd.errors import NoPersonError, OotdError, UsageError
 from ootd.imaging.files import image_size, load_photo
 from ootd.imaging.framing import frame_of, restore_framing
-from ootd.imaging.photo import in_photo_frame, kept_photo, photo_mask
+from ootd.imaging.photo import photo_pictures
 from ootd.pipeline_types import Progress
 from ootd.preprocessing import mask_person
 from ootd.settings import Category, ModelType, default_model_type
@@ -274,10 +274,13 @@ class JobOutcome:
                 pictures.update({f"{one.prefix}result_{i}": image for i, image in enumerate(outcomes[0].result.images)})
         return pictures
 
-    def pictures(self) -> tuple[list[Any], dict[str, Any]]:
+    def pictures(self) -> tuple[Sequence[Any], dict[str, Any]]:
         """The pictures to write, and the other pictures by kind: at the working size as the passes made them, or
-        brought back to the person photo (ootd/imaging/photo.py): the generated picture at the photo's size and
-        framing, or the photo with only the region the passes repainted replaced (its blend weight: PHOTO_MASK)."""
+        brought back to the person photo (ootd/imaging/photo.py `photo_pictures`): the generated picture at the
+        photo's size and framing, or the photo with only the region the passes repainted replaced (its blend
+        weight: PHOTO_MASK). Those are made one at a time as they are read (`PhotoPictures`: iterating closes each
+        picture when the next is asked for), so a job holds one photo-size picture however many samples it has:
+        the memory plan's "photo" stage counts one, not one per sample."""
         images, others = self.images, self.intermediates()
         config = self.job.config
         if not config.photo.at_photo_size:
@@ -285,10 +288,10 @@ class JobOutcome:
         inputs = self.job.inputs
         photo = load_photo(inputs.photo_source, inputs.person_label())
         info = frame_of(photo.size, config.sampling.resolution.size, config.fit)
-        if not config.photo.keep_unmasked:
-            return [in_photo_frame(image, info)[0] for image in images], others
-        weight = photo_mask(self.repainted(images[0].size), info, config.photo.feather)
-        return [kept_photo(photo, image, weight, info) for image in images], {**others, PHOTO_MASK: weight}
+        keep = config.photo.keep_unmasked
+        repainted = self.repainted(images[0].size) if keep else None
+        pictures, weight = photo_pictures(photo, images, info, repainted, keep, config.photo.feather)
+        return pictures, others if weight is None else {**others, PHOTO_MASK: weight}
 
     def repainted(self, size: tuple[int, int]) -> Any:
         """Every pass's mask together, at the pictures' `size`: the region the job repainted."""

@@ -96,8 +96,29 @@ def prepare_mask_job(config: RunConfig, person: Path, category: Category) -> Mas
     return MaskJob(config, decoded, str(person), category, model_type, targets)
 
 
-def check_batch(config: RunConfig, models: Iterable[ModelType], made_masks: bool) -> None:
-    """The batch steps 3 and 6 over every pair left to run (step 4 runs when the batch starts writing)."""
+def check_batch(config: RunConfig, models: Iterable[ModelType], made_masks: bool,
+                persons: Iterable[str | Path] = ()) -> None:
+    """The batch steps 3 and 6 over every pair left to run (step 4 runs when the batch starts writing).
+    `persons`: those pairs' person photos; with --max-memory and results at the photo's size, the largest one
+    (its header's size, no pixel decoded) is counted as `prepare_job` counts a pair's."""
     models = set(models)
     check_checkpoints_present(config.checkpoints, models, made_masks)  # 3
-    check_memory_budget(config, models)  # 6
+    counted = config.max_memory is not None and config.photo.at_photo_size  # read no header otherwise
+    check_memory_budget(config, models, _largest_photo(persons) if counted else 0)  # 6
+
+
+def _largest_photo(persons: Iterable[str | Path]) -> int:
+    """The pixels of the largest of these photos, from their headers (the orientation does not change the count;
+    `image_size` is not used: a PNG's EXIF may make Pillow decode it); one that cannot be read is left out (its
+    pair fails on its own, with its error)."""
+    from PIL import Image
+
+    largest = 0
+    for person in set(map(Path, persons)):
+        try:
+            if person.is_file():
+                with Image.open(person) as im:
+                    largest = max(largest, im.width * im.height)
+        except Exception:  # any unreadable header: that pair's own check says why
+            continue
+    return largest

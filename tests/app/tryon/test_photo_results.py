@@ -10,13 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageCms
+from scipy.ndimage import distance_transform_cdt
 
 from ootd.imaging.files import load_photo
 from tests.helpers.cli import assert_one_line_error, invoke
 from tests.helpers.synthetic import synthetic_preprocessor
 
 RUN = ["--steps", "1", "--resolution", "384x512", "--seed", "3"]
+WORKING = (384, 512)
+SRGB = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()  # the sideways JPEG's ICC profile
 
 
 @pytest.fixture
@@ -27,16 +30,34 @@ def use_pipes(models, pipe_hd, pipe_dc):  # noqa: ANN001, ANN201
 
 @pytest.fixture
 def photos(tmp_path: Path, example_images: dict[str, Path]) -> dict[str, Path]:
-    """The example person as a JPEG stored on its side with an EXIF orientation, and as an RGBA PNG of 1:1 whose
-    corners are transparent."""
+    """The example person as a JPEG stored on its side with an EXIF orientation and an sRGB ICC profile, and as
+    an RGBA PNG of 1:1 whose corners are transparent."""
     person = Image.open(example_images["person"]).convert("RGB")
     exif = Image.Exif()
     exif[0x0112] = 6  # shown rotated 90 degrees clockwise: stored 1024x768
-    person.rotate(90, expand=True).save(tmp_path / "sideways.jpg", exif=exif, quality=95)
+    person.rotate(90, expand=True).save(tmp_path / "sideways.jpg", exif=exif, quality=95, icc_profile=SRGB)
     square = Image.new("RGBA", (900, 900), (0, 0, 0, 0))
     square.paste(person.resize((675, 900)), (112, 0))
     square.save(tmp_path / "square.png")
     return {"sideways": tmp_path / "sideways.jpg", "square": tmp_path / "square.png"}
+
+
+def _upright(which: str, path: Path) -> np.ndarray:
+    """The photo as shown, decoded here without the code under test: the JPEG stored on its side turned back by
+    an explicit transpose (EXIF orientation 6), the PNG as it is."""
+    with Image.open(path) as im:
+        shown = im.transpose(Image.Transpose.ROTATE_270) if which == "sideways" else im.copy()
+    return np.asarray(shown).astype(int)
+
+
+def _region(size: tuple[int, int], fit: str) -> tuple[int, int, int, int]:
+    """Where a result lands in the photo, from the sizes alone: the whole photo, or the centre the crop kept."""
+    w, h = size
+    if fit != "crop":
+        return 0, 0, w, h
+    scale = max(WORKING[0] / w, WORKING[1] / h)
+    kw, kh = min(w, round(WORKING[0] / scale)), min(h, round(WORKING[1] / scale))
+    return (w - kw) // 2, (h - kh) // 2, (w - kw) // 2 + kw, (h - kh) // 2 + kh
 
 
 def _run(photo: Path, example_images: dict[str, Path], tiny_tree: Path, out: Path, *extra: object):  # noqa: ANN202
@@ -44,43 +65,118 @@ def _run(photo: Path, example_images: dict[str, Path], tiny_tree: Path, out: Pat
                   "-o", out, *RUN, *extra)
 
 
-@pytest.mark.parametrize("fit", ["pad", "crop"])
+@pytest.fixture(scope="module")
+def working_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return {"folder": tmp_path_factory.mktemp("working")}
+
+
+def _working(runs: dict, which: str, fit: str, photos: dict[str, Path], example_images: dict[str, Path],
+             tiny_tree: Path) -> tuple[Image.Image, dict[str, str]]:
+    """Today's picture of `which` photo at `fit` (no option: the working size) and its record, made once."""
+    if (which, fit) not in runs:
+        out = runs["folder"] / f"{which}-{fit}"
+        result = _run(photos[which], example_images, tiny_tree, out, "--fit", fit)
+        assert result.exit_code == 0, result.output
+        with Image.open(out / f"{photos[which].stem}__tshirt__0.png") as im:
+            runs[which, fit] = (im.copy(), {**im.info, **im.text})
+    return runs[which, fit]
+
+
+@pytest.mark.parametrize("fit", ["pad", "crop", "stretch"])
 @pytest.mark.parametrize("which", ["sideways", "square"])
 def test_keep_unmasked_gives_back_the_photo_with_only_the_garment_region_changed(
-        use_pipes, photos, example_images, tiny_tree: Path, tmp_path: Path, which: str, fit: str) -> None:  # noqa: ANN001
+        use_pipes, photos, example_images, tiny_tree: Path, tmp_path: Path, working_runs, which: str,  # noqa: ANN001
+        fit: str) -> None:
     out = tmp_path / "out"
     result = _run(photos[which], example_images, tiny_tree, out, "--keep-unmasked", "--save-intermediates",
                   "--fit", fit)
     assert result.exit_code == 0, result.output
     stem = photos[which].stem
-    photo = load_photo(photos[which], which)  # upright, RGBA when transparent
+    given = _upright(which, photos[which])
     with Image.open(out / f"{stem}__tshirt__0.png") as im:
         picture = im.copy()
         record = dict(im.text)
-    weight = np.asarray(Image.open(out / f"{stem}__tshirt__photo_mask.png"))
-    assert picture.size == photo.size == Image.open(out / f"{stem}__tshirt__photo_mask.png").size
-    assert picture.mode == photo.mode == ("RGBA" if which == "square" else "RGB")
-    got, given = np.asarray(picture), np.asarray(photo)
-    assert np.array_equal(got[weight == 0], given[weight == 0])  # outside the feathered mask: the photo
-    assert (weight == 255).any() and not np.array_equal(got[weight == 255], given[weight == 255])
+        profile = im.info.get("icc_profile")
+    weight = np.asarray(Image.open(out / f"{stem}__tshirt__photo_mask.png")).astype(int)
+    got = np.asarray(picture).astype(int)
+    assert got.shape == given.shape and weight.shape == given.shape[:2]  # the photo's size, upright
+    assert picture.mode == ("RGBA" if which == "square" else "RGB")
+    assert profile == (SRGB if which == "sideways" else None)  # the photo's ICC profile, written with it
     assert (record["keep_unmasked"], record["output_size"], record["feather"]) == ("yes", "photo", "4")
+
+    # the reference, made here: today's working picture (same seed) resized (Lanczos) onto the region the framing
+    # covers; what was repainted: the working mask resized the same way; the seam's reach from the photo's height
+    working, plain_record = _working(working_runs, which, fit, photos, example_images, tiny_tree)
+    assert "icc_profile" not in plain_record  # without the options: no profile, as before
+    left, top, right, bottom = _region(picture.size, fit)
+    reference = given.copy()
+    reference[top:bottom, left:right, :3] = np.asarray(working.resize((right - left, bottom - top), Image.LANCZOS))
     with Image.open(out / f"{stem}__tshirt__mask.png") as mask:  # the intermediates stay at the working scale
-        assert mask.height <= 512
+        assert mask.size == working.size
+        region = np.asarray(mask.convert("L").resize((right - left, bottom - top), Image.BILINEAR)) >= 128
+    inside = np.zeros(weight.shape, bool)
+    inside[top:bottom, left:right] = region
+    radius = max(1, round(4 * picture.height / 1024))
+    far = distance_transform_cdt(~inside, metric="chessboard") > radius
+    deep = distance_transform_cdt(inside, metric="chessboard") > radius
+    assert far.any() and deep.any()
+    assert np.array_equal(got[far], given[far])  # outside the feathered mask: the photo, exactly
+    assert np.array_equal(got[deep][:, :3], reference[deep][:, :3])  # well inside: the generated picture
+    if which == "square":
+        assert (got[deep][:, 3] == 255).all()  # the repainted region is opaque
+    assert (weight[far] == 0).all() and (weight[deep] == 255).all()
+    band = (weight > 0) & (weight < 255)
+    low, high = np.minimum(given, reference)[band][:, :3], np.maximum(given, reference)[band][:, :3]
+    assert band.any() and ((got[band][:, :3] >= low - 1) & (got[band][:, :3] <= high + 1)).all()  # a blend
+    assert not np.array_equal(got[band][:, :3], given[band][:, :3])
 
 
+@pytest.mark.parametrize(("which", "fit"), [("sideways", "pad"), ("square", "crop")])
 def test_output_size_photo_and_no_option_as_before(use_pipes, photos, example_images, tiny_tree: Path,  # noqa: ANN001
-                                                   tmp_path: Path) -> None:
-    result = _run(photos["sideways"], example_images, tiny_tree, tmp_path / "photo", "--output-size", "photo",
-                  "--json")
+                                                   tmp_path: Path, working_runs, which: str, fit: str) -> None:
+    result = _run(photos[which], example_images, tiny_tree, tmp_path / "photo", "--output-size", "photo",
+                  "--fit", fit, "--json")
     assert result.exit_code == 0, result.output
     settings = json.loads(result.stdout)["settings"]
     assert (settings["output_size"], settings["keep_unmasked"]) == ("photo", False)
-    with Image.open(tmp_path / "photo" / "sideways__tshirt__0.png") as im:
-        assert im.size == (768, 1024) and im.text["output_size"] == "photo" and im.text["feather"] == "none"
-    plain = _run(photos["sideways"], example_images, tiny_tree, tmp_path / "plain", "--json")
-    assert "output_size" not in json.loads(plain.stdout)["settings"]
-    with Image.open(tmp_path / "plain" / "sideways__tshirt__0.png") as im:  # today's output, today's record
-        assert im.size == (384, 512) and not {"output_size", "keep_unmasked", "feather"} & set(im.text)
+    working, record = _working(working_runs, which, fit, photos, example_images, tiny_tree)
+    size = Image.open(photos[which]).size
+    left, top, right, bottom = _region(size[::-1] if which == "sideways" else size, fit)
+    with Image.open(tmp_path / "photo" / f"{which}__tshirt__0.png") as im:
+        assert im.size == (right - left, bottom - top)  # the photo's size and framing (crop: the part it kept)
+        assert im.text["output_size"] == "photo" and im.text["feather"] == "none"
+        assert im.info.get("icc_profile") == (SRGB if which == "sideways" else None)
+        got = np.asarray(im).astype(int)
+    reference = np.asarray(working.resize(im.size, Image.LANCZOS)).astype(int)  # independent of ootd's code
+    assert np.abs(got - reference).max() <= 1
+    # today's output, today's record (the working run above, without any of the options)
+    assert working.size == WORKING and not {"output_size", "keep_unmasked", "feather", "icc_profile"} & set(record)
+
+
+def test_the_python_api_gives_the_cli_pictures_when_asked(use_pipes, pipe_hd, photos, example_images,  # noqa: ANN001
+                                                          tiny_tree: Path, tmp_path: Path) -> None:
+    from ootd.errors import UsageError
+
+    person, mask = photos["sideways"], example_images["mask"]
+    asks = [(["--keep-unmasked", "--feather", "6", "--fit", "crop"], "crop", {"feather": 6}),
+            (["--output-size", "photo"], "pad", {"keep_unmasked": False})]
+    for number, (flags, fit, asked) in enumerate(asks):
+        out = tmp_path / str(number)
+        result = _run(person, example_images, tiny_tree, out, "--mask", mask, *flags)
+        assert result.exit_code == 0, result.output
+        made = pipe_hd(person, example_images["tshirt"], "upper", mask=mask, steps=1, resolution="384x512", seed=3,
+                       fit=fit)
+        assert made.images[0].size == WORKING  # the method's own output unless asked
+        (picture,) = made.on_photo(person, **asked)
+        with Image.open(out / "sideways__tshirt__0.png") as im:
+            assert picture.size == im.size and picture.mode == im.mode
+            assert np.array_equal(np.asarray(picture), np.asarray(im))  # the same pixels as the CLI's
+            assert picture.info.get("icc_profile") == im.info.get("icc_profile") == SRGB
+        assert np.array_equal(np.asarray(made.on_photo(person.read_bytes(), **asked)[0]), np.asarray(picture))
+    with pytest.raises(UsageError, match="--feather is the seam of --keep-unmasked"):
+        made.on_photo(person, keep_unmasked=False, feather=6)
+    with pytest.raises(UsageError, match="900x900 upright"):
+        made.on_photo(photos["square"])
 
 
 def test_refused_combinations_are_one_line(example_images, tiny_tree: Path, tmp_path: Path, models) -> None:  # noqa: ANN001
@@ -118,6 +214,9 @@ def test_the_memory_plan_counts_the_photo_work_on_the_cpu() -> None:
     from ootd.memory.sizes import RELEASED_SIZES
 
     cpu = DeviceInfo(type="cpu", total_memory=64 << 30, free_memory=60 << 30)
+    samples = [make_plan(PlanRequest(cpu, (768, 1024), n, True, "fp32", "sdpa", RELEASED_SIZES,
+                                     photo_pixels=6000 * 8000)).estimate["photo"] for n in (1, 4)]
+    assert 0 < samples[1] - samples[0] < 16 << 20  # one picture at a time: only the latents grow with the samples
     gpu = DeviceInfo(type="cuda", index=0, vendor="nvidia", arch="sm_89", name="gpu", total_memory=24 << 30,
                      free_memory=24 << 30)
     plans = {pixels: make_plan(PlanRequest(cpu, (768, 1024), 1, True, "fp32", "sdpa", RELEASED_SIZES,
@@ -129,6 +228,35 @@ def test_the_memory_plan_counts_the_photo_work_on_the_cpu() -> None:
     on_gpu = make_plan(PlanRequest(gpu, (768, 1024), 1, True, "fp16", "sdpa", RELEASED_SIZES,
                                    photo_pixels=6000 * 8000))
     assert "photo" not in on_gpu.estimate  # host memory: not the device's budget
+
+
+def test_the_batch_memory_check_counts_the_largest_photo_from_its_header(tiny_tree: Path, tmp_path: Path,
+                                                                         example_images) -> None:  # noqa: ANN001
+    import struct
+    import zlib
+
+    from ootd.app.tryon.config import build_config
+    from ootd.app.tryon.preflight import check_batch
+    from ootd.errors import UsageError
+    from ootd.settings import ModelType
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    def header_only(path: Path, width: int, height: int) -> Path:  # a PNG's header, and no pixel: never decoded
+        ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+        path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"") + chunk(b"IEND", b""))
+        return path
+
+    huge = header_only(tmp_path / "huge.png", 7000, 7000)  # 49 MP: about 1 GiB of photo work on the CPU
+    words = {"checkpoints": tiny_tree, "output": tmp_path / "out", "max_memory": "1GiB", "device": "cpu",
+             "resolution": "384x512", "samples": 1}
+    kept = build_config(**words, keep_unmasked=True)
+    check_batch(kept, [ModelType.HD], False, persons=[example_images["person"]])  # a small photo fits
+    with pytest.raises(UsageError, match="more than --max-memory 1GiB"):
+        check_batch(kept, [ModelType.HD], False, persons=[example_images["person"], huge, huge])
+    check_batch(build_config(**words), [ModelType.HD], False, persons=[huge])  # the working size: no photo work
+    check_batch(kept, [ModelType.HD], False, persons=[tmp_path / "missing.png"])  # its pair fails on its own
 
 
 def test_the_api_gives_back_the_photo_when_asked(tiny_tree: Path, photos, example_images, pipe_hd) -> None:  # noqa: ANN001
