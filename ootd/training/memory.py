@@ -39,10 +39,11 @@ class TrainingEstimate:
     def total(self) -> int:
         return self.weights + self.adapter + self.activations
 
-    def explain(self) -> str:
+    def explain(self, per_worker: bool = False) -> str:
+        """The estimate as --explain prints it (`per_worker`: each of several workers holds this much)."""
         return "\n".join([
-            f"memory estimate for training: {size_text(self.total)} (an estimate: allocator slack and kernels' "
-            "workspace come on top)",
+            f"memory estimate for training{', per worker' if per_worker else ''}: {size_text(self.total)} (an "
+            "estimate: allocator slack and kernels' workspace come on top)",
             f"  weights      {size_text(self.weights)} (both UNets and the VAE)",
             f"  adapter      {size_text(self.adapter)} ({self.adapter_params:,} LoRA parameters with gradients and "
             "AdamW state, fp32)",

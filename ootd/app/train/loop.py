@@ -5,7 +5,8 @@ pairs and every random draw fixed by the seed and the step: ootd/training/data.p
 learning-rate schedule. Rank 0 logs the loss, writes checkpoints every `checkpoint_every` steps and at the end, and
 validation sheets every `validate_every` steps and at the end. Ctrl-C or SIGTERM between two steps writes a
 checkpoint of the last finished step before the run exits (130 or 143): nothing is half-written, and `--resume`
-continues from it as if the run had never stopped.
+continues from it as if the run had never stopped. The optimizer's update, the schedule's step and the step count
+are one unit for a signal (it waits for them), so a checkpoint's step always names the weights it holds.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ootd.app.train.checkpoints import (
     checkpoints,
     load_checkpoint,
     save_checkpoint,
+    signals_deferred,
 )
 from ootd.app.train.logs import LossLog, plot_losses
 from ootd.app.train.models import TrainingModels
@@ -105,6 +107,7 @@ class Trainer:
         use_scaler = s.mixed_precision is MixedPrecision.FP16 and models.device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
         self.step = 0
+        self.last_loss = math.nan  # the loss of the latest step taken
         self.log = LossLog(options.output / "loss.jsonl")
         self.validations: list[dict] = []
 
@@ -145,25 +148,31 @@ class Trainer:
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             objective.release()
             total += loss.detach()
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.lr.step()
-        self.step += 1
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(total)
             total /= self.workers
         value = float(total)
-        if not math.isfinite(value):
-            raise NumericalError(f"the training loss is not finite at step {self.step}; lower --lr or use "
+        if not math.isfinite(value):  # before the step: the weights and the last checkpoint stay good
+            raise NumericalError(f"the training loss is not finite at step {self.step + 1}; lower --lr or use "
                                  "--mixed-precision no")
+        self.last_loss = value
+        with signals_deferred():  # the weights and the step's label change together: a checkpoint never mixes them
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.lr.step()
+            self.step += 1
         return value
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         dtype = self.models.autocast
         return torch.autocast(self.models.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+    def log_step(self, loss: float, seconds: float) -> None:
+        """The loss log's line of the step just taken (rank 0)."""
+        self.log.append({"step": self.step, "loss": loss, "lr": self.lr.get_last_lr()[0], "seconds": round(seconds, 4)})
 
     def checkpoint(self) -> None:
         from ootd.training.adapters import lora_state
@@ -191,6 +200,7 @@ def run_loop(trainer: Trainer, progress: Progress | None = None) -> TrainReport:
     s, lead = trainer.options.settings, trainer.rank == 0
     tick = progress or (lambda stage, done, total: None)
     first, losses, started, saved = trainer.step, [], time.perf_counter(), trainer.step
+    logged, t = trainer.step, started
     tick("train", trainer.step, trainer.total)
     try:
         while trainer.step < trainer.total:
@@ -198,8 +208,8 @@ def run_loop(trainer: Trainer, progress: Progress | None = None) -> TrainReport:
             loss = trainer.train_step()
             losses.append(loss)
             if lead:
-                trainer.log.append({"step": trainer.step, "loss": loss, "lr": trainer.lr.get_last_lr()[0],
-                                    "seconds": round(time.perf_counter() - t, 4)})
+                trainer.log_step(loss, time.perf_counter() - t)
+                logged = trainer.step
                 if _due(trainer.step, s.validate_every, trainer.total) and s.validation_pairs:
                     trainer.run_validation()
                 if _due(trainer.step, s.checkpoint_every, trainer.total):
@@ -207,6 +217,8 @@ def run_loop(trainer: Trainer, progress: Progress | None = None) -> TrainReport:
                     saved = trainer.step
             tick("train", trainer.step, trainer.total)
     except KeyboardInterrupt:
+        if lead and trainer.step > logged:  # the signal came as the step ended (deferred to it): log it too
+            trainer.log_step(trainer.last_loss, time.perf_counter() - t)
         if lead and trainer.step > saved:
             logger.warning("interrupted: saving a checkpoint of step %d before exiting", trainer.step)
             trainer.checkpoint()

@@ -51,6 +51,7 @@ def _worker(config: dict[str, Any]) -> None:
 
 
 def _require_ray_train() -> Any:
+    """Ray Train is an extra: its absence is one line that says how to install it."""
     try:
         import ray
         import ray.train.torch  # noqa: F401 - the extra's own import check
@@ -69,21 +70,36 @@ def _one_line(exc: BaseException) -> str:
 
 def train_ray(options: TrainOptions, workers: int, gpus: bool, *, explain: bool = False,
               echo: Callable[[str], None] = print) -> TrainReport:
-    """The fine-tune over `workers` Ray Train workers (a GPU each with `gpus`)."""
+    """The fine-tune over `workers` Ray Train workers (a GPU each with `gpus`); `explain` prints the workers, the
+    global batch and one worker's memory estimate first, from the configs (no weights loaded here)."""
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
-    ray = _require_ray_train()
+    _require_ray_train()
+    index = read_index(options.cache)
+    open_run(options, index)
+    first = checkpoints(options.output)[-1].step if options.resume else 0
+    if explain:
+        from ootd.app.train.plan import ray_explain_lines
+        from ootd.settings import ModelType, parse_resolution
+
+        for line in ray_explain_lines(options.checkpoints, ModelType.parse(index.model_type),
+                                      parse_resolution(index.resolution), options.settings, workers, gpus):
+            echo(line)
+    seconds = _fit(options, workers, gpus)
+    rows = [row for row in LossLog(options.output / "loss.jsonl").read() if row["step"] > first]
+    return TrainReport(rows[-1]["step"] if rows else first, first, [row["loss"] for row in rows],
+                       Path(options.output) / "lora.safetensors", _validations(options.output, first), seconds)
+
+
+def _fit(options: TrainOptions, workers: int, gpus: bool) -> float:
+    """Start Ray (unless it runs already), run the workers to the end (returns the seconds they took), and turn a
+    worker's failure into one line."""
+    import ray
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from ootd.app.signals import sigterm_kept
 
-    index = read_index(options.cache)
-    open_run(options, index)
-    first = checkpoints(options.output)[-1].step if options.resume else 0
-    if explain:
-        echo(f"engine: ray, {workers} worker(s), {'a GPU' if gpus else 'CPUs'} each; global batch "
-             f"{options.settings.batch_size * options.settings.accumulation * workers} pairs per step")
     own = not ray.is_initialized()
     if own:
         with sigterm_kept():
@@ -106,10 +122,7 @@ def train_ray(options: TrainOptions, workers: int, gpus: bool, *, explain: bool 
             ray.shutdown()
     if result.error is not None:
         raise OotdError(f"Ray Train failed: {_one_line(result.error)}")
-    rows = [row for row in LossLog(options.output / "loss.jsonl").read() if row["step"] > first]
-    return TrainReport(rows[-1]["step"] if rows else first, first, [row["loss"] for row in rows],
-                       Path(options.output) / "lora.safetensors", _validations(options.output, first),
-                       time.perf_counter() - started)
+    return time.perf_counter() - started
 
 
 def _validations(run: Path, after: int) -> list[dict]:

@@ -1,16 +1,21 @@
 """`ootd train run`'s loop on a tiny prepared cache: learning lowers the loss, a resumed run ends with the weights of
-an uninterrupted one, and a run leaves its log, plot, sheets and checkpoints complete."""
+an uninterrupted one, a run leaves its log, plot, sheets and checkpoints complete, a signal during the optimizer step
+never labels a checkpoint with another step's weights, accumulation is a larger batch in passes."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from ootd.app.signals import sigterm_as_interrupt
+from ootd.app.train.checkpoints import checkpoints, load_checkpoint
 from ootd.app.train.loop import Trainer, TrainOptions, open_run, run_loop, train_local
 from ootd.app.train.models import load_training_models
 from ootd.errors import OutputError, UsageError
@@ -94,3 +99,61 @@ def test_a_run_writes_its_adapter_log_plot_and_sheets(tiny_tree: Path, example_i
     assert all(0.0 < v["ssim_mean"] <= 1.0 for v in report.validation)
     assert (run / "validation" / "step-00000002.png").is_file() and (run / "loss.png").is_file()
     assert not list(run.rglob(".*"))  # no temporary file or folder left
+
+
+def test_a_signal_during_the_optimizer_step_labels_the_checkpoint_with_the_step_taken(cache: Path, tiny_tree: Path,
+                                                                                     tmp_path: Path) -> None:
+    """SIGTERM inside optimizer.step (the weights changed, the count not yet): the checkpoint's label, AdamW's own
+    step count and the weights agree, and the loss log has the step."""
+    run = tmp_path / "run"
+    options = TrainOptions(cache, run, tiny_tree, _settings(steps=3, checkpoint_every=100, train_garment=False))
+    index = read_index(cache)
+    open_run(options, index)
+    trainer = Trainer(options, load_training_models(tiny_tree, ModelType.HD, options.settings, "cpu"), index)
+
+    def signal_after_the_update(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if trainer.step == 1:  # the second step: the weights updated, the step not yet counted
+            signal.raise_signal(signal.SIGTERM)
+
+    trainer.optimizer.register_step_post_hook(signal_after_the_update)
+    with sigterm_as_interrupt(), pytest.raises(KeyboardInterrupt):
+        run_loop(trainer)
+    (saved,) = checkpoints(run)
+    restored = load_checkpoint(saved)
+    adam_steps = {float(state["step"]) for state in restored.optimizer_state["state"].values()}
+    assert (saved.step, trainer.step, adam_steps) == (2, 2, {2.0})
+    from ootd.training.adapters import lora_state
+
+    now = lora_state(trainer.models.unets["unet_vton"])
+    assert all(torch.equal(restored.adapter["unet_vton"][k], now[k]) for k in now)
+    assert [json.loads(line)["step"] for line in (run / "loss.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_accumulation_gives_the_gradients_and_weights_of_the_larger_batch(cache: Path, tiny_tree: Path,
+                                                                          tmp_path: Path) -> None:
+    """Batch 1 x accumulation 2 trains on the pairs and draws of batch 2 x 1 (ootd/training/data.py) and averages
+    the passes' gradients as the batch's mean does: the same loss, gradients and weights after a step, within float
+    tolerance. The gradients are compared too: AdamW's update hides a gradient's scale from the weights (one step
+    keeps the test cheap; the draws of later steps follow the same positions)."""
+    models = load_training_models(tiny_tree, ModelType.HD, _settings(train_garment=False), "cpu")
+    index = read_index(cache)
+    initial = [p.detach().clone() for p in models.params]
+    runs = []
+    for batch_size, accumulation in ((1, 2), (2, 1)):
+        for param, value in zip(models.params, initial, strict=True):
+            param.data.copy_(value)
+        settings = _settings(batch_size=batch_size, accumulation=accumulation, train_garment=False)
+        trainer = Trainer(TrainOptions(cache, tmp_path / f"{batch_size}x{accumulation}", tiny_tree, settings),
+                          models, index)
+        loss = trainer.train_step()
+        grads = [p.grad.detach().clone() for p in models.params]
+        runs.append((loss, grads, [p.detach().clone() for p in models.params]))
+    (loss_a, grads_a, weights_a), (loss_b, grads_b, weights_b) = runs
+    assert loss_a == pytest.approx(loss_b, rel=1e-5)
+    scale = max(float(g.abs().max()) for g in grads_b)
+    assert scale > 0
+    for x, y in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-3, atol=1e-4 * scale)
+    assert any(not torch.equal(w, w0) for w, w0 in zip(weights_b, initial, strict=True))  # the step moved them
+    for x, y in zip(weights_a, weights_b, strict=True):  # float sums in another order: as the Ray test allows
+        torch.testing.assert_close(x, y, rtol=1e-3, atol=5e-4)

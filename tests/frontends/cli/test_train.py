@@ -1,8 +1,10 @@
-"""`ootd train` at the command line: bad input is one line and an exit code; SIGTERM during training leaves a
-loadable checkpoint of the last finished step and nothing half-written, and exits 143."""
+"""`ootd train` at the command line: bad input is one line and an exit code; `--explain` prints the same memory
+estimate on both engines; `--epochs` runs its steps; SIGTERM during training leaves a loadable checkpoint of the
+last finished step and nothing half-written, and exits 143."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ootd.app.train import loop, ray_engine
 from ootd.app.train.checkpoints import checkpoints, load_checkpoint
 from tests.helpers import REPO
 from tests.helpers.cli import assert_one_line_error, invoke
@@ -31,6 +34,59 @@ def test_bad_input_is_one_line(tmp_path: Path, tiny_tree: Path) -> None:
                           "--rank must be 1 to 1024")
     assert_one_line_error(invoke("train", "run", tmp_path / "empty", "-o", tmp_path / "r", "--mixed-precision",
                                  "fp8"), 2, "unknown mixed precision")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory, tiny_tree: Path, example_images: dict) -> Path:
+    return prepared_cache(tmp_path_factory.mktemp("train-cli"), tiny_tree, example_images, split=0.0)
+
+
+def _estimate(stderr: str) -> list[str]:
+    """--explain's memory estimate: the total and its parts, without the headline's wording."""
+    lines = stderr.splitlines()
+    (start,) = [n for n, line in enumerate(lines) if line.startswith("memory estimate for training")]
+    return [lines[start].split(": ", 1)[1], *lines[start + 1:start + 4]]
+
+
+def test_explain_prints_the_memory_estimate_on_both_engines(cache: Path, tiny_tree: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ray engine's estimate (from the configs on the driver, no weights loaded) is the local engine's, per
+    worker; training itself is stubbed out on both."""
+    started: list[str] = []
+
+    def no_loop(trainer: loop.Trainer, progress: object = None) -> loop.TrainReport:
+        started.append("local")
+        return loop.TrainReport(0, 0, [], trainer.options.output / "lora.safetensors", [], 0.0)
+
+    def no_fit(options: loop.TrainOptions, workers: int, gpus: bool) -> float:
+        started.append(f"ray x{workers}")
+        return 0.0
+
+    monkeypatch.setattr(loop, "run_loop", no_loop)
+    monkeypatch.setattr(ray_engine, "_fit", no_fit)
+    common = ("--checkpoints", tiny_tree, "--device", "cpu", "--batch-size", "2", "--train-garment", "--explain")
+    local = invoke("train", "run", cache, "-o", tmp_path / "local", *common)
+    ray = invoke("train", "run", cache, "-o", tmp_path / "ray", *common, "--engine", "ray", "--workers", "2")
+    assert (local.exit_code, ray.exit_code, started) == (0, 0, ["local", "ray x2"]), local.output + ray.output
+    assert "device: cpu" in local.stderr and "engine: ray, 2 worker(s), CPUs each" in ray.stderr
+    assert "memory estimate for training, per worker: " in ray.stderr
+    assert "= 2 pairs per step" in local.stderr and "= 4 pairs per step" in ray.stderr
+    estimate = _estimate(local.stderr)
+    assert estimate == _estimate(ray.stderr)
+    assert [line.split()[0] for line in estimate[1:]] == ["weights", "adapter", "activations"]
+
+
+def test_epochs_run_their_steps(cache: Path, tiny_tree: Path, tmp_path: Path) -> None:
+    """3 training pairs at a global batch of 3 are one step an epoch: --epochs 2 is 2 steps (the arithmetic of
+    partial batches: tests/library/training/test_settings.py)."""
+    run = tmp_path / "run"
+    result = invoke("train", "run", cache, "-o", run, "--checkpoints", tiny_tree, "--device", "cpu", "--epochs", "2",
+                    "--batch-size", "3", "--validation-pairs", "0", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["from_step"], summary["steps"]) == (0, 2)
+    assert [json.loads(line)["step"] for line in (run / "loss.jsonl").read_text().splitlines()] == [1, 2]
+    assert [c.step for c in checkpoints(run)] == [2]
 
 
 @pytest.mark.slow
