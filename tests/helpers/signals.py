@@ -101,3 +101,9 @@ def _left(group: int, wait: float = 20.0) -> list[int]:
     if found:
         os.killpg(group, signal.SIGKILL)
     return [int(pid) for pid in found]
+
+
+def left_in_group(group: int, wait: float = 20.0) -> list[int]:
+    """The processes of process group `group` still running `wait` s on (killed since): for a test that starts
+    its own process (in a session of its own) and signals it by hand."""
+    return _left(group, wait)

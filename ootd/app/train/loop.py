@@ -195,8 +195,9 @@ def _due(step: int, every: int, total: int) -> bool:
     return step == total or (every > 0 and step % every == 0)
 
 
-def run_loop(trainer: Trainer, progress: Progress | None = None) -> TrainReport:
-    """Steps until the end; checkpoints, validation and the log on rank 0; a checkpoint on Ctrl-C/SIGTERM."""
+def run_loop(trainer: Trainer, progress: Progress | None = None, stop: Callable[[], None] | None = None) -> TrainReport:
+    """Steps until the end; checkpoints, validation and the log on rank 0; a checkpoint on Ctrl-C/SIGTERM, or when
+    `stop` (called before each step: a Ray driver's stop, ootd/app/train/stopping.py) raises a KeyboardInterrupt."""
     s, lead = trainer.options.settings, trainer.rank == 0
     tick = progress or (lambda stage, done, total: None)
     first, losses, started, saved = trainer.step, [], time.perf_counter(), trainer.step
@@ -204,6 +205,8 @@ def run_loop(trainer: Trainer, progress: Progress | None = None) -> TrainReport:
     tick("train", trainer.step, trainer.total)
     try:
         while trainer.step < trainer.total:
+            if stop is not None:
+                stop()
             t = time.perf_counter()
             loss = trainer.train_step()
             losses.append(loss)

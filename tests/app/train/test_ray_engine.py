@@ -1,17 +1,28 @@
 """`ootd train run --engine ray`: two Ray Train CPU workers with the global batch of one worker end with the same
-adapter weights, within float tolerance (DDP averages what one worker sums)."""
+adapter weights, within float tolerance (DDP averages what one worker sums); SIGTERM to the driver checkpoints
+the last finished step and exits 143, as the local engine does."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from ootd.app.train.checkpoints import checkpoints, load_checkpoint
 from ootd.app.train.loop import TrainOptions, train_local
 from ootd.app.train.ray_engine import train_ray
 from ootd.training.settings import TrainSettings
+from tests.helpers import REPO
+from tests.helpers.cli import invoke
+from tests.helpers.serving import kill_process, stop_process, wait_until
+from tests.helpers.signals import left_in_group
 from tests.helpers.training import prepared_cache
 
 pytestmark = pytest.mark.slow
@@ -40,3 +51,43 @@ def test_two_ray_workers_match_one_worker_with_the_same_global_batch(tiny_tree: 
         torch.testing.assert_close(b[key], a[key], rtol=1e-3, atol=5e-4)
     for x, y in zip(one.losses, two.losses, strict=True):
         assert abs(x - y) < 1e-4
+
+
+def test_sigterm_to_the_driver_saves_a_checkpoint_and_exits_143(tiny_tree: Path, example_images: dict,
+                                                               tmp_path: Path) -> None:
+    """`ootd train run --engine ray` as a real process with its own private Ray (1 CPU worker): SIGTERM to the
+    driver after a first step makes rank 0 checkpoint its last finished step; the driver exits 143, leaves no
+    temporary file or process, and `--resume` continues from that checkpoint."""
+    pytest.importorskip("ray.train.torch")
+    cache = prepared_cache(tmp_path / "data", tiny_tree, example_images, split=0.0)
+    run = tmp_path / "run"
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    env.update({"PYTHONPATH": str(REPO), "RAY_memory_monitor_refresh_ms": "0"})
+    common = ["--checkpoints", str(tiny_tree), "--device", "cpu", "--validation-pairs", "0"]
+    proc = subprocess.Popen([sys.executable, "-m", "ootd", "train", "run", str(cache), "-o", str(run), *common,
+                             "--steps", "1000", "--checkpoint-every", "1000", "--engine", "ray", "--workers", "1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        log = run / "loss.jsonl"
+        wait_until(lambda: log.is_file() and len(log.read_text().splitlines()) >= 1 or proc.poll() is not None,
+                   300, "a first training step")
+        assert proc.poll() is None, proc.communicate()[0]
+        out, _ = stop_process(proc, signal.SIGTERM, 180)
+    finally:
+        kill_process(proc)
+        left = left_in_group(proc.pid)
+    assert proc.returncode == 143, out
+    assert "terminated" in out and "Traceback" not in out, out
+    assert left == [], f"processes left in the driver's group: {left}"
+    (saved,) = checkpoints(run)
+    restored = load_checkpoint(saved)  # the adapter passes --lora's checks; the optimizer state reads back
+    assert restored.step == saved.step >= 1 and restored.optimizer_state["state"]
+    steps = [json.loads(line)["step"] for line in (run / "loss.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, saved.step + 1))  # every finished step logged, none after the checkpoint
+    assert not [p for p in run.rglob("*") if p.name.startswith(".") and "ray" not in p.relative_to(run).parts[:1]]
+    resumed = invoke("train", "run", cache, "-o", run, *common, "--steps", str(saved.step + 1), "--resume", "--json")
+    assert resumed.exit_code == 0, resumed.output
+    summary = json.loads(resumed.stdout)
+    assert (summary["from_step"], summary["steps"]) == (saved.step, saved.step + 1)
+    assert [c.step for c in checkpoints(run)] == [saved.step, saved.step + 1]
