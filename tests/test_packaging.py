@@ -32,12 +32,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow  # builds the wheel
 def test_wheel_carries_every_device_profile(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {p.name for p in (REPO / "configs" / "profiles").glob("*.toml")}
     assert shipped and {f"ootd/hardware/profile_files/{name}" for name in shipped} <= names
 
 
+@pytest.mark.slow  # builds and installs the wheel
 def test_installed_wheel_finds_its_profiles(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

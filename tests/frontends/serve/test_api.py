@@ -45,7 +45,7 @@ def pipes(pipe_hd, pipe_dc) -> dict:  # noqa: ANN001
     return {"hd": pipe_hd, "dc": pipe_dc}
 
 
-@pytest.fixture(scope="module", params=["local", "ray"])
+@pytest.fixture(scope="module", params=["local", pytest.param("ray", marks=pytest.mark.slow)])  # Ray: slow
 def engine(request: pytest.FixtureRequest, tiny_tree: Path, pipes: dict):  # noqa: ANN201
     """What live_server needs for each engine: the local one with the session's pipelines; the Ray one with
     the module's deployment (its replicas load the tiny tree themselves)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ootd import TryOnPipeline
@@ -18,6 +19,7 @@ def _final_latents(pipe: TryOnPipeline, example_images, monkeypatch) -> torch.Te
     return seen[0]
 
 
+@pytest.mark.slow  # two whole try-ons
 def test_chunked_and_math_give_the_same_try_on(tiny_tree, example_images, monkeypatch) -> None:  # noqa: ANN001
     cpu = DeviceInfo(type="cpu")
     # a budget small enough that every fusion attention call is cut into query and key chunks

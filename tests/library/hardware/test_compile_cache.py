@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ootd.hardware.compile_cache import INDUCTOR_CACHE, inductor_cache_dir, use_user_cache
 from tests.helpers import REPO
 
@@ -24,6 +26,7 @@ def probe(tmp_path: Path, **env: str) -> tuple[str, list[str]]:
     return result.stdout.strip(), sorted(p.name for p in shared.iterdir())
 
 
+@pytest.mark.slow  # a fresh interpreter imports the whole stack
 def test_importing_ootd_and_diffusers_leaves_the_temporary_folder_alone(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

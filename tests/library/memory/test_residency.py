@@ -23,6 +23,7 @@ def _latents(pipe, example_images, monkeypatch) -> torch.Tensor:  # noqa: ANN001
     return seen[0]
 
 
+@pytest.mark.slow  # whole try-ons under several budgets
 def test_tight_budget_turns_savings_on_and_gives_the_same_result(pipe_hd, example_images, monkeypatch) -> None:  # noqa: ANN001
     """The savings of the denoising stage (guidance in two halves, chunked attention) change no latent; the VAE's
     (slicing, tiling) are switched on too."""

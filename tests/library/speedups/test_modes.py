@@ -65,6 +65,7 @@ def _pixels(path: str) -> np.ndarray:
         return np.asarray(im.convert("RGB"), dtype=np.int16)
 
 
+@pytest.mark.slow  # three CLI runs end to end
 def test_cli_presets_record_their_options_and_exact_is_the_default(tiny_tree, example_images, tmp_path) -> None:  # noqa: ANN001
     args = ["run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper", "--mask",
             example_images["mask"], "--checkpoints", tiny_tree, "--steps", "3", "--resolution", "384x512",
