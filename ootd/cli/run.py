@@ -167,11 +167,8 @@ def _report(outcome: Any, images: list[Path], intermediates: dict[str, Path], ti
     seeds = ", ".join(f"{p.name} seed {p.sampling.seed}" for p in record.passes)
     passes = f"; passes: {seeds}" if seeds else ""
     typer.echo(f"seed: {seed}{note}{passes}")
-    if record.passes:
-        typer.echo(escaped("outfit: " + ", then ".join(f"{p.garment} {category_words(p.category, p.category_p)} with "
-                                               f"{p.model_type.value}" for p in record.passes)))
-    elif record.picture.category_p is not None:  # a given category is not repeated back
-        typer.echo(f"category: {category_words(record.picture.category, record.picture.category_p)}")
+    for line in record.garment_lines(category_words):  # an outfit's passes, or a classified garment's category
+        typer.echo(escaped(line))
     speed = record.speed_summary()
     typer.echo(f"time: {timing_line(timings)} on {info.get('device')}, "
                f"{info.get('precision_word') or info.get('precision')}, "

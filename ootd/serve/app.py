@@ -80,7 +80,7 @@ def result_json(job: Job, base_url: str | None) -> dict[str, Any]:
         "images": [ref(name) for name in done.names], "names": done.names, "seed": done.seed,
         "mask": ref(done.mask), "masked_person": ref(done.masked_person), "person_mask": ref(done.person_mask),
         "model_type": done.model_type, "timings": timings, "settings": settings,
-        **({"person_mask2": ref(done.person_mask2)} if done.person_mask2 is not None else {}),
+        **{f"person_mask{number}": ref(name) for number, name in enumerate(done.more_masks, 2)},
         **({"replica": done.replica} if done.replica is not None else {}),
     }
 

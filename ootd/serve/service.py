@@ -50,7 +50,7 @@ class Finished:
     timings: dict[str, Any]
     files: dict[str, Path] = field(default_factory=dict)  # every servable name -> its path
     replica: str | None = None  # the Ray Serve replica that ran it (the Ray engine); None: this process
-    person_mask2: str | None = None  # an outfit's: `person_mask` is the first garment's, this the second's
+    more_masks: tuple[str, ...] = ()  # an outfit's: `person_mask` is the first garment's, these the others'
 
 
 class TryOnService:
@@ -129,18 +129,15 @@ def write_outcome(job: TryOnJob, outcome: JobOutcome, person_size: tuple[int, in
     each written atomically into the job's results folder."""
     images, intermediates = job.save(outcome)
     record = outcome.record(None).text()
-    editable: dict[int, Path] = {}  # garment's place in the request -> its mask's file
-    for number, one in enumerate(job.passes):
-        mask = mask_in_person_frame(outcome.passes[number][0].result.mask, person_size, job.config.fit)
-        editable[job.inputs.garments.index(one.garment)] = save_png_atomic(
-            mask, job.targets.path(f"{one.prefix}mask_editable"), record, overwrite=True)
-    masks = [editable[i] for i in sorted(editable)]
+    masks = [save_png_atomic(mask_in_person_frame(mask, person_size, job.config.fit),
+                             job.targets.path(f"{prefix}mask_editable"), record, overwrite=True)
+             for prefix, mask in outcome.garment_masks()]  # in the request's order
     final = job.passes[-1]  # the pass that made the pictures
     files = {path.name: path for path in (*images, *intermediates.values(), *masks)}
     return Finished([p.name for p in images], intermediates[f"{final.prefix}mask"].name,
                     intermediates[f"{final.prefix}masked_person"].name, masks[0].name,
                     int(job.config.sampling.seed), final.model_type.value, outcome.record(0).settings(), {}, files,
-                    person_mask2=masks[1].name if len(masks) > 1 else None)
+                    more_masks=tuple(mask.name for mask in masks[1:]))
 
 
 def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: FitMode) -> Any:

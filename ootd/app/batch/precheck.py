@@ -69,26 +69,31 @@ class Precheck:
     pairs: Sequence[Pair]
     config: RunConfig
     verdicts: bytearray
-    errors: dict[int, tuple[str | None, str | None]]  # position -> (model, message; None: the pair's problem)
+    errors: dict[int, tuple[bool, str | None]]  # position -> (a job was planned, message; None: the problem)
     seeds: array  # position -> the seed a skipped pair's files record (NO_SEED: none)
     models: set[ModelType] = field(default_factory=set)  # the models the pairs to do need
     automatic: bool = False  # some pair to do needs pose and parsing (no mask given)
     todo_count: int = 0
 
     def done(self) -> Iterator[PairReport]:
-        """The reports of the pairs already decided (errors, skipped), in input order."""
+        """The reports of the pairs already decided (errors, skipped), in input order, each with its job's planned
+        record (made again here, one pair at a time) when it has one."""
         seed, config = self.config.sampling.seed, self.config
         for position, verdict in enumerate(self.verdicts):
             pair = self.pairs[position]
             if verdict == ERROR:
-                model, message = self.errors[position]
-                yield PairReport(pair, "error", model, error=message if message is not None else pair.problem,
-                                 seed=seed)
+                planned, message = self.errors[position]
+                error = message if message is not None else pair.problem
+                if planned:
+                    yield PairReport.of(pair, "error", _plan(config, pair).planned_record(), error=error)
+                else:
+                    yield PairReport.unplanned(pair, error, seed)
             elif verdict == SKIPPED:
                 job = _plan(config, pair)
-                yield PairReport(pair, "skipped", _model(job), outputs=[str(p) for p in job.targets.images],
-                                 intermediates={k: str(p) for k, p in job.targets.intermediates.items() if p.exists()},
-                                 seed=self.seeds[position] if self.seeds[position] != NO_SEED else None)
+                kept = self.seeds[position]
+                made = {k: str(p) for k, p in job.targets.intermediates.items() if p.exists()}
+                yield PairReport.of(pair, "skipped", job.planned_record(), kept if kept != NO_SEED else None,
+                                    resumed=True, outputs=[str(p) for p in job.targets.images], intermediates=made)
 
     def todo(self) -> Iterator[tuple[Pair, TryOnJob]]:
         """The pairs to do in run order (model type, garment, person), each planned as it is reached."""
@@ -106,10 +111,6 @@ def planned_files(config: RunConfig, pair: Pair) -> tuple[list[str], dict[str, s
     """Where a done pair's pictures and intermediates are: its job's targets, as its report lists them."""
     targets = _plan(config, pair).targets
     return [str(p) for p in targets.images], {kind: str(p) for kind, p in targets.intermediates.items()}
-
-
-def _model(job: TryOnJob) -> str:
-    return job.describe_models()
 
 
 class _Files:
@@ -157,13 +158,13 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
     for position, pair in enumerate(pairs):
         if pair.problem is not None:
             checked.verdicts[position] = ERROR
-            checked.errors[position] = (None, None)
+            checked.errors[position] = (False, None)
             continue
         try:
             job = _plan(config, pair)
         except UsageError as exc:
             checked.verdicts[position] = ERROR
-            checked.errors[position] = (None, f"{pair.source}: {exc}")
+            checked.errors[position] = (False, f"{pair.source}: {exc}")
             continue
         outputs = job.targets.all()
         records = _Records()
@@ -172,7 +173,7 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
         missing = files.missing(pair)
         if missing:
             checked.verdicts[position] = ERROR
-            checked.errors[position] = (_model(job), "; ".join(missing))
+            checked.errors[position] = (True, "; ".join(missing))
             continue
         claims.add(position, outputs)
         state = _resume(config, job, records)
@@ -217,9 +218,9 @@ def _settle_clashes(checked: Precheck, lost: dict[int, Pair]) -> None:
         return
     for position, clash in lost.items():
         checked.verdicts[position] = ERROR
-        checked.errors[position] = (_model(_plan(checked.config, checked.pairs[position])),
-                                    f"its output names collide with {clash.source} ({clash.describe()}); rename one "
-                                    "of the inputs, drop the duplicate or use a --name with {category}")
+        checked.errors[position] = (True, f"its output names collide with {clash.source} ({clash.describe()}); "
+                                          "rename one of the inputs, drop the duplicate or use a --name with "
+                                          "{category}")
     redo = Precheck(checked.pairs, checked.config, checked.verdicts, checked.errors, checked.seeds)
     for position, verdict in enumerate(checked.verdicts):  # what the pairs left to do need, counted again
         if verdict == TODO:

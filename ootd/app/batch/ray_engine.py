@@ -165,8 +165,8 @@ class RayBatchRunner(BatchRunner):
         try:
             for (pair, job), result in results:
                 if isinstance(result, Lost):
-                    report = PairReport(
-                        pair, "error", job.describe_models(), seed=self.config.sampling.seed,
+                    report = PairReport.of(
+                        pair, "error", job.planned_record(),
                         error=f"the worker running this pair died on each of its {result.attempts} attempt(s) "
                               "(killed, or out of memory?); see the Ray logs on its node")
                 else:

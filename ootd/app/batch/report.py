@@ -22,6 +22,7 @@ from typing import Any
 from ootd.app.batch.pairs import Pair, Shard
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.outputs import format_seconds
+from ootd.app.tryon.record import Record
 from ootd.errors import OutputError, no_space, printable
 
 try:
@@ -41,7 +42,8 @@ def report_name(shard: Shard | None = None) -> str:
 
 @dataclass
 class PairReport:
-    """One line of the JSON-lines report."""
+    """One line of the JSON-lines report: the pair's inputs as its row gave them, its outcome, and the settings
+    its job's record gives (`of`: Record.report_fields, so they are decided in ootd/app/tryon/record.py)."""
 
     pair: Pair
     status: str  # ok | skipped | error
@@ -52,6 +54,26 @@ class PairReport:
     seed: int | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     reused: dict[str, bool] = field(default_factory=dict)
+    category: str | None = None  # the category of the garment given first
+
+    @classmethod
+    def of(cls, pair: Pair, status: str, record: Record, seed: int | None = None, *, resumed: bool = False,
+           **outcome: Any) -> PairReport:
+        """The report of a pair with a job: its settings from the job's `record` (planned, or what ran);
+        `resumed`: done by an earlier run, with the `seed` its files record."""
+        return cls(pair, status, **record.report_fields(seed, resumed=resumed), **outcome)
+
+    @classmethod
+    def unplanned(cls, pair: Pair, error: str | None, seed: int | None) -> PairReport:
+        """The error of a pair no job could be made for (an unreadable row, a refused combination): what its row
+        says, and the batch's seed."""
+        return cls(pair, "error", error=error, seed=seed,
+                   category=pair.category.value if pair.category is not None else None)
+
+    def ran(self, record: Record) -> None:
+        """Its settings as the record of what ran gives them (a pair's report is made before it runs)."""
+        for key, value in record.report_fields().items():
+            setattr(self, key, value)
 
     def to_json(self) -> dict[str, Any]:
         pair = self.pair
@@ -60,7 +82,7 @@ class PairReport:
             "source": pair.source,
             "person": printable(pair.person),  # file names that are not UTF-8 as \xNN escapes
             "garment": printable(pair.garment),
-            "category": pair.category.value if pair.category is not None else None,
+            "category": self.category,
             "mask": printable(pair.mask) if pair.mask is not None else None,
             "model_type": self.model_type,
             "status": self.status,
@@ -176,7 +198,7 @@ def read_reports(path: Path, pairs: Sequence[Pair]) -> list[PairReport]:
                 reports.append(PairReport(
                     pair, entry["status"], entry.get("model_type"), list(entry.get("outputs") or ()),
                     dict(entry.get("intermediates") or {}), entry.get("error"), entry.get("seed"),
-                    dict(entry.get("timings") or {}), dict(entry.get("reused") or {})))
+                    dict(entry.get("timings") or {}), dict(entry.get("reused") or {}), entry.get("category")))
     return reports
 
 

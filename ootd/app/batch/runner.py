@@ -32,6 +32,7 @@ from ootd.app.tryon.job import TryOnJob
 from ootd.app.tryon.loader import PipelineLoader
 from ootd.app.tryon.outputs import peak_memory, prepare_output_dir, rounded
 from ootd.app.tryon.preflight import check_batch, check_output_folder
+from ootd.app.tryon.record import Record
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
 from ootd.pipeline_types import Progress
 from ootd.settings import ModelType
@@ -200,7 +201,7 @@ class BatchRunner:
             self.persons.clear()
             self.garments.clear()
             self._model = job.model_type if len(job.models) == 1 else None
-        report = PairReport(pair, "error", job.describe_models(), seed=job.config.sampling.seed)
+        report = PairReport.of(pair, "error", job.planned_record())
         return self._guarded(pair, report, lambda report: self._run_job(job, report))
 
     def _guarded(self, pair: Pair, report: PairReport, work: Callable[[PairReport], None]) -> PairReport:
@@ -239,14 +240,14 @@ class BatchRunner:
         timings = outcome.timings()
         timings["save"] = time.perf_counter() - t
         timings["wall"] = time.perf_counter() - start - loading
-        self._succeeded(report, job.config.sampling.seed, images, intermediates, timings)
+        self._succeeded(report, outcome.record(0), images, intermediates, timings)
         report.reused = dict(outcome.reused)
 
     @staticmethod
-    def _succeeded(report: PairReport, seed: int | None, images: list[Path], intermediates: dict[str, Path],
+    def _succeeded(report: PairReport, record: Record, images: list[Path], intermediates: dict[str, Path],
                    timings: dict[str, Any]) -> None:
         report.status = "ok"
-        report.seed = seed
+        report.ran(record)
         report.outputs = [str(p) for p in images]
         report.intermediates = {k: str(p) for k, p in intermediates.items()}
         report.timings = rounded(timings)

@@ -190,8 +190,14 @@ class TryOnJob:
     def planned_record(self) -> Record:
         """What its pictures will record of the settings and inputs (before anything runs)."""
         passes = [PassRecord.of(one.request(self.inputs), one.config, one.name) for one in self.passes]
-        photo = self.config.photo
-        return Record(passes[0], photo=photo) if len(passes) == 1 else Record(passes[-1], tuple(passes), photo=photo)
+        return Record(passes[-1], tuple(passes) if len(passes) > 1 else (), **self.record_facts())
+
+    def record_facts(self) -> dict[str, Any]:
+        """What every record of the job holds besides its passes: the pictures' size, the run's seed and the order
+        the garments were given (an outfit's passes by name; its passes run lower first whatever the order)."""
+        listed = tuple(one.name for garment in self.inputs.garments for one in self.passes
+                       if len(self.passes) > 1 and one.garment.category == garment.category)
+        return {"photo": self.config.photo, "run_seed": self.config.sampling.seed, "listed": listed}
 
     def expected(self) -> dict[str, str]:
         """What its pictures record when they were made with this job's settings (resume)."""
@@ -248,7 +254,7 @@ class JobOutcome:
         ran = {"device": str(described.get("device", "")), "precision": str(described.get("precision", "")),
                "attention": str(described.get("attention", "")), "threads": str(described.get("threads", ""))}
         passes = tuple(records) if len(records) > 1 else ()
-        return Record(records[-1], passes, sample=sample, photo=job.config.photo, **ran)
+        return Record(records[-1], passes, sample=sample, **job.record_facts(), **ran)
 
     def describe(self) -> dict[str, Any]:
         """What the job tried on, as its answers report it (`--json`): one garment's inputs, category and
@@ -263,6 +269,15 @@ class JobOutcome:
                 "category": request.category.value, "model_type": record.picture.model_type.value,
                 "category_source": "auto" if request.category_p is not None else "given",
                 "category_p": request.category_p, "settings": record.settings()}
+
+    def garment_masks(self) -> list[tuple[str, Any]]:
+        """Each garment's mask as its pass made it (working size), in the order the garments were given, with the
+        prefix of its pass's pictures (`lower_`; none for one garment): what a mask editor starts from, however
+        many garments the job has."""
+        given = self.job.inputs.garments
+        made = {given.index(one.garment): (one.prefix, outcomes[0].result.mask)
+                for one, outcomes in zip(self.job.passes, self.passes, strict=True)}
+        return [made[number] for number in sorted(made)]
 
     def intermediates(self) -> dict[str, Any]:
         """The pictures besides the results, by kind: each pass's mask and masked person (and pose and parsing

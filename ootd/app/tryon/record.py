@@ -12,6 +12,7 @@ pass that way and, after it, each pass's garment, category, model, seed and mask
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +116,8 @@ class Record:
     sample: int | None = None
     threads: str = ""  # the CPU threads of the process that made it (RunConfig.threads); empty: not known
     photo: PhotoOutput = field(default_factory=PhotoOutput)  # what the pictures are: working size, or the photo's
+    run_seed: int | None = None  # the run's seed (an outfit's passes derive theirs from it); None: the picture's
+    listed: tuple[str, ...] = ()  # an outfit's passes by name, in the order their garments were given
 
     def text(self) -> dict[str, str]:
         """The PNG text, in the order it is written."""
@@ -144,6 +147,26 @@ class Record:
             return ""
         on = [f"{key.replace('_', ' ')} {text[key]}" for key in EXACT_WORDS if text[key] != EXACT_WORDS[key]]
         return f"speed {text['speed']}" + (f" ({', '.join(on)})" if on else "")
+
+    def report_fields(self, seed: int | None = None, *, resumed: bool = False) -> dict[str, Any]:
+        """A batch report line's settings (ootd/app/batch/report.py `PairReport`): the category of the garment
+        given first (the line's `garment`), every pass's model in the order they run, and the run's seed, or for
+        a pair `resumed` from an earlier run the `seed` its files record as resume compares them (None: none)."""
+        first = next((one for one in self.passes if self.listed and one.name == self.listed[0]), self.picture)
+        models = "+".join(one.model_type.value for one in self.passes or (self.picture,))
+        if not resumed:
+            seed = self.run_seed if self.run_seed is not None else self.picture.sampling.seed
+        return {"category": first.category.value, "model_type": models, "seed": seed}
+
+    def garment_lines(self, words: Callable[[Category, float | None], str]) -> list[str]:
+        """What `ootd run`'s summary says of the garments, each category as `words` puts it (autocategory's
+        `category_words`): an outfit's passes in the order they ran, or a classified garment's category (a given
+        one is not repeated back), so the summary need not tell one garment from an outfit."""
+        if self.passes:
+            return ["outfit: " + ", then ".join(f"{p.garment} {words(p.category, p.category_p)} with "
+                                                f"{p.model_type.value}" for p in self.passes)]
+        picture = self.picture
+        return [] if picture.category_p is None else [f"category: {words(picture.category, picture.category_p)}"]
 
     def pass_summary(self) -> list[dict[str, str]]:
         """Each pass of an outfit as its record says it (garment, category, category_p, model, seed, mask)."""
