@@ -719,8 +719,10 @@ group_left() {  # group_left PGID: processes of that group still running after u
   echo "$left"
 }
 ray_child() { pgrep -P "$1" -f "$2" >/dev/null; }  # ray_child PID NAME: PID has started Ray's NAME
-detached() {  # detached ARGS...: python ARGS in a session (and process group) of its own, SIGINT at its default
-  "$PY" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.setsid(); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])' "$@"
+detached() {  # detached ARGS... &: python ARGS in a session (and process group) of its own, SIGINT at its
+  # default. Run it in the background only: it execs, so $! is python's pid, its process group's id and the parent
+  # of what it starts (Ray's gcs_server)
+  exec "$PY" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.setsid(); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])' "$@"
 }
 stopped_cleanly() {  # stopped_cleanly CODE LAST: the last run ($RC, $WORK/stderr) ended as a signal should
   if [ "$RC" -ne "$1" ]; then WHY="exit $RC, expected $1: $(tail -c 300 "$WORK/stderr")"; return 1; fi
@@ -811,7 +813,13 @@ from ootd.app.signals import ray_for_a_driver
 ray_for_a_driver()
 import ray.serve._private.api as private, ray.serve.api as public
 def gone(*a, **k): raise ImportError("no private Serve client in this Ray")
-private._get_global_client = public._get_global_client = gone
+import ootd.serve.ray_engine as engine
+real_deploy = engine.deploy
+def deploy(*args, **kwargs):  # Ray Serve itself needs its client to deploy: take it away once the replica runs
+    handle = real_deploy(*args, **kwargs)
+    private._get_global_client = public._get_global_client = gone
+    return handle
+engine.deploy = deploy
 from ootd.cli import main
 sys.exit(main(sys.argv[1:]))' serve --engine ray --replicas 1 --checkpoints "$WORK/tiny" --port 0 --device cpu \
     >"$WORK/serve.out" 2>"$WORK/serve.err" </dev/null &
