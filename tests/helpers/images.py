@@ -26,3 +26,14 @@ def text(path: Path | str) -> dict[str, str]:
     """A PNG's text chunks (its record)."""
     with Image.open(path) as im:
         return dict(im.text)
+
+
+def expected_region(photo: tuple[int, int], fit: str, working: tuple[int, int]) -> tuple[int, int, int, int]:
+    """Where a working-size result lands in a photo of size `photo`, from the sizes alone (independent of
+    ootd/imaging/photo.py): the whole photo, or the centre that `--fit crop` kept."""
+    w, h = photo
+    if fit != "crop":
+        return 0, 0, w, h
+    scale = max(working[0] / w, working[1] / h)
+    kw, kh = min(w, round(working[0] / scale)), min(h, round(working[1] / scale))
+    return (w - kw) // 2, (h - kh) // 2, (w - kw) // 2 + kw, (h - kh) // 2 + kh

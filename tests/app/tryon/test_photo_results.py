@@ -15,6 +15,7 @@ from scipy.ndimage import distance_transform_cdt
 
 from ootd.imaging.files import load_photo
 from tests.helpers.cli import assert_one_line_error, invoke
+from tests.helpers.images import expected_region
 from tests.helpers.synthetic import synthetic_preprocessor
 
 RUN = ["--steps", "1", "--resolution", "384x512", "--seed", "3"]
@@ -48,16 +49,6 @@ def _upright(which: str, path: Path) -> np.ndarray:
     with Image.open(path) as im:
         shown = im.transpose(Image.Transpose.ROTATE_270) if which == "sideways" else im.copy()
     return np.asarray(shown).astype(int)
-
-
-def _region(size: tuple[int, int], fit: str) -> tuple[int, int, int, int]:
-    """Where a result lands in the photo, from the sizes alone: the whole photo, or the centre the crop kept."""
-    w, h = size
-    if fit != "crop":
-        return 0, 0, w, h
-    scale = max(WORKING[0] / w, WORKING[1] / h)
-    kw, kh = min(w, round(WORKING[0] / scale)), min(h, round(WORKING[1] / scale))
-    return (w - kw) // 2, (h - kh) // 2, (w - kw) // 2 + kw, (h - kh) // 2 + kh
 
 
 def _run(photo: Path, example_images: dict[str, Path], tiny_tree: Path, out: Path, *extra: object):  # noqa: ANN202
@@ -108,7 +99,7 @@ def test_keep_unmasked_gives_back_the_photo_with_only_the_garment_region_changed
     # covers; what was repainted: the working mask resized the same way; the seam's reach from the photo's height
     working, plain_record = _working(working_runs, which, fit, photos, example_images, tiny_tree)
     assert "icc_profile" not in plain_record  # without the options: no profile, as before
-    left, top, right, bottom = _region(picture.size, fit)
+    left, top, right, bottom = expected_region(picture.size, fit, WORKING)
     reference = given.copy()
     reference[top:bottom, left:right, :3] = np.asarray(working.resize((right - left, bottom - top), Image.LANCZOS))
     with Image.open(out / f"{stem}__tshirt__mask.png") as mask:  # the intermediates stay at the working scale
@@ -141,7 +132,7 @@ def test_output_size_photo_and_no_option_as_before(use_pipes, photos, example_im
     assert (settings["output_size"], settings["keep_unmasked"]) == ("photo", False)
     working, record = _working(working_runs, which, fit, photos, example_images, tiny_tree)
     size = Image.open(photos[which]).size
-    left, top, right, bottom = _region(size[::-1] if which == "sideways" else size, fit)
+    left, top, right, bottom = expected_region(size[::-1] if which == "sideways" else size, fit, WORKING)
     with Image.open(tmp_path / "photo" / f"{which}__tshirt__0.png") as im:
         assert im.size == (right - left, bottom - top)  # the photo's size and framing (crop: the part it kept)
         assert im.text["output_size"] == "photo" and im.text["feather"] == "none"

@@ -12,6 +12,7 @@ from scipy.ndimage import distance_transform_cdt
 from ootd.imaging.files import load_photo
 from ootd.imaging.framing import fit_to_aspect, frame_of, restore_framing
 from ootd.imaging.photo import PhotoPictures, feather_pixels, in_photo_frame, kept_photo, photo_mask, photo_pictures
+from tests.helpers.images import expected_region
 
 WORKING = (384, 512)
 SIZES = {"3:4": (600, 800), "1:1": (500, 500), "16:9 landscape": (800, 450), "9:16 portrait": (450, 800)}
@@ -21,16 +22,6 @@ def _random(size: tuple[int, int], mode: str = "RGB", seed: int = 0) -> Image.Im
     rng = np.random.default_rng(seed)
     channels = len(mode)
     return Image.fromarray(rng.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8).squeeze(), mode)
-
-
-def _expected_region(photo: tuple[int, int], fit: str) -> tuple[int, int, int, int]:
-    """Where a result lands in the photo, from the sizes alone: the whole photo, or the centre the crop kept."""
-    w, h = photo
-    if fit != "crop":
-        return 0, 0, w, h
-    scale = max(WORKING[0] / w, WORKING[1] / h)
-    kw, kh = min(w, round(WORKING[0] / scale)), min(h, round(WORKING[1] / scale))
-    return (w - kw) // 2, (h - kh) // 2, (w - kw) // 2 + kw, (h - kh) // 2 + kh
 
 
 def _result_and_mask(photo: Image.Image, fit: str) -> tuple[Image.Image, Image.Image]:
@@ -54,7 +45,7 @@ def test_only_the_repainted_region_changes_and_it_is_the_generated_picture(aspec
 
     got, original, w = (np.asarray(x).astype(int) for x in (out, photo, weight))
     # the reference: the generated picture resized onto the region the framing covers, computed independently
-    left, top, right, bottom = _expected_region(photo.size, fit)
+    left, top, right, bottom = expected_region(photo.size, fit, WORKING)
     reference = original.copy()
     reference[top:bottom, left:right] = np.asarray(generated.resize((right - left, bottom - top), Image.LANCZOS))
     region = np.asarray(mask.resize((right - left, bottom - top), Image.BILINEAR)) >= 128
@@ -79,7 +70,7 @@ def test_the_generated_picture_at_the_photos_size_and_framing() -> None:
     for fit in ("pad", "crop", "stretch"):
         generated, _ = _result_and_mask(photo, fit)
         picture, offset = in_photo_frame(generated, frame_of(photo.size, WORKING, fit))
-        left, top, right, bottom = _expected_region(photo.size, fit)
+        left, top, right, bottom = expected_region(photo.size, fit, WORKING)
         assert picture.size == (right - left, bottom - top) and offset == (left, top)
 
 
@@ -169,7 +160,7 @@ def test_a_grey_photo_stays_grey_and_keeps_its_profile(mode: str) -> None:
     got, given, w = np.asarray(out), np.asarray(photo), np.asarray(weight)
     assert out.mode == mode and out.info["icc_profile"] == photo.info["icc_profile"]
     assert np.array_equal(got[w == 0], given[w == 0])
-    left, top, right, bottom = _expected_region(photo.size, "crop")
+    left, top, right, bottom = expected_region(photo.size, "crop", WORKING)
     grey = np.asarray(generated.resize((right - left, bottom - top), Image.LANCZOS).convert("L"))
     deep = np.zeros(w.shape, bool)
     deep[top:bottom, left:right] = True
