@@ -7,3 +7,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
+
+
+def traceback_length(exc: BaseException) -> int:
+    """How many frames an exception's traceback holds (each keeps its frame's locals alive)."""
+    count, tb = 0, exc.__traceback__
+    while tb is not None:
+        count, tb = count + 1, tb.tb_next
+    return count

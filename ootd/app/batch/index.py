@@ -25,6 +25,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ootd.app.batch import pages
 from ootd.app.batch.pages import (
@@ -46,6 +47,7 @@ from ootd.app.batch.pages import (
 )
 from ootd.app.batch.pairs import Pair, Shard
 from ootd.app.batch.report import PairReport
+from ootd.app.batch.texts import TextStore
 from ootd.errors import OotdError
 from ootd.imaging.atomic import write_text_atomic
 
@@ -97,11 +99,11 @@ class ContactIndex:
         self.links = Links(self.path.parent, "" if self.single else "../")
         self.position = _Positions(pairs)
         self.status = bytearray(len(pairs))  # position -> STATUS of its report (0: none yet)
-        self.messages: dict[int, str] = {}  # position -> its error
+        self.messages = array("i")  # position -> its error's number in `texts` (made at the first error)
+        self.texts = TextStore()  # the errors' messages, compressed
         self.files_of = files
         self.files: dict[int, tuple[list[str], dict[str, str]]] = {}  # position -> its report's, without `files`
         self.grids: dict[int, bytes] = {}  # page -> its grid, rendered once complete, compressed
-        self.errors: list[int] = []  # the positions of the pairs that failed
         self.counts = Counts(len(pairs))
         self.writes = 0  # how many times the pages were written (tests, benchmarks)
         self._dirty: set[int] = set(range(len(self.pages)))
@@ -125,8 +127,9 @@ class ContactIndex:
             self.counts.add(report.status)
             self.status[position] = STATUS[report.status]
             if report.status == "error":
-                self.messages[position] = report.error or ""
-                self.errors.append(position)
+                if not self.messages:
+                    self.messages = array("i", [0]) * len(self.pairs)
+                self.messages[position] = self.texts.add(report.error or "")
                 self._errors_dirty = True
             elif self.files_of is None:
                 self.files[position] = (list(report.outputs), dict(report.intermediates))
@@ -160,7 +163,7 @@ class ContactIndex:
         if status is None:
             return None
         if status == "error":
-            return PairReport(pair, status, error=self.messages.get(position))
+            return PairReport(pair, status, error=self.texts.get(self.messages[position]))
         outputs, intermediates = self.files_of(pair) if self.files_of is not None else self.files[position]
         return PairReport(pair, status, outputs=outputs, intermediates=intermediates)
 
@@ -245,16 +248,26 @@ class ContactIndex:
 
     # ------------------------------------------------------------------------------------------ pages
 
-    def _sorted_errors(self) -> list[str]:
-        self.errors.sort(key=lambda position: self.pairs[position].index)  # nearly sorted already: linear
-        return [error_item(self.report_at(position)) for position in self.errors]  # type: ignore[arg-type]
+    def _error_positions(self) -> Any:
+        """The positions of the pairs that failed, by row (a numpy array: 8 bytes an error, no list of ints)."""
+        import numpy as np
+
+        failed = np.flatnonzero(np.frombuffer(self.status, dtype=np.uint8) == STATUS["error"])
+        if self.position.map is not None:  # pairs not in row order (never from a CSV or a shard)
+            indices = np.frombuffer(self.position.indices, dtype=np.int64)
+            failed = failed[np.argsort(indices[failed], kind="stable")]
+        return failed
+
+    def _error_items(self, positions: Iterable[int]) -> str:
+        return error_items(error_item(self.report_at(int(position))) for position in positions)  # type: ignore[arg-type]
 
     def _single_page(self, state: State) -> str:
         body = [top(self.heading, state, self.counts)]
         if self.pages[0].positions:
             body.append(self._grid(0))
-        if self.errors:
-            body.append(f"<h2 id=\"errors\">Errors ({len(self.errors)})</h2>{error_items(self._sorted_errors())}")
+        if self.counts.errors:
+            body.append(f"<h2 id=\"errors\">Errors ({self.counts.errors})</h2>"
+                        f"{self._error_items(self._error_positions())}")
         return document(self.heading.title, "".join(body), state)
 
     def _index_href(self) -> str:
@@ -265,15 +278,15 @@ class ContactIndex:
         links = [(self._index_href(), "index"),
                  (_page_file(page.number - 1) if page.number > 1 else "", "previous"),
                  (_page_file(page.number + 1) if page.number < count else "", "next")]
-        if self.errors:
-            links.append((_errors_file(1), f"errors ({len(self.errors)})"))
+        if self.counts.errors:
+            links.append((_errors_file(1), f"errors ({self.counts.errors})"))
         title = f"{self.heading.title} · page {page.number} of {count}"
         body = (nav(links) + top(self.heading, state, self.counts, page.counts, title)
                 + f"<p class=\"meta\">{page_label(page)}</p>" + self._grid(page.number - 1))
         return document(title, body, state)
 
     def _error_pages(self, state: State) -> Iterable[tuple[Path, str]]:
-        errors = self._sorted_errors()
+        errors = self._error_positions()  # each page's items rendered when it is written, never all at once
         size = self.errors_per_page
         count = max(1, -(-len(errors) // size))
         for number in range(1, count + 1):
@@ -283,16 +296,16 @@ class ContactIndex:
                      (_errors_file(number + 1) if number < count else "", "next")]
             title = f"{self.heading.title} · errors {number} of {count}"
             first = (number - 1) * size + 1
-            what = (f"errors {first} to {first + len(chunk) - 1} of {len(errors)}, by row" if errors
+            what = (f"errors {first} to {first + len(chunk) - 1} of {len(errors)}, by row" if len(errors)
                     else "no errors")
             body = nav(links) + top(self.heading, state, self.counts, title=title) + f"<p class=\"meta\">{what}</p>"
-            yield self.folder / _errors_file(number), document(title, body + error_items(chunk), state)
+            yield self.folder / _errors_file(number), document(title, body + self._error_items(chunk), state)
 
     def _front_page(self, state: State) -> str:
         entries = [(f"{self.folder.name}/{_page_file(page.number)}", page_label(page), page.counts.text())
                    for page in self.pages]
-        errors = f"{self.folder.name}/{_errors_file(1)}" if self.errors else None
-        return front_page(self.heading, state, self.counts, entries, errors, len(self.errors))
+        errors = f"{self.folder.name}/{_errors_file(1)}" if self.counts.errors else None
+        return front_page(self.heading, state, self.counts, entries, errors, self.counts.errors)
 
 
 class _Cells:

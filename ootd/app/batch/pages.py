@@ -257,18 +257,28 @@ class _Names:
 def layout(pairs: Sequence[Pair], page_pairs: int = PAGE_PAIRS) -> tuple[list[Page], array]:
     """The pages of the grid and each pair's page (by position; -1: none). Pairs without a category (rows that
     could not be read) are in no column: they are listed with the errors only. People keep their first
-    appearance's order; a person stays on one page unless they alone have more than `page_pairs` pairs."""
+    appearance's order; a person stays on one page unless they alone have more than `page_pairs` pairs.
+    Grouped with numpy (a person number a pair, then a stable sort), not a list of positions a person: a few
+    bytes a pair, however many distinct people."""
+    import numpy as np
+
     name = _Names()
-    by_person: dict[str, list[int]] = {}
+    number: dict[str, int] = {}  # a person's key -> its number, in order of first appearance
+    person_of = array("i", [-1]) * len(pairs)
     for position, pair in enumerate(pairs):
-        if pair.category is not None and pair.problem is None:
-            by_person.setdefault(name(pair.person), []).append(position)
+        if pair.category is not None and pair.reason is None:
+            person_of[position] = number.setdefault(name(pair.person), len(number))
+    people = np.frombuffer(person_of, dtype=np.int32) if pairs else np.empty(0, np.int32)
+    shown = np.flatnonzero(people >= 0)
+    grouped = shown[np.argsort(people[shown], kind="stable")]
+    starts = np.flatnonzero(np.diff(people[grouped], prepend=-1)).tolist() + [len(grouped)]
+    del number, people, shown
     pages: list[Page] = []
     page_of = array("i", [-1]) * len(pairs)
     page = Page(1)
-    for positions in by_person.values():
-        for start in range(0, len(positions), page_pairs):
-            chunk = positions[start:start + page_pairs]
+    for first, end in zip(starts, starts[1:]):  # noqa: B905 - one shorter
+        for start in range(first, end, page_pairs):
+            chunk = grouped[start:min(start + page_pairs, end)].tolist()
             if page.positions and len(page.positions) + len(chunk) > page_pairs:
                 pages.append(page)
                 page = Page(len(pages) + 1)

@@ -1,7 +1,7 @@
 """Many try-on requests: pairs from a CSV or from two folders, and the shard of them one process runs.
 
 A pair that cannot even be read (a bad CSV row) is kept, with its `problem`, so the batch reports it in its
-place instead of stopping.
+place instead of stopping. The pairs are returned as a `PairTable` (a few dozen bytes a pair).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ootd.app.batch.folders import list_images
+from ootd.app.batch.pair import Pair
+from ootd.app.batch.table import PairTable
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.inputs import GarmentInput, JobInputs
 from ootd.errors import CheckpointError, UsageError, printable
 from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, Pairing, parse_category_word
 
@@ -42,53 +43,6 @@ def _outfit_cells(garment: str, category: str, mask: str) -> tuple[list[str], li
     if masks and (len(masks) != 2 or not all(masks)):
         return f"an outfit row takes one mask per garment or none, got {mask!r}"
     return garments, categories, masks
-
-
-@dataclass(frozen=True, slots=True)
-class Pair:
-    """One person + garment try-on request, as read from a CSV row or a folder listing."""
-
-    person: Path
-    garment: Path
-    category: Category | None  # None when `problem` says why, or until an `auto` pair is classified
-    mask: Path | None = None  # None: computed from pose + parsing
-    index: int = 0  # position in the input (report order)
-    source: str = ""  # where it came from, for messages ("pairs.csv line 4")
-    problem: str | None = None  # a request that could not even be read (bad CSV row)
-    auto: bool = False  # the category is to be classified from the garment (`classify_pairs`)
-    category_p: float | None = None  # ... and was, with this probability
-    garment2: Path | None = None  # an outfit row's second garment (`top.png;trousers.png`), its category, mask
-    category2: Category | None = None
-    mask2: Path | None = None
-    auto2: bool = False
-    category2_p: float | None = None
-
-    @property
-    def outfit(self) -> bool:
-        return self.garment2 is not None
-
-    @property
-    def classified(self) -> bool:
-        """Every garment's category is known (given, or `auto` done)."""
-        return not (self.auto or self.auto2)
-
-    def describe(self) -> str:
-        second = f" + {self.garment2.name}" if self.garment2 is not None else ""
-        return f"{self.person.name} + {self.garment.name}{second}"
-
-    def inputs(self) -> tuple[Path | None, ...]:
-        return self.person, self.garment, self.mask, self.garment2, self.mask2
-
-    def job_inputs(self) -> JobInputs:
-        """What this pair tries on (a pair with a `problem` has nothing to try on)."""
-        if self.problem is not None:
-            raise UsageError(self.problem)
-        garments = [GarmentInput(self.garment, AUTO_CATEGORY if self.auto else self.category, self.mask,
-                                 category_p=self.category_p)]
-        if self.garment2 is not None:
-            garments.append(GarmentInput(self.garment2, AUTO_CATEGORY if self.auto2 else self.category2, self.mask2,
-                                         category_p=self.category2_p))
-        return JobInputs.of(self.person, garments)
 
 
 def _cells(row: list[str]) -> list[str]:
@@ -179,7 +133,7 @@ def _bad_utf8_line(path: Path) -> int:
     return 1
 
 
-def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = None) -> list[Pair]:
+def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = None) -> PairTable:
     """Pairs from `person,garment,category[,mask]` rows; header optional; paths relative to the CSV's folder. A
     row whose category is `auto`, or empty (without a `default_category`), is classified (`classify_pairs`).
 
@@ -193,7 +147,7 @@ def read_pairs_csv(path: str | Path, default_category: CategoryWord | None = Non
                    if path.exists() else "file not found")
         raise UsageError(f"pairs file {printable(path)}: {problem}")
     rows = _RowReader(path, default_category)
-    pairs: list[Pair] = []
+    pairs = PairTable()
     first = True
     for line_no, row in _rows(path):
         cells = _cells(row)
@@ -233,11 +187,11 @@ class _RowReader:
         second: dict[str, object] = {}
         outfit = _outfit_cells(garment, category_word, mask)
         if len(cells) > self.limit:
-            problem = f"{source}: {len(cells)} columns, expected {self.expected}"
+            problem = f"{len(cells)} columns, expected {self.expected}"
         elif not person or not garment:
-            problem = f"{source}: needs a person and a garment path (person,garment,category[,mask])"
+            problem = "needs a person and a garment path (person,garment,category[,mask])"
         elif isinstance(outfit, str):
-            problem = f"{source}: {outfit}"
+            problem = outfit
         elif len(outfit[0]) == 2:
             (garment, garment2), words, masks = outfit
             category_word, mask = words[0], masks[0] if masks else ""
@@ -247,18 +201,18 @@ class _RowReader:
                           "auto2": category2 == AUTO_CATEGORY, "mask2": resolve(masks[1]) if masks else None}
                 category = parse_category_word(category_word)
             except UsageError as exc:
-                problem = f"{source}: {exc}"
+                problem = str(exc)
         else:
             try:
                 category = parse_category_word(category_word) if category_word else self.default_category
             except UsageError as exc:
-                problem = f"{source}: {exc}"
+                problem = str(exc)
             if category is None and problem is None:
                 category = AUTO_CATEGORY
         auto = category == AUTO_CATEGORY
         return Pair(person=resolve(person or "?"), garment=resolve(garment or "?"),
                     category=None if auto else category, mask=resolve(mask) if mask else None, index=index,
-                    source=source, problem=problem, auto=auto, **second)  # type: ignore[arg-type]
+                    source=source, reason=problem, auto=auto, **second)  # type: ignore[arg-type]
 
 
 def pairs_from_folders(
@@ -287,18 +241,15 @@ def pairs_from_folders(
         combos = list(zip(person_files, garment_files, strict=True))
     else:
         combos = [(p, g) for p in person_files for g in garment_files]
-    return [
-        Pair(person=p, garment=g, category=category, mask=mask_by_stem.get(p.stem), index=i,
-             source=f"{pairing} #{i + 1}")
-        for i, (p, g) in enumerate(combos)
-    ]
+    return PairTable(Pair(person=p, garment=g, category=category, mask=mask_by_stem.get(p.stem), index=i,
+                          source=f"{pairing} #{i + 1}") for i, (p, g) in enumerate(combos))
 
 
 def collect_pairs(
     csv_file: str | Path | None, people: str | Path | None, garments: str | Path | None,
     category: str | Category | None = None, pairing: str | Pairing = Pairing.PRODUCT, masks: str | Path | None = None,
     *, output: str | Path | None = None,
-) -> list[Pair]:
+) -> PairTable:
     """The pairs of a batch: from a CSV (`category` for rows without one), or from folders of people and
     garments (`category` required); exactly one of the two."""
     default_category = parse_category_word(category) if category is not None else None
@@ -314,12 +265,12 @@ def collect_pairs(
     if default_category is None:
         raise UsageError("folder mode needs --category upper|lower|dress|auto")
     if default_category == AUTO_CATEGORY:
-        return [replace(pair, category=None, auto=True)
-                for pair in pairs_from_folders(people, garments, Category.UPPER, pairing, masks, output=output)]
+        listed = pairs_from_folders(people, garments, Category.UPPER, pairing, masks, output=output)
+        return PairTable(replace(pair, category=None, auto=True) for pair in listed)
     return pairs_from_folders(people, garments, default_category, pairing, masks, output=output)
 
 
-def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> list[Pair]:
+def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> PairTable:
     """Each pair with its `auto` garments' categories (each garment file classified once, by the function every
     front end uses); a garment that cannot be read or is refused under the margin fails its pairs alone. A CLIP
     without its text tower stops the batch."""
@@ -327,9 +278,10 @@ def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> l
     from ootd.errors import OotdError
 
     known: dict = {}
-    out = []
+    reasons: dict[OotdError, str] = {}  # a garment's error -> its text, one string for all its rows
+    out = PairTable()
     for pair in pairs:
-        if pair.classified or pair.problem is not None:
+        if pair.classified or pair.reason is not None:
             out.append(pair)
             continue
         try:
@@ -337,7 +289,7 @@ def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> l
         except CheckpointError:
             raise
         except OotdError as exc:
-            out.append(replace(pair, problem=f"{pair.source}: {exc}"))
+            out.append(replace(pair, reason=reasons.setdefault(exc, str(exc))))
             continue
         second = {"category2": garments[1].category, "category2_p": garments[1].category_p} if pair.outfit else {}
         out.append(replace(pair, category=garments[0].category, category_p=garments[0].category_p, auto=False,
@@ -402,11 +354,11 @@ class Shard:
         return f"shard{self.index}of{self.count}"
 
 
-def select_shard(pairs: Sequence[Pair], shard: Shard, config: RunConfig) -> list[Pair]:
+def select_shard(pairs: Sequence[Pair], shard: Shard, config: RunConfig) -> PairTable:
     """The pairs of `shard`: a contiguous block of the run order, so each garment's pairs stay together (reuse)
     and the shards are near-equal in size. Stable across runs, so resuming a shard works."""
-    ordered = [pairs[int(i)] for i in run_order(pairs, range(len(pairs)), config)]
+    ordered = run_order(pairs, range(len(pairs)), config)
     size, extra = divmod(len(ordered), shard.count)
     start = shard.index * size + min(shard.index, extra)
     stop = start + size + (1 if shard.index < extra else 0)
-    return sorted(ordered[start:stop], key=lambda p: p.index)
+    return PairTable(pairs[int(i)] for i in sorted(ordered[start:stop].tolist()))

@@ -22,6 +22,7 @@ from pathlib import Path
 from ootd.app.batch.pairs import Pair, run_order
 from ootd.app.batch.report import PairReport, is_our_report
 from ootd.app.batch.resume import ResumeState, resume_state, stale_error
+from ootd.app.batch.texts import TextStore
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.provenance import is_ours, read_record
@@ -46,7 +47,7 @@ def check_batch_outputs(pairs: Sequence[Pair], config: RunConfig, report: Path |
 
 def _targets(pairs: Iterable[Pair], config: RunConfig) -> Iterator[Other]:
     for pair in pairs:
-        if pair.problem is None and pair.classified:
+        if pair.reason is None and pair.classified:
             try:
                 paths = _plan(config, pair).targets.all()
             except UsageError:  # a pair the batch reports as its own error (e.g. hd with a lower garment)
@@ -54,23 +55,25 @@ def _targets(pairs: Iterable[Pair], config: RunConfig) -> Iterator[Other]:
             yield from (Other(p, "output") for p in paths)
 
 
-TODO, SKIPPED, ERROR, STALE = 0, 1, 2, 3  # a pair's verdict
+TODO, SKIPPED, ERROR, STALE, PLANNED_ERROR = 0, 1, 2, 3, 4  # a pair's verdict (PLANNED_ERROR: an error with a job)
 NO_SEED = -1
+NO_MESSAGE = -1
 
 
 @dataclass
 class Precheck:
     """The outcome of the checks, a few bytes a pair: each pair's verdict (to do, skipped, error), the errors'
-    messages, the skipped pairs' seeds, what the pairs to do need, and the config they run with (a resumed batch
-    whose seed was drawn keeps the seed its files were made with). The reports of the pairs already decided
-    (`done`) and the jobs of the pairs to do (`todo`) are made again one at a time when they are wanted, so a
-    batch of 10^6 pairs never holds 10^6 of either."""
+    messages (compressed), the skipped pairs' seeds, what the pairs to do need, and the config they run with (a
+    resumed batch whose seed was drawn keeps the seed its files were made with). The reports of the pairs
+    already decided (`done`) and the jobs of the pairs to do (`todo`) are made again one at a time when they are
+    wanted, so a batch of 10^6 pairs never holds 10^6 of either."""
 
     pairs: Sequence[Pair]
     config: RunConfig
     verdicts: bytearray
-    errors: dict[int, tuple[bool, str | None]]  # position -> (a job was planned, message; None: the problem)
     seeds: array  # position -> the seed a skipped pair's files record (NO_SEED: none)
+    messages: array = field(default_factory=lambda: array("i"))  # position -> its error's number in `texts`
+    texts: TextStore = field(default_factory=TextStore)
     models: set[ModelType] = field(default_factory=set)  # the models the pairs to do need
     automatic: bool = False  # some pair to do needs pose and parsing (no mask given)
     todo_count: int = 0
@@ -81,10 +84,9 @@ class Precheck:
         seed, config = self.config.sampling.seed, self.config
         for position, verdict in enumerate(self.verdicts):
             pair = self.pairs[position]
-            if verdict == ERROR:
-                planned, message = self.errors[position]
-                error = message if message is not None else pair.problem
-                if planned:
+            if verdict in (ERROR, PLANNED_ERROR):
+                error = self.message(position)
+                if verdict == PLANNED_ERROR:
                     yield PairReport.of(pair, "error", _plan(config, pair).planned_record(), error=error)
                 else:
                     yield PairReport.unplanned(pair, error, seed)
@@ -94,6 +96,20 @@ class Precheck:
                 made = {k: str(p) for k, p in job.targets.intermediates.items() if p.exists()}
                 yield PairReport.of(pair, "skipped", job.planned_record(), kept if kept != NO_SEED else None,
                                     resumed=True, outputs=[str(p) for p in job.targets.images], intermediates=made)
+
+    def fail(self, position: int, message: str | None, planned: bool = False) -> None:
+        """The pair at `position` is an error (`message`; None: its row's own problem)."""
+        self.verdicts[position] = PLANNED_ERROR if planned else ERROR
+        if message is None:
+            return
+        if not self.messages:  # made at the first message: a batch without errors needs no array
+            self.messages = array("i", [NO_MESSAGE]) * len(self.pairs)
+        self.messages[position] = self.texts.add(message)
+
+    def message(self, position: int) -> str | None:
+        """The error of a pair whose verdict is an error."""
+        number = self.messages[position] if self.messages else NO_MESSAGE
+        return self.pairs[position].problem if number == NO_MESSAGE else self.texts.get(number)
 
     def todo(self) -> Iterator[tuple[Pair, TryOnJob]]:
         """The pairs to do in run order (model type, garment, person), each planned as it is reached."""
@@ -150,21 +166,19 @@ class _Records:
 
 def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
     """Everything knowable without models, per pair (see the module docstring)."""
-    checked = Precheck(pairs, config, bytearray(len(pairs)), {}, array("q"))
+    checked = Precheck(pairs, config, bytearray(len(pairs)), array("q"))
     claims = _Claims()
     stale = array("i")  # the pairs whose outputs were made with other settings
     seeds: set[int] = set()  # the seeds existing outputs were made with
     files = _Files()
     for position, pair in enumerate(pairs):
-        if pair.problem is not None:
-            checked.verdicts[position] = ERROR
-            checked.errors[position] = (False, None)
+        if pair.reason is not None:
+            checked.fail(position, None)
             continue
         try:
             job = _plan(config, pair)
         except UsageError as exc:
-            checked.verdicts[position] = ERROR
-            checked.errors[position] = (False, f"{pair.source}: {exc}")
+            checked.fail(position, f"{pair.source}: {exc}")
             continue
         outputs = job.targets.all()
         records = _Records()
@@ -172,8 +186,7 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
             check_outputs([], [], others=[Other(p, "output", records.ours, "an ootd picture") for p in outputs])
         missing = files.missing(pair)
         if missing:
-            checked.verdicts[position] = ERROR
-            checked.errors[position] = (True, "; ".join(missing))
+            checked.fail(position, "; ".join(missing), planned=True)
             continue
         claims.add(position, outputs)
         state = _resume(config, job, records)
@@ -217,11 +230,9 @@ def _settle_clashes(checked: Precheck, lost: dict[int, Pair]) -> None:
     if not lost:
         return
     for position, clash in lost.items():
-        checked.verdicts[position] = ERROR
-        checked.errors[position] = (True, f"its output names collide with {clash.source} ({clash.describe()}); "
-                                          "rename one of the inputs, drop the duplicate or use a --name with "
-                                          "{category}")
-    redo = Precheck(checked.pairs, checked.config, checked.verdicts, checked.errors, checked.seeds)
+        checked.fail(position, f"its output names collide with {clash.source} ({clash.describe()}); rename one "
+                               "of the inputs, drop the duplicate or use a --name with {category}", planned=True)
+    redo = Precheck(checked.pairs, checked.config, checked.verdicts, checked.seeds)
     for position, verdict in enumerate(checked.verdicts):  # what the pairs left to do need, counted again
         if verdict == TODO:
             _to_do(redo, checked.pairs[position], _plan(checked.config, checked.pairs[position]))

@@ -53,8 +53,8 @@ class _Cache:
         if key in self.items:
             self.items.move_to_end(key)
             value = self.items[key]
-            if isinstance(value, BaseException):
-                raise value
+            if isinstance(value, BaseException):  # a fresh traceback: raised again, each would chain onto the last
+                raise value.with_traceback(None)
             return value, False
         self.computed += 1
         try:

@@ -127,8 +127,8 @@ def resolve_inputs(inputs: JobInputs, checkpoints: Path, margin: float, known: C
                 found = exc
             if known is not None and key is not None:
                 known[key] = found
-        if isinstance(found, OotdError):
-            raise found
+        if isinstance(found, OotdError):  # raised again for each of its rows: a fresh traceback each time, or
+            raise found.with_traceback(None)  # every raise would chain onto the last, frames and all (O(rows))
         garments.append(replace(garment, category=found[0], category_p=found[1]))
     return inputs.with_garments(garments)
 

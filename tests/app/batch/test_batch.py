@@ -349,3 +349,25 @@ def test_scripts_dry_run(tmp_path: Path) -> None:
     assert all("--device cuda:0" in line and "batch_report.shard" in line for line in multi)
     usage = subprocess.run(["bash", str(REPO / "scripts" / "multi_gpu.sh")], capture_output=True, text=True)
     assert usage.returncode == 2 and "shard" in usage.stdout
+
+
+def test_the_reuse_caches_remembered_error_is_raised_with_a_fresh_traceback_each_time() -> None:
+    """A bad input is prepared once and its error raised for each of its pairs; the raises must not chain (a
+    garment in 10^5 rows would keep 10^5 tracebacks and their frames alive)."""
+    from ootd.app.batch.runner import _Cache
+    from ootd.errors import UsageError
+    from tests.helpers import traceback_length
+
+    cache = _Cache(2)
+    computed = []
+
+    def prepare() -> None:
+        computed.append(1)
+        raise UsageError("person image: cannot be read")
+
+    lengths = []
+    for _ in range(200):
+        with pytest.raises(UsageError) as caught:
+            cache.get(("person.png", "upper"), prepare)
+        lengths.append(traceback_length(caught.value))
+    assert len(computed) == 1 and max(lengths) < 10, lengths[:5]

@@ -256,7 +256,7 @@ def test_a_big_batch_is_a_small_front_page_pages_of_whole_people_and_error_pages
     out.mkdir()
     pairs = catalogue(tmp_path, people=4, garments=4)
     unreadable = [Pair(Path("?"), Path("?"), None, index=16 + k, source=f"pairs.csv line {17 + k}",
-                       problem=f"pairs.csv line {17 + k}: no category") for k in range(3)]
+                       reason="no category") for k in range(3)]
     reports = [done(p, out) if p.index % 3 else failed(p) for p in pairs] + [failed(p) for p in unreadable]
     write_index(out / "index.html", pairs + unreadable, reverse(reports), heading(), page_pairs=5, errors_per_page=3)
 
