@@ -2,16 +2,19 @@
 
 A SIGTERM (a service manager stopping ootd, `kill PID`, a cluster's preemption) raises `Terminated` in the main
 thread, a KeyboardInterrupt, so every `finally` runs as for Ctrl-C: a PNG being written is removed with its
-temporary file, the report keeps its whole lines and is closed; the exit code is 128 + 15 = 143.
+temporary file, the report keeps its whole lines and is closed; the exit code is 128 + 15 = 143. What a start
+that a signal cut short had already started (Ray's processes) is stopped with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +22,7 @@ from typing import Any
 from ootd.errors import NoSpaceError, no_space
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
+STOP_WAIT_S = 2.0  # how long the processes of a failed start get after SIGTERM, before SIGKILL (Ray gives 1 s)
 
 
 class Terminated(KeyboardInterrupt):
@@ -75,6 +79,67 @@ def sigterm_kept() -> Iterator[None]:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def children_stopped_on_failure() -> Iterator[None]:
+    """When it fails or is interrupted, the processes started inside (and theirs) that are still running once
+    the code inside has cleaned up are stopped: a signal inside `ray.init` while it starts a private instance
+    leaves a node that is not yet Ray's, so `ray.shutdown` cannot stop it, and a raylet killed that young leaves
+    its agents running once this process is gone. SIGTERM to each, SIGKILL to those still running STOP_WAIT_S
+    later. Linux (/proc); elsewhere nothing is stopped."""
+    before = set(_descendants())
+    try:
+        yield
+    except BaseException:
+        _stop(set(_descendants()) - before)
+        raise
+
+
+def _descendants() -> list[int]:
+    """The running processes below this one (their parents as /proc has them now)."""
+    try:
+        pids = [int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()]
+    except OSError:
+        return []
+    children: dict[int, list[int]] = {}
+    for pid in pids:
+        state = _state(pid)
+        if state is not None and state[0] not in "ZX":
+            children.setdefault(state[1], []).append(pid)
+    found, todo = [], [os.getpid()]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def _state(pid: int) -> tuple[str, int] | None:
+    """(state letter, parent's pid) of a process; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()  # the name before it may hold anything
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def _running(pid: int) -> bool:
+    state = _state(pid)
+    return state is not None and state[0] not in "ZX"
+
+
+def _stop(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while (pids := {pid for pid in pids if _running(pid)}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 RAY_CRASH_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ootd.app.signals import ray_for_a_driver, sigterm_kept
+from ootd.app.signals import children_stopped_on_failure, ray_for_a_driver, sigterm_kept
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import UsageError
 from ootd.imaging.atomic import write_bytes_atomic
@@ -347,11 +347,18 @@ def _connect(ray: Any, options: RayOptions) -> None:
         init["address"] = options.address
     else:
         init["num_cpus"] = os.cpu_count() or 1
+        init["_temp_dir"] = _ray_folder()
     try:
         ray.init(**init)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {options.address}" if options.address else "a local Ray instance"
         raise UsageError(f"cannot reach {where}: {' '.join(str(exc).split())}") from None
+
+
+def _ray_folder() -> str:
+    """Where a private instance keeps its session (logs, sockets): under $RAY_TMPDIR, else /tmp, as documented;
+    not in $TMPDIR (where Ray would put it on Linux), the server's temporary folder, left empty when it stops."""
+    return os.path.join(os.environ.get("RAY_TMPDIR") or "/tmp", "ray")
 
 
 def _gpus(ray: Any, options: RayOptions) -> float:
@@ -400,19 +407,21 @@ def deployed(config: RunConfig, options: RayOptions, one_model: bool = False) ->
 
     options.validate()
     started, roster = not ray.is_initialized(), None
-    try:
-        with sigterm_kept():  # Ray's handler exits at once on SIGTERM: this process's stays
-            _connect(ray, options)
-        roster = start_roster(ray, options.health_check_period_s)
-        yield Deployment(config, options, deploy(config, options, one_model, roster), roster)
-    finally:
-        with contextlib.suppress(Exception):  # the replicas stop gracefully: their folders go
-            serve.delete(APP_NAME)
-        with contextlib.suppress(Exception):
-            if roster is not None:
-                ray.kill(roster)
-        if started:  # Serve's controller goes with the instance (also one half-started when interrupted)
-            ray.shutdown()
+    with children_stopped_on_failure():  # last, after ray.shutdown: a node whose start was cut short is not Ray's
+        try:
+            with sigterm_kept():  # Ray's handler exits at once on SIGTERM: this process's stays
+                _connect(ray, options)
+            roster = start_roster(ray, options.health_check_period_s)
+            yield Deployment(config, options, deploy(config, options, one_model, roster), roster)
+        finally:
+            if ray.is_initialized():  # else Serve would start a Ray instance of its own to delete nothing from
+                with contextlib.suppress(Exception):  # the replicas stop gracefully: their folders go
+                    serve.delete(APP_NAME)
+                with contextlib.suppress(Exception):
+                    if roster is not None:
+                        ray.kill(roster)
+            if started:  # Serve's controller goes with the instance (also one half-started when interrupted)
+                ray.shutdown()
 
 
 @contextmanager

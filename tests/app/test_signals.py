@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from ootd.app.signals import Terminated, as_terminated, sigterm_as_interrupt, sigterm_kept
+from ootd.app.signals import Terminated, as_terminated, children_stopped_on_failure, sigterm_as_interrupt, sigterm_kept
 
 
 def test_a_sigterm_re_raised_as_a_plain_interrupt_is_still_terminated() -> None:
@@ -42,3 +45,34 @@ def test_a_sigterm_caught_by_a_library_handler_that_exits_is_still_terminated() 
         raise SystemExit(signal.SIGTERM)
     with pytest.raises(SystemExit), sigterm_as_interrupt(), sigterm_kept():  # another exit code: not a signal
         raise SystemExit(2)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="processes are found through /proc")
+def test_what_an_interrupted_start_started_is_stopped_with_its_children_and_nothing_else() -> None:
+    """As ray.init cut short while it starts Ray's processes: they and their own children (a raylet's agents)
+    are stopped; a process started before stays."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    before = subprocess.Popen(sleeper)
+    try:
+        with pytest.raises(KeyboardInterrupt), children_stopped_on_failure():
+            started = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; child = subprocess.Popen("
+                                        f"{sleeper!r}); print(child.pid, flush=True); child.wait()"],
+                                       stdout=subprocess.PIPE, text=True)
+            grandchild = int(started.stdout.readline())
+            raise KeyboardInterrupt
+        assert started.wait(timeout=10) is not None
+        deadline = time.monotonic() + 10
+        while _running(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(grandchild)
+        assert before.poll() is None
+    finally:
+        before.kill()
+        before.wait()

@@ -40,7 +40,7 @@ from ootd.app.batch.precheck import Precheck
 from ootd.app.batch.ray_pool import ActorPool, Lost
 from ootd.app.batch.report import BatchSummary, PairReport
 from ootd.app.batch.runner import BatchRunner
-from ootd.app.signals import ray_for_a_driver, sigterm_kept
+from ootd.app.signals import children_stopped_on_failure, ray_for_a_driver, sigterm_kept
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.outputs import peak_memory
@@ -109,7 +109,8 @@ class RayBatchRunner(BatchRunner):
         self._peak: dict[str, int | None] = {}
 
     def run(self, pairs: Sequence[Pair]) -> BatchSummary:
-        summary = super().run(pairs)
+        with children_stopped_on_failure():  # a signal inside ray.init: what it had started goes too
+            summary = super().run(pairs)
         summary.load_seconds = self._totals["load_seconds"]
         loads: dict[str, int] = {}
         for per_worker in self._loads.values():

@@ -73,6 +73,55 @@ def test_a_signal_while_the_ray_engine_starts_stops_it_and_leaves_nothing(tmp_pa
     assert list(temp.glob("ootd-serve-*")) == [], "a temporary folder was left behind"
 
 
+# Run first in the server: SIG to itself from inside ray.init, once the raylet it starts has started its own
+# children (its agents), so the node is still being built; the time it was sent goes to MARK.
+WHILE_THE_RAYLET_STARTS = """
+import os, pathlib, subprocess, time
+from ootd.app.signals import ray_for_a_driver
+ray_for_a_driver()
+import ray._private.services as services
+_start_raylet = services.start_raylet
+def _signalled(*args, **kwargs):
+    started = _start_raylet(*args, **kwargs)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not subprocess.run(["pgrep", "-P", str(started.process.pid)],
+                                                             capture_output=True).stdout:
+        time.sleep(0.1)
+    pathlib.Path(MARK).write_text(repr(time.time()))
+    os.kill(os.getpid(), SIG)
+    time.sleep(2)  # where the signal is handled
+    return started
+services.start_raylet = _signalled
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_ray_starts_its_processes_stops_every_one_and_leaves_tmpdir_empty(tmp_path: Path,
+                                                                                         tiny_tree: Path,
+                                                                                         sig: int) -> None:
+    """Inside ray.init, the raylet and its agents running but the node not yet Ray's (ray.shutdown knows nothing
+    of it): 143 or 130, and no process of its group left (the raylet's agents included), nothing in TMPDIR
+    (Ray's own session folder is not the server's temporary folder)."""
+    from tests.helpers.signals import run_signalled
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    mark = tmp_path / "sent"
+    patch = WHILE_THE_RAYLET_STARTS.replace("SIG", str(int(sig))).replace("MARK", repr(str(mark)))
+    stopped = run_signalled(["serve", "--engine", "ray", "--replicas", "1", "--checkpoints", str(tiny_tree), "--port",
+                             "0", "--device", "cpu"], patch, mark, env={"TMPDIR": str(temp)})
+    code, last = EXITS[sig]
+    assert stopped.seconds is not None, f"never sent: {stopped.stderr[-3000:]}"
+    print(f"{signal.Signals(sig).name} while the raylet starts: exit {stopped.code} {stopped.seconds:.1f} s after it")
+    assert stopped.code == code, (stopped.code, stopped.stderr[-3000:])
+    assert stopped.stderr.strip().splitlines()[-1] == last, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    assert stopped.seconds < 60
+    assert stopped.left == [], f"processes left behind: {stopped.left}"
+    assert sorted(path.name for path in temp.iterdir()) == [], "left in TMPDIR"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_the_deployment_and_removes_every_temporary_folder(tmp_path: Path, tiny_tree: Path, sig: int,
