@@ -40,6 +40,12 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def sigterm_received() -> bool:
+    """Whether SIGTERM reached this process's handler: a failure that follows may be its doing (a signal sent to
+    the process group stops Ray's processes too, and Ray may report that before the driver's stop)."""
+    return _received["sigterm"]
+
+
 def as_terminated(exc: KeyboardInterrupt) -> KeyboardInterrupt:
     """`exc`, or `Terminated` where SIGTERM caused it (Ray turns an exception raised by a signal handler during
     ray.wait into a plain KeyboardInterrupt)."""

@@ -76,3 +76,16 @@ def test_what_an_interrupted_start_started_is_stopped_with_its_children_and_noth
     finally:
         before.kill()
         before.wait()
+
+
+def test_a_ray_failure_after_sigterm_is_the_stop_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM to the process group reaches Ray's processes too; when Ray reports their end before the driver's
+    own stop surfaces, the batch is still stopped by the signal (exit 143), not failed (exit 1)."""
+    from ootd.app import signals
+    from ootd.app.batch.ray_engine import _stopped_by_sigterm
+
+    monkeypatch.setitem(signals._received, "sigterm", False)
+    _stopped_by_sigterm()  # no signal: the failure is the cluster's, reported as such by the caller
+    monkeypatch.setitem(signals._received, "sigterm", True)
+    with pytest.raises(signals.Terminated):
+        _stopped_by_sigterm()

@@ -40,7 +40,13 @@ from ootd.app.batch.precheck import Precheck
 from ootd.app.batch.ray_pool import ActorPool, Lost
 from ootd.app.batch.report import BatchSummary, PairReport
 from ootd.app.batch.runner import BatchRunner
-from ootd.app.signals import children_stopped_on_failure, ray_for_a_driver, sigterm_kept
+from ootd.app.signals import (
+    Terminated,
+    children_stopped_on_failure,
+    ray_for_a_driver,
+    sigterm_kept,
+    sigterm_received,
+)
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.outputs import peak_memory
@@ -179,8 +185,10 @@ class RayBatchRunner(BatchRunner):
             cause = getattr(exc, "cause", None)
             if isinstance(cause, OotdError):
                 raise cause from None
+            _stopped_by_sigterm()
             raise OotdError(f"a Ray worker failed: {' '.join(str(exc).split())[:500]}") from None
         except ray.exceptions.RayError as exc:  # the cluster itself failed (not a pair, not a worker's death)
+            _stopped_by_sigterm()
             raise OotdError(f"the Ray cluster failed: {' '.join(str(exc).split())[:500]}") from None
         finally:
             results.close()
@@ -197,6 +205,13 @@ class RayBatchRunner(BatchRunner):
         for key, value in (stats.get("peak_memory") or {}).items():
             if value is not None:
                 self._peak[key] = max(value, self._peak.get(key) or 0)
+
+
+def _stopped_by_sigterm() -> None:
+    """A Ray failure after SIGTERM reached this driver is that signal's doing (sent to the group, it stopped Ray's
+    processes too): the batch was stopped, not failed (exit 143, the page and report say "interrupted")."""
+    if sigterm_received():
+        raise Terminated() from None
 
 
 def _local_cpus() -> int:
