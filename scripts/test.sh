@@ -2,7 +2,8 @@
 # Install everything into a virtual environment, then run the linter and the test suite's everyday group: every
 # test not marked slow. On a quiet 2-core machine: about 3 minutes to install (torch's CPU build, the extras
 # below) and under 10 minutes of tests. As root it also installs Debian's chromium and chromium-driver when they
-# are missing (scripts/install_browser.sh), for the page's browser tests.
+# are missing (scripts/install_browser.sh), for the page's browser tests, and Debian's ICC profiles for the colour
+# tests (scripts/install_test_packages.sh).
 #   bash scripts/test.sh [pytest args...]           # the everyday group (the README's test command)
 #   bash scripts/test.sh --slow [pytest args...]    # the slow group: Ray instances, the browser, signals to real
 #                                                   # processes, whole scripts (CI runs it too: .ci/run)
@@ -25,6 +26,7 @@ cd "$(dirname "$0")/.."
 # --engine ray (Ray Train) and the loss plot
 EXTRAS="[dev,ray,ray-serve,serve-test,quant,eval-math,ray-train]" . scripts/setup_env.sh
 bash scripts/install_browser.sh  # Debian's chromium + chromium-driver for the page test (as root, when missing)
+bash scripts/install_test_packages.sh  # Debian's ICC profiles for the colour tests (as root, when missing)
 ruff check .
 # the slowest tests are listed at the end, so growth shows
 python -m pytest -q ${marks:+-m "$marks"} --durations=15 "$@"

@@ -23,7 +23,7 @@ from ootd.errors import InputImageError, OotdError, UsageError, printable
 from ootd.evaluation.framing import frame_to
 from ootd.evaluation.scoring import Scorer
 from ootd.evaluation.settings import DEFAULT_BATCH, MetricWeights, check_batch
-from ootd.imaging.files import open_image_file
+from ootd.imaging.files import read_rgb
 
 Progress = Callable[[str, int, int], None]
 STAGE = "evaluate"
@@ -63,11 +63,7 @@ def _read(path: Path) -> Image.Image:
     def fail(problem: str) -> InputImageError:
         return InputImageError(f"{' '.join(problem.split())}")
 
-    with open_image_file(path, fail, min_side=1) as im:
-        try:
-            return im.convert("RGB")
-        except (OSError, ValueError) as exc:
-            raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
+    return read_rgb(path, fail)  # in sRGB: a photo's ICC profile applied, as the try-on applies it
 
 
 class _Run:
