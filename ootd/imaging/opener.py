@@ -100,6 +100,8 @@ def open_image(source: Source | str, fail: Fail, *, min_side: int = MIN_SIDE, fo
         raise fail("not enough memory to decode it") from None
     except _DECODE_ERRORS as exc:  # Pillow's plugins raise all of these on malformed data
         raise fail(f"corrupt or truncated image ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a decoder's own failure on hostile data (AVIF: RuntimeError)
+        raise fail(f"corrupt image, its decoder failed ({type(exc).__name__}: {exc})") from None
     with im:
         yield im
 

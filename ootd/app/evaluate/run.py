@@ -27,6 +27,7 @@ from ootd.imaging.files import read_rgb
 
 Progress = Callable[[str, int, int], None]
 STAGE = "evaluate"
+SMALLEST_RESULT = 11  # px a side: SSIM's Gaussian window (ootd/evaluation/scoring.py) must fit inside a result
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,11 @@ def check_evaluation(truth: Path, options: EvalOptions) -> None:
     check_networks(options.weights)
 
 
-def _read(path: Path) -> Image.Image:
+def _read(path: Path, min_side: int = 1) -> Image.Image:
     def fail(problem: str) -> InputImageError:
         return InputImageError(f"{' '.join(problem.split())}")
 
-    return read_rgb(path, fail)  # in sRGB: a photo's ICC profile applied, as the try-on applies it
+    return read_rgb(path, fail, min_side)  # in sRGB: a photo's ICC profile applied, as the try-on applies it
 
 
 class _Run:
@@ -83,7 +84,7 @@ class _Run:
 
     def result(self, path: Path) -> np.ndarray | None:
         try:
-            image = _read(path)
+            image = _read(path, SMALLEST_RESULT)
         except InputImageError as exc:
             self.matching.skip(path, f"result: {exc}")
             return None

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ootd.app.train.checkpoints import (
+    adapter_of,
     check_resumable,
     checkpoints,
     load_checkpoint,
@@ -33,7 +34,7 @@ from ootd.app.train.logs import LossLog, plot_losses
 from ootd.app.train.models import TrainingModels
 from ootd.app.train.validation import validate
 from ootd.errors import NumericalError, OutputError, UsageError, printable
-from ootd.imaging.atomic import write_text_atomic
+from ootd.imaging.atomic import append_line, write_text_atomic
 from ootd.settings import AttentionName, ModelType
 from ootd.training.cache import CacheIndex, read_index
 from ootd.training.data import Layout, load_batch, step_batches
@@ -115,7 +116,8 @@ class Trainer:
         """Continue from the run's latest checkpoint (--resume)."""
         from ootd.training.adapters import load_lora_state
 
-        restored = load_checkpoint(checkpoints(self.options.output)[-1])
+        latest = checkpoints(self.options.output)[-1]
+        restored = load_checkpoint(latest)
         check_resumable(restored, self.options.settings)
         for name, unet in self.models.unets.items():
             load_lora_state(unet, restored.adapter.get(name, {}))
@@ -126,6 +128,7 @@ class Trainer:
         self.validations = list(restored.state.get("validation", []))
         if self.rank == 0:
             self.log.keep_until(self.step)
+            adapter_of(self.options.output, latest)
 
     def _sync(self, last: bool) -> contextlib.AbstractContextManager:
         no_sync = getattr(self.model, "no_sync", None)
@@ -187,8 +190,7 @@ class Trainer:
                           self.options.output / "validation")
         if result is not None:
             self.validations.append(result.record())
-            with open(self.options.output / "validation.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(result.record()) + "\n")
+            append_line(self.options.output / "validation.jsonl", json.dumps(result.record()) + "\n")
 
 
 def _due(step: int, every: int, total: int) -> bool:

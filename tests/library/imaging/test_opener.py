@@ -78,8 +78,9 @@ def test_no_image_comes_in_except_through_the_opener() -> None:
 
 
 @pytest.mark.parametrize("source", [
-    "from PIL import Image\nImage.open(p)", "import PIL.Image\nPIL.Image.open(p)", "from PIL.Image import open\nopen(p)",
-    "from PIL import Image as I\nI.open(p)", "import PIL.Image as pim\npim.open(p)", "import cv2\ncv2.imdecode(b, 1)",
+    "from PIL import Image\nImage.open(p)", "import PIL.Image\nPIL.Image.open(p)",
+    "from PIL.Image import open\nopen(p)", "from PIL import Image as I\nI.open(p)",
+    "import PIL.Image as pim\npim.open(p)", "import cv2\ncv2.imdecode(b, 1)",
     "from PIL import ImageFile\nImageFile.Parser()", "from torchvision.io import read_image\nread_image(p)"])
 def test_the_scan_finds_each_way_in(source: str) -> None:
     assert len(_readers_called(ast.parse(source))) == 1
