@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ootd.app.train.checkpoints import (
+    Restored,
     adapter_of,
     check_resumable,
     checkpoints,
@@ -77,7 +78,7 @@ def open_run(options: TrainOptions, index: CacheIndex) -> None:
     if record.is_file() and not options.resume:
         raise OutputError(f"{printable(run)} already holds a training run: pass --resume to continue it, or -o "
                           "another folder")
-    if options.resume and not checkpoints(run):
+    if options.resume and not checkpoints(run) and not record.is_file():
         raise UsageError(f"--resume: {printable(run)} has no checkpoint to continue from")
     run.mkdir(parents=True, exist_ok=True)
     if not record.is_file():
@@ -113,10 +114,18 @@ class Trainer:
         self.validations: list[dict] = []
 
     def restore(self) -> None:
-        """Continue from the run's latest checkpoint (--resume)."""
+        """Continue from the run's latest checkpoint (--resume); a run stopped before its first one (a full disk,
+        a kill) starts again from step 0, with its own settings."""
         from ootd.training.adapters import load_lora_state
 
-        latest = checkpoints(self.options.output)[-1]
+        found = checkpoints(self.options.output)
+        if not found:
+            saved = json.loads((self.options.output / "run.json").read_text(encoding="utf-8"))
+            check_resumable(Restored(0, {}, {}, {"settings": saved.get("settings", {})}), self.options.settings)
+            if self.rank == 0:
+                self.log.keep_until(0)
+            return
+        latest = found[-1]
         restored = load_checkpoint(latest)
         check_resumable(restored, self.options.settings)
         for name, unet in self.models.unets.items():

@@ -202,13 +202,15 @@ def _resumed_equals_whole(trained: dict, run: Path, tiny_tree: Path) -> None:
 @pytest.mark.parametrize(("which", "time"), [
     ("checkpoints/step-00000004/optimizer.safetensors", 0),  # the second checkpoint, half-written
     pytest.param("lora.safetensors", 1, marks=pytest.mark.slow),  # the run's adapter after the last checkpoint
+    ("loss.jsonl", 0),  # step 1's line of the loss log: before any checkpoint, the run starts again from 0
     pytest.param("loss.jsonl", 2, marks=pytest.mark.slow),  # step 3's line of the loss log
     pytest.param("validation/step-00000004.png", 0, marks=pytest.mark.slow),  # the validation sheet
 ])
 def test_train_run_stops_at_a_write_and_resumes_to_the_same_adapter(trained: dict, tmp_path: Path,
                                                                     tiny_tree: Path, which: str, time: int,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stopped at the `time`-th write of `which` (from 0), with every checkpoint before it whole; resumed."""
+    """Stopped at the `time`-th write of `which` (from 0), with every checkpoint before it whole; resumed (from
+    step 0 when it stopped before its first checkpoint)."""
     from ootd.app.train.checkpoints import checkpoints, load_checkpoint
 
     writes = [_as_checkpoint(p.relative_to(trained["run"])) for p in trained["writes"]]
@@ -219,8 +221,8 @@ def test_train_run_stops_at_a_write_and_resumes_to_the_same_adapter(trained: dic
     _one_full_line(result, run / which)
     assert log.failed is not None and log.failed.name == Path(which).name
     assert not leftovers(run)
-    last = checkpoints(run)[-1]
-    assert load_checkpoint(last).step == last.step >= 2  # the last complete checkpoint loads
+    for last in checkpoints(run)[-1:]:
+        assert load_checkpoint(last).step == last.step >= 2  # the last complete checkpoint loads
     _resumed_equals_whole(trained, run, tiny_tree)
 
 

@@ -117,7 +117,7 @@ def test_classify_mask_and_train_prepare_of_the_corpus(tmp_path: Path, tiny_tree
     classified = invoke_bounded("classify", tmp_path / "garments", "--checkpoints", tiny_tree, limit=900)
     _assert_clean(classified, 0, 1)
     assert len(classified.stdout.strip().splitlines()) == len(files) + 1  # a line per garment, the summary
-    for path in files[::7]:
+    for path in files[::15]:
         masked = invoke_bounded("mask", "--model", path, "--category", "upper", "--checkpoints", tiny_tree,
                                 "-o", tmp_path / "masks", "--overwrite")
         _assert_clean(masked, 1, 2)  # the tiny pose model finds nobody in a picture; the rest are bad files
