@@ -119,7 +119,7 @@ def test_the_api_gives_the_models_srgb(shop_photos, tiny_tree: Path, example_ima
     assert far_apart(_given(pipe.garments[0]), references["garment"]) <= 1
 
 
-@pytest.mark.parametrize("fit", ["pad", "crop"])
+@pytest.mark.parametrize("fit", ["pad", pytest.param("crop", marks=pytest.mark.slow)])
 def test_keep_unmasked_is_given_back_in_the_photos_own_profile(models, pipe_hd, tmp_path: Path,  # noqa: ANN001
                                                                tiny_tree: Path, example_images: dict[str, Path],
                                                                fit: str) -> None:

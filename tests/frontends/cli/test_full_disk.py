@@ -202,7 +202,7 @@ def _resumed_equals_whole(trained: dict, run: Path, tiny_tree: Path) -> None:
 @pytest.mark.parametrize(("which", "time"), [
     ("checkpoints/step-00000004/optimizer.safetensors", 0),  # the second checkpoint, half-written
     pytest.param("lora.safetensors", 1, marks=pytest.mark.slow),  # the run's adapter after the last checkpoint
-    ("loss.jsonl", 0),  # step 1's line of the loss log: before any checkpoint, the run starts again from 0
+    pytest.param("loss.jsonl", 0, marks=pytest.mark.slow),  # step 1's loss line: no checkpoint yet, so from 0
     pytest.param("loss.jsonl", 2, marks=pytest.mark.slow),  # step 3's line of the loss log
     pytest.param("validation/step-00000004.png", 0, marks=pytest.mark.slow),  # the validation sheet
 ])
