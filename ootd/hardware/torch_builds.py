@@ -217,12 +217,19 @@ class InstalledTorch:
 
 
 def installed_torch() -> InstalledTorch | None:
-    """The torch this Python imports (None: none importable)."""
+    """The torch this Python imports (None: none importable). Its version is the one pip sees (the package's):
+    PyPI's CUDA wheel calls itself 2.14.1+cu130 at run time but is 2.14.1 to pip, and comes from PyPI."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         import torch
     except Exception:  # noqa: BLE001 - a broken install raises OSError too: there is no usable torch
         return None
-    return InstalledTorch(torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None))
+    try:
+        installed = version("torch")
+    except PackageNotFoundError:  # a torch built from source, not installed as a package
+        installed = torch.__version__
+    return InstalledTorch(installed, torch.version.cuda, getattr(torch.version, "hip", None))
 
 
 def pip_command(args: list[str]) -> str:

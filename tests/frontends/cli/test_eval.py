@@ -76,12 +76,13 @@ def test_a_batch_folder_gets_its_files(tmp_path: Path) -> None:
 
 def this_torch_pins() -> tuple[str, str]:
     """torch pinned as installed here (its build label too) and the torchvision made for it, as pip's words."""
-    import torch
+    from importlib.metadata import version
 
     from ootd.hardware.torch_builds import torchvision_for
 
-    label = f"+{torch.__version__.split('+')[1]}" if "+" in torch.__version__ else ""
-    return f"torch=={torch.__version__}", f"torchvision=={torchvision_for(torch.__version__)}{label}"
+    torch = version("torch")  # pip's view: PyPI's wheel has no label there, whatever torch.__version__ says
+    label = f"+{torch.split('+')[1]}" if "+" in torch else ""
+    return f"torch=={torch}", f"torchvision=={torchvision_for(torch)}{label}"
 
 
 def test_without_the_eval_extra_ssim_and_the_command_for_this_torch(tmp_path: Path,

@@ -22,7 +22,7 @@ RUN = ["--steps", "1", "--resolution", "384x512"]
 @pytest.fixture
 def broken_torchvision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """torchvision 0.29.1 installed where this torch cannot load its operators; yields the fix's pin."""
-    import torch
+    from importlib.metadata import version
 
     site = tmp_path / "site"
     (site / "torchvision").mkdir(parents=True)
@@ -34,8 +34,9 @@ def broken_torchvision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delitem(sys.modules, "torchvision", raising=False)
     torch_builds.torchvision_mismatch.cache_clear()
-    label = f"+{torch.__version__.split('+')[1]}" if "+" in torch.__version__ else ""
-    yield f"torchvision=={torch_builds.torchvision_for(torch.__version__)}{label}"
+    torch = version("torch")  # as pip sees it
+    label = f"+{torch.split('+')[1]}" if "+" in torch else ""
+    yield f"torchvision=={torch_builds.torchvision_for(torch)}{label}"
     torch_builds.torchvision_mismatch.cache_clear()
 
 
