@@ -175,6 +175,12 @@ def run_command(
             report = train_ray(train, workers, gpus, explain=explain and not json_out, echo=display.print)
         else:
             report = _train_local(train, explain and not json_out, display)
+    _run_summary(report, output, json_out)
+
+
+def _run_summary(report: Any, output: Path, json_out: bool) -> None:
+    """What a run ends with: the adapter, the steps, the loss, the last validation, and why there is no
+    loss.png where there is none."""
     from ootd.app.train.logs import plot_unavailable
 
     plot = output / "loss.png"

@@ -57,7 +57,7 @@ def torch_items(build: TorchBuild) -> list[Item]:
                 "version",
                 FAIL,
                 f"PyTorch not importable ({build.error})",
-                "install PyTorch (ROCm: the wheel from https://download.pytorch.org/whl/rocmX.Y)",
+                "python -m ootd.tools.torch_install --torch VERSION (the build for this machine's GPU)",
                 True,
             )
         ]
@@ -73,8 +73,7 @@ def torch_items(build: TorchBuild) -> list[Item]:
                 "build",
                 WARN,
                 "CPU-only build: try-ons run on the CPU (minutes per image)",
-                "for an AMD GPU install the ROCm wheel (https://download.pytorch.org/whl/rocmX.Y); "
-                "for NVIDIA the CUDA wheel",
+                "with a GPU: python -m ootd.tools.torch_install --build rocm (AMD) or --build cuda (NVIDIA)",
             )
         )
     if (build.hip or build.cuda) and build.gpu_count == 0:
