@@ -1,8 +1,9 @@
 """How alike two pictures are: PSNR, SSIM and the pixel differences of 8-bit images (`ootd compare`, the validation
-sheets of `ootd train run`), and SSIM per region (`ssim_by_region`: preservation, ootd/evaluation/preservation.py). SSIM is the Wang et al. 2004 form with an 11x11 Gaussian window, sigma 1.5, K1 0.01,
-K2 0.03, per RGB channel and averaged, the 5-pixel border excluded, as scikit-image's
-`structural_similarity(..., gaussian_weights=True)` computes it. Everything runs a strip of rows at a time, so a
-50-megapixel pair needs a few strips of memory, not float64 copies of the whole images."""
+sheets of `ootd train run`), and SSIM per region (`ssim_by_region`: preservation, ootd/evaluation/preservation.py).
+SSIM is the Wang et al. 2004 form with an 11x11 Gaussian window, sigma 1.5, K1 0.01, K2 0.03, per RGB channel and
+averaged, the 5-pixel border excluded, as scikit-image's `structural_similarity(..., gaussian_weights=True)`
+computes it. Everything runs a strip of rows at a time, so a 50-megapixel pair needs a few strips of memory, not
+float64 copies of the whole images."""
 
 from __future__ import annotations
 

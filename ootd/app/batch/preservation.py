@@ -51,7 +51,7 @@ class PreservationTally:
         score = kept.score
         if score is None:
             self.unmeasured += 1
-            self.problem = self.problem or kept.summary()
+            self.problem = self.problem or next((m.problem for m in kept.results if m.problem), None)
             return
         self.measured += 1
         self.reviews += kept.review
@@ -71,7 +71,7 @@ class PreservationTally:
             return []
         parts = [f"preservation: {self.measured} pair(s) measured"]
         if self.unmeasured:
-            parts.append(f"{self.unmeasured} not ({self.problem})")
+            parts.append(f"{self.unmeasured} not: {self.problem}" if self.problem else f"{self.unmeasured} not")
         if made_earlier:
             parts.append(f"{made_earlier} made earlier not measured now (`ootd eval OUTPUT --preservation` "
                          "measures every pair)")
