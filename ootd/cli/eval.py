@@ -3,8 +3,9 @@ ootd/app/evaluate (matching, the run, the batch folder's files) and ootd/evaluat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,6 +23,14 @@ from ootd.cli.options import (
 from ootd.errors import UsageError, escaped
 from ootd.evaluation.settings import DEFAULT_BATCH, MetricWeights
 from ootd.settings import ParsingProvider
+
+if TYPE_CHECKING:
+    from ootd.app.evaluate.preservation import PreservationReport
+    from ootd.app.evaluate.report import EvalReport
+    from ootd.app.evaluate.run import EvalOptions
+    from ootd.cli.display import Display
+
+    Measure = Callable[[Path, Path | None, Display], PreservationReport]
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -97,7 +106,7 @@ def eval_command(
                          "changed of its own photo), or both")
     chosen = _eval_options(truth, weights, device, batch_size, unpaired, pairs)
     with Display(show_progress(options["quiet"], json_out)) as display:
-        report = _evaluate(results, truth, chosen, display) if chosen is not None else None
+        report = _evaluate(results, truth, chosen, display) if chosen is not None and truth is not None else None
         kept = measure(results, truth, display) if measure is not None else None
     if json_out:
         answer = {**report.to_json(), "written": [str(p) for p in report.written]} if report is not None else {}
@@ -116,7 +125,7 @@ def eval_command(
 
 
 def _eval_options(truth: Path | None, weights: str, device: str | None, batch_size: int, unpaired: bool,
-                  pairs: Path | None) -> Any:
+                  pairs: Path | None) -> EvalOptions | None:
     from ootd.app.evaluate.run import EvalOptions
 
     if truth is None:
@@ -126,7 +135,7 @@ def _eval_options(truth: Path | None, weights: str, device: str | None, batch_si
     return EvalOptions.from_words(weights, device, batch_size, unpaired, pairs)
 
 
-def _evaluate(results: Path, truth: Path, chosen: Any, display: Any) -> Any:
+def _evaluate(results: Path, truth: Path, chosen: EvalOptions, display: Display) -> EvalReport:
     from ootd.app.evaluate.folder import evaluate_batch, is_batch_folder
     from ootd.app.evaluate.run import evaluate
 
@@ -136,7 +145,7 @@ def _evaluate(results: Path, truth: Path, chosen: Any, display: Any) -> Any:
 
 
 def _preservation_run(on: bool, people: Path | None, masks: Path | None, review_above: float | None,
-                      checkpoints: Path | None, parsing_provider: str, device: str | None) -> Any:
+                      checkpoints: Path | None, parsing_provider: str, device: str | None) -> Measure | None:
     """The preservation measurement `--preservation` asks for, its options checked now (None: not asked)."""
     if not on:
         if people is not None or masks is not None or review_above is not None:
