@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's ICC colour profiles, for the colour-management tests (tests/library/imaging/test_colour.py and the
+# Debian's ICC colour profiles, for the colour-management tests (tests/library/imaging/test_icc.py and the
 # tests that feed colour-managed photos through the commands): colord-data and icc-profiles-free (RGB and grey
 # profiles: Adobe RGB, ProPhoto RGB, ...) and libgs-common (Ghostscript's CMYK profiles), under /usr/share/color/icc.
 # Idempotent and quiet: nothing to do when they are there; installs them with apt-get when running as root;

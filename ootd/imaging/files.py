@@ -1,10 +1,10 @@
 """Input images in: validation and normalisation (opening, with every guard: ootd/imaging/opener.py; colours:
-ootd/imaging/colour.py; framing: ootd/imaging/framing.py; writing outputs: ootd/imaging/atomic.py).
+ootd/imaging/icc.py; framing: ootd/imaging/framing.py; writing outputs: ootd/imaging/atomic.py).
 
 Everything a user can get wrong about an image file becomes one `InputImageError` line naming the file.
 
 Person and garment images load as sRGB "RGB": EXIF orientation applied, any mode brought to 8 bits, the embedded
-ICC profile applied (ootd/imaging/colour.py), transparency composited over white. Mask images (role "mask") load
+ICC profile applied (ootd/imaging/icc.py), transparency composited over white. Mask images (role "mask") load
 as mode "L", white = the region to repaint. A mask with a transparency channel that actually carries information
 (some pixel not fully opaque) is read from that channel: painted (opaque) pixels are the region, whatever their
 colour. This is how masks drawn in an editor on a transparent layer come out; a mask without transparency (or with a
@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ootd.errors import InputImageError, printable
-from ootd.imaging.colour import describes, to_srgb
+from ootd.imaging.icc import describes, to_srgb
 from ootd.imaging.opener import MAX_PIXELS, MIN_SIDE, Fail, open_image, read_header
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ootd.imaging.colour import to_srgb
 from ootd.imaging.files import ImageInput, load_image
+from ootd.imaging.icc import to_srgb
 from preprocess.masking import dilate
 
 

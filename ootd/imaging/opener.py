@@ -13,7 +13,7 @@ cache's pictures - is opened here, with the same guards:
   the file, not deep inside a model), Pillow's own bomb warning raised as an error;
 - every way a file can be unreadable one `fail(problem)` line (the caller's `InputImageError`, naming the file).
 
-Colours (the embedded ICC profile) are ootd/imaging/colour.py's; modes and orientation ootd/imaging/files.py's.
+Colours (the embedded ICC profile) are ootd/imaging/icc.py's; modes and orientation ootd/imaging/files.py's.
 """
 
 from __future__ import annotations

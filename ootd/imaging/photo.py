@@ -10,7 +10,7 @@ resizes the try-on's mask the same way, binarises it, widens it into a seam by a
 generated picture into the photo through it: every pixel outside the feathered mask is the photo's, every pixel
 well inside is the generated one's, the band between is a blend. The photo keeps its mode (L, LA, RGB, RGBA:
 `load_photo`) and its ICC profile: the generated picture (sRGB, as the models saw the photo) is converted into that
-profile before it is blended in (ootd/imaging/colour.py `from_srgb`), so the pixels outside the mask stay the photo's
+profile before it is blended in (ootd/imaging/icc.py `from_srgb`), so the pixels outside the mask stay the photo's
 own numbers and the ones inside mean the generated colours; a transparent photo keeps its alpha outside the mask, the
 repainted region is opaque. The generated picture at the photo's size (`--output-size photo`) is converted into the
 photo's RGB profile the same way and carries it. The pictures are made one at a time as they are read
@@ -24,8 +24,8 @@ from typing import overload
 
 from PIL import Image, ImageChops, ImageFilter
 
-from ootd.imaging.colour import describes, from_srgb
 from ootd.imaging.framing import FitInfo
+from ootd.imaging.icc import describes, from_srgb
 from ootd.settings import FEATHER_HEIGHT
 
 MASK_THRESHOLD = 128  # a mask resized with a smooth filter: pixels from here are repainted

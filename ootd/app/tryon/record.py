@@ -39,7 +39,7 @@ PASS_KEYS = ("garment", "category", "category_p", "model_type", "seed", "mask") 
 SHARED_SETTINGS = tuple(k for k in PIXEL_SETTINGS if k not in ("model_type", "category", "samples", "seed",
                                                                  "garment", "mask", "mask_grow"))
 GIVEN_CATEGORY = "given"  # a pass's category_p when the category was given, not classified
-# How the inputs' colours were read (ootd/imaging/colour.py): each input's embedded ICC profile applied, so the models
+# How the inputs' colours were read (ootd/imaging/icc.py): each input's embedded ICC profile applied, so the models
 # saw sRGB; the picture is sRGB, or in the ICC profile its PNG carries (a picture that is the person photo). Not a
 # pixel setting: an input without a profile gives the pixels it gave before this was recorded.
 COLOUR = {"colour": "sRGB (inputs through their ICC profiles)"}
