@@ -16,10 +16,12 @@
 # Runs on the CPU; each case loads the tiny tree at most twice (~10-40 s a load on a busy machine). The whole
 # battery takes 15-25 minutes on a loaded machine, too long for CI: CI runs the same classes as pytest
 # (tests/frontends/cli/test_reliability.py, tests/frontends/cli/test_never_lose_a_file.py,
-# tests/frontends/cli/test_full_disk.py, tests/frontends/*/test_image_corpus.py); run this by hand before a release.
+# tests/frontends/cli/test_full_disk.py, tests/frontends/*/test_image_corpus.py, tests/frontends/serve/test_contract.py);
+# run this by hand before a release.
 # The full-device and read-only cases mount small tmpfs folders when run as root (else: /dev/full and chmod); the
 # colour case needs Debian's ICC profiles (scripts/install_test_packages.sh); the corpus cases use the test suite's
-# generator (tests/helpers/corpus.py, with hypothesis from the dev extra).
+# generator (tests/helpers/corpus.py, with hypothesis from the dev extra); the API contract cases need Schemathesis (the
+# serve-test extra).
 set -u
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
   sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -1214,6 +1216,55 @@ CASES+=(
   colour_managed_inputs corpus_batch corpus_classify_and_prepare corpus_eval corpus_serve full_tmpfs_run_partial
   full_tmpfs_train_prepare full_tmpfs_train_run_resume full_tmpfs_eval full_tmpfs_serve_job ray_worker_killed_in_write
 )
+
+# -- cases: the API keeps the contract it publishes (/openapi.json) ------------------------------------------------
+
+case_serve_contract_schemathesis() {  # every check, every phase (stateful too): 0 failures, the server still up
+  start_serve --max-steps 1 --max-samples 1 --max-queue 64 || return 1
+  SCHEMATHESIS_HOOKS=tests.helpers.contract_hooks NO_COLOR=1 timeout 900 "$PY" -m schemathesis.cli \
+    --config-file "$REPO/tests/frontends/serve/schemathesis.toml" run "${SERVE_URL}openapi.json" --checks all \
+    --max-examples 20 --seed 1 --workers 1 --request-timeout 300 --max-response-time 600 --warnings off \
+    >"$WORK/schemathesis.log" 2>&1 </dev/null
+  RC=$?
+  local alive; alive="$(serve_http GET /api/health)"
+  stop_serve TERM
+  [ "$RC" -eq 0 ] || { WHY="schemathesis exit $RC: $(grep -m3 -E "ST[0-9]+ |Error" "$WORK/schemathesis.log")"; return 1; }
+  case "$alive" in "200 "*) ;; *) WHY="the server after the run: $alive"; return 1 ;; esac
+  serve_clean_exit
+}
+case_serve_contract_findings() {  # what the first runs found: each answered as the document says
+  start_serve --max-steps 1 || return 1
+  local empty; empty="$(serve_http POST /api/jobs category=)"
+  pyrun "$SERVE_URL" "$EX" >"$WORK/contract.out" 2>&1 <<'PY'
+import sys
+import httpx
+url, ex = sys.argv[1].rstrip("/"), sys.argv[2]
+files = {role: (f"{name}.png", open(f"{ex}/{name}.png", "rb").read(), "image/png")
+         for role, name in (("person", "person"), ("garment", "tshirt"), ("mask", "person_mask_upper"))}
+many = httpx.post(url + "/api/jobs", files=files, data={"category": "upper", "seed": [str(n) for n in range(40)]})
+assert many.status_code == 422 and set(many.json()) == {"error"}, ("too many fields", many.status_code, many.text)
+plain = httpx.post(url + "/api/jobs", json={"category": "upper"})
+assert plain.status_code == 415 and set(plain.json()) == {"error"}, ("not multipart", plain.status_code, plain.text)
+options = httpx.request("OPTIONS", url + "/api/jobs/abc")
+allow = {m.strip() for m in options.headers.get("allow", "").split(",")}
+assert options.status_code == 405 and {"GET", "DELETE"} <= allow, ("Allow", options.headers)
+job = httpx.post(url + "/api/jobs", files=files, data={"category": "upper"}, timeout=60).json()
+assert httpx.delete(url + f"/api/jobs/{job['id']}").status_code == 202
+gone = httpx.get(url + f"/api/jobs/{job['id']}")
+assert gone.status_code == 410 and set(gone.json()) == {"error"}, ("deleted job", gone.status_code, gone.text)
+doc = httpx.get(url + "/openapi.json").json()
+codes = set(doc["paths"]["/api/jobs/{job_id}"]["delete"]["responses"])
+assert {"202", "404", "410"} <= codes, ("DELETE's statuses", codes)
+print("ok")
+PY
+  RC=$?
+  stop_serve TERM
+  [ "$RC" -eq 0 ] || { WHY="$(tail -c 300 "$WORK/contract.out")"; return 1; }
+  case "$empty" in 202*|400*) ;; *) WHY="empty category: $empty"; return 1 ;; esac
+  serve_clean_exit
+}
+
+CASES+=(serve_contract_schemathesis serve_contract_findings)
 
 main() {
   local selected=("$@") passed=0 failed=0 name
