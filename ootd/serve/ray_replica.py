@@ -126,8 +126,8 @@ class TryOnReplica:
 
 def _portable(exc: BaseException) -> BaseException:
     """The exception itself when it survives pickling as it is, else the nearest of the library's error kinds
-    (ootd/errors.py: what the API's statuses are chosen by) with its words: a PersonNotFound, whose constructor
-    takes its parts, still comes back a NoPersonError (400), not an internal error."""
+    (ootd/errors.py: what the API's statuses are chosen by) with its words: an error made from its parts that
+    does not pickle by them still comes back as its kind (a NoPersonError: 400), not as an internal error."""
     import pickle
 
     try:
