@@ -3,15 +3,16 @@
 The pipeline holds the models and runs the stages; it asks ootd/runtime.py how to run (device, precision,
 attention), ootd/memory/residency.py where the models live (and to retry a stage after out-of-memory),
 ootd/memory/planner.py for the plan, ootd/preprocessing.py for the person's mask and ootd/method/sampling.py for
-the denoising loop. The public entry points (`from_pretrained`, `__call__`) take a user's words and parse them
-once; the stage methods (`mask_person`, `encode_person`, `prepare_garment`, `generate`) take typed values.
+the denoising loop. It is built by the model owner (ootd/models/: `Models.pipeline`), which loads its networks.
+`__call__` takes a user's words and parses them once; the stage methods (`mask_person`, `encode_person`,
+`prepare_garment`, `generate`) take typed values.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from diffusers.image_processor import VaeImageProcessor
@@ -20,7 +21,6 @@ from PIL import Image
 from ootd.attention import AttentionFn, install_attention, patch_sdpa, sdpa_attention
 from ootd.errors import UsageError
 from ootd.hardware.device import DeviceInfo
-from ootd.hardware.dtypes import dtype_name
 from ootd.hardware.policy import Precision, SpeedOptions
 from ootd.hardware.profiles import DeviceProfile, load_profile
 from ootd.imaging.files import ImageInput
@@ -36,14 +36,11 @@ from ootd.method.sampling import Inpaint, StepCallback, StepTimer, chain, sample
 from ootd.method.schedulers import build_scheduler
 from ootd.pipeline_types import GarmentInputs, PersonInputs, Progress, TryOnResult
 from ootd.preprocessing import PersonMask, Preprocessor, mask_person
-from ootd.runtime import Runtime, RuntimeRequest, resolve_runtime
 from ootd.settings import (
-    AttentionName,
     Category,
     FitMode,
     ModelType,
     ParsingProvider,
-    PrecisionName,
     QuantizeName,
     Resolution,
     SamplingSettings,
@@ -54,11 +51,10 @@ from ootd.settings import (
 from ootd.speedups.execution import as_memory_format, compile_module, set_memory_format
 from ootd.speedups.feature_cache import feature_cache
 from ootd.speedups.modes import FeatureCache, SpeedModes, TokenMerge
-from ootd.speedups.quantize import quantize_unets, require_torchao
 from ootd.speedups.token_merge import token_merging
 from ootd.weights.integrity import require_finite_latents
-from ootd.weights.loading import Components, load_components
-from ootd.weights.lora import LoraChoice, apply_lora, read_adapter
+from ootd.weights.loading import Components
+from ootd.weights.lora import LoraChoice
 
 __all__ = ["GarmentInputs", "PersonInputs", "PersonMask", "TryOnPipeline", "TryOnResult"]
 
@@ -73,14 +69,16 @@ class TryOnPipeline:
         device: DeviceInfo,
         precision: Precision,
         attention: AttentionFn = sdpa_attention,
-        checkpoints_dir: Path | None = None,
-        preprocessor: Preprocessor | None = None,  # pose + parsing; loaded lazily when None
+        preprocessor: Preprocessor | Callable[[], Preprocessor] | None = None,  # pose + parsing, or its getter
         parsing_provider: ParsingProvider = ParsingProvider.CPU,
         max_memory: int | None = None,
         speed: SpeedOptions | None = None,
         profile: DeviceProfile | None = None,
         modes: SpeedModes | None = None,
     ) -> None:
+        """A pipeline over loaded `components` (the model owner, ootd/models/, builds it; a library user asks
+        `Models.pipeline`). `preprocessor`: pose + parsing, or the owner's getter, called when a mask is first
+        made here (a run with a mask never loads them)."""
         self.components = components
         # the speed modes calls run with unless they say otherwise; `quantize` is what ootd/speedups/quantize.py
         # did to the UNets' Linear layers (before this)
@@ -88,8 +86,9 @@ class TryOnPipeline:
         self.model_type = model_type
         self.device = device
         self.precision = precision
-        self.checkpoints_dir = checkpoints_dir
-        self._preprocessor = preprocessor
+        getter = preprocessor is not None and not isinstance(preprocessor, Preprocessor)
+        self._preprocessor: Preprocessor | None = None if getter else preprocessor  # type: ignore[assignment]
+        self._get_preprocessor = preprocessor if getter else None
         self.parsing_provider = parsing_provider
         self.image_processor = VaeImageProcessor(vae_scale_factor=8)
         self.attention = attention
@@ -100,10 +99,11 @@ class TryOnPipeline:
         self.lora: LoraChoice | None = None  # the adapter merged into the UNets (ootd/weights/lora.py)
         c = components
         # the one owner of memory: each call's plan, where the models live (the try-on UNet runs every step: it
-        # never leaves the device), the retry after out-of-memory
-        self.residency = Residency([c.text_encoder, c.image_encoder, c.vae, c.unet_garm, c.unet_vton],
-                                   c.unet_vton, device, attention, c.vae, sizes=lambda: ModelSizes.from_components(c),
-                                   dtype=precision.unet, vae_dtype=precision.vae,
+        # never leaves the device), the retry after out-of-memory; a fine-tune's pipeline has no CLIP encoders
+        held = [m for m in (c.text_encoder, c.image_encoder, c.vae, c.unet_garm, c.unet_vton) if m is not None]
+        self.residency = Residency(held, c.unet_vton, device, attention, c.vae,
+                                   sizes=lambda: ModelSizes.from_components(c), dtype=precision.unet,
+                                   vae_dtype=precision.vae,
                                    profile=profile or load_profile(device),  # the memory plan reads its defaults
                                    max_memory=max_memory)
         self.speed = speed or SpeedOptions()
@@ -115,75 +115,6 @@ class TryOnPipeline:
     @property
     def quantize(self) -> QuantizeName:
         return self.modes.quantize
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        checkpoints_dir: str | Path,
-        model_type: str | ModelType = "hd",
-        device: str | None = None,
-        dtype: str | torch.dtype | None = None,
-        attention: str | AttentionFn = AttentionName.AUTO,
-        preprocessor: Preprocessor | None = None,
-        parsing_provider: str = "cpu",
-        profile: str | Path | None = None,
-        max_memory: int | None = None,
-        channels_last: bool | None = None,
-        compile: bool | None = None,
-        progress: Progress | None = None,
-        quantize: str | QuantizeName | None = None,
-        speed: SpeedModes | None = None,
-        lora: str | Path | LoraChoice | None = None, lora_scale: float = 1.0,
-    ) -> TryOnPipeline:
-        """Load every component of the hd or dc model from a checkpoints tree in the released layout.
-
-        `device` None picks the best available; `dtype` None follows the device profile (fp32 on CPU);
-        `attention` is a backend name (auto, flash, sdpa, chunked, math) or an attention function;
-        `profile` a TOML file overriding the device profile from configs/profiles/. `speed`: the speed modes
-        (ootd/speedups/modes.py) calls run with; `channels_last`, `compile` and `quantize` (none, int8-dynamic,
-        int8-weight, fp8: the UNets' Linear layers, needs the `quant` extra) override its fields, and None
-        follows it (channels_last and compile: the device profile). `progress` hears ("load", done, total) as
-        each component loads. `lora`: an adapter `ootd train` wrote, merged at `lora_scale` (ootd/weights/lora.py).
-        """
-        choice = lora if isinstance(lora, LoraChoice) else LoraChoice.parse(lora, lora_scale)
-        given = {"channels_last": channels_last, "compile": compile,
-                 "quantize": QuantizeName.parse(quantize) if quantize is not None else None}
-        modes = replace(speed or SpeedModes(), **{k: v for k, v in given.items() if v is not None})
-        if isinstance(dtype, torch.dtype):
-            dtype = dtype_name(dtype)
-        request = RuntimeRequest(
-            device=device, precision=PrecisionName.parse(dtype or PrecisionName.AUTO, "precision"),
-            attention=AttentionName.parse(attention, "attention backend") if isinstance(attention, str)
-            else AttentionName.AUTO, quantize=modes.quantize, channels_last=modes.channels_last,
-            compile=modes.compile, profile=Path(profile) if profile else None)
-        runtime = resolve_runtime(request, attention=None if isinstance(attention, str) else attention)
-        return cls.load(Path(checkpoints_dir), ModelType.parse(model_type), runtime, modes=modes,
-                        preprocessor=preprocessor, parsing_provider=ParsingProvider.parse(parsing_provider,
-                                                                                          "parsing provider"),
-                        max_memory=max_memory, progress=progress, lora=choice)
-
-    @classmethod
-    def load(cls, checkpoints: Path, model_type: ModelType, runtime: Runtime, *, modes: SpeedModes | None = None,
-             preprocessor: Preprocessor | None = None, parsing_provider: ParsingProvider = ParsingProvider.CPU,
-             max_memory: int | None = None, progress: Progress | None = None,
-             lora: LoraChoice | None = None) -> TryOnPipeline:
-        """Load the hd or dc model on a resolved runtime (typed: the application layer resolves one per process and
-        loads every model with it); `modes` as `from_pretrained`'s `speed`; `lora` an adapter merged at its
-        scale."""
-        start = time.perf_counter()
-        modes = modes or SpeedModes()
-        if runtime.quantize is not QuantizeName.NONE:
-            require_torchao()  # a missing extra is said before minutes of loading
-        adapter = read_adapter(lora.path) if lora is not None else None  # a damaged file fails before loading
-        attention = runtime.attention_fn()  # a backend that cannot run here fails before the loading too
-        components = load_components(checkpoints, model_type, runtime.precision.dtypes(), progress)
-        # after the strict loading checks, before the residency places the models (quantized: the merged weights)
-        apply_lora(components, model_type, adapter, lora.scale if lora is not None else 1.0)
-        quantized = quantize_unets(components, runtime.quantize, runtime.device)
-        pipe = cls(components, model_type, runtime.device, runtime.precision, attention, checkpoints, preprocessor,
-                   parsing_provider, max_memory, runtime.speed, runtime.profile, replace(modes, quantize=quantized))
-        pipe.load_seconds, pipe.lora = time.perf_counter() - start, lora
-        return pipe
 
     @property
     def plan(self) -> Plan | None:
@@ -218,13 +149,11 @@ class TryOnPipeline:
 
     @property
     def preprocessor(self) -> Preprocessor:
-        """Pose + parsing, loaded on first use (a run with a mask never loads them)."""
+        """Pose + parsing, asked for on first use (a run with a mask never loads them)."""
         if self._preprocessor is None:
-            if self.checkpoints_dir is None:
-                raise UsageError("no mask given and no checkpoints folder for pose/parsing: pass a mask")
-            self._preprocessor = Preprocessor.from_checkpoints(
-                self.checkpoints_dir, self.device.torch_device, self.parsing_provider
-            )
+            if self._get_preprocessor is None:
+                raise UsageError("no mask given and no pose and parsing models for this pipeline: pass a mask")
+            self._preprocessor = self._get_preprocessor()
         return self._preprocessor
 
     # -- the call ---------------------------------------------------------------------------------
@@ -379,6 +308,9 @@ class TryOnPipeline:
 
     def _conditioning(self, garment: Image.Image, category: Category) -> torch.Tensor:
         c = self.components
+        if c.text_encoder is None or c.image_encoder is None:
+            raise UsageError("this pipeline has no CLIP encoders (a fine-tune's: the prompt embeddings come from "
+                             "its cache)")
         # CLIP calls SDPA directly
         with self.residency.visit(c.text_encoder, c.image_encoder), patch_sdpa(self.attention):
             embeds = prompt_embeddings(

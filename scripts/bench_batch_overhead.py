@@ -173,7 +173,7 @@ def use_standin_on_ray() -> None:
     """The Ray workers build their runner with the stand-in too (their loader takes the models of an enclosing
     `use_models` when it is made)."""
     import ootd.app.batch.ray_engine as ray_engine
-    from ootd.app.tryon.loader import use_models
+    from ootd.models import use_models
 
     base = ray_engine.PairWorker
 
@@ -220,7 +220,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     components = Components()
     from ootd import cli
-    from ootd.app.tryon.loader import use_models
+    from ootd.models import use_models
 
     instrument(components)
     if spec["display"] == "bars":

@@ -69,48 +69,37 @@ def run_command(
     sample (see --name)."""
     from dataclasses import replace
 
-    from ootd.app.tryon.autocategory import release_classifier, resolve_inputs
-    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.app.tryon.autocategory import resolve_inputs
+    from ootd.app.tryon.loader import models_for
     from ootd.app.tryon.outputs import describe_pipeline, peak_memory, rounded
     from ootd.app.tryon.preflight import prepare_job
 
     started = time.perf_counter()
     config = replace(checked_config(options), grid=grid)
     inputs = _inputs(model, cloth, category, list(mask or []))
+    models = models_for(config)  # every model of this run; the classifier goes when the try-on's pipeline loads
     timings: dict[str, Any] = {}
     t = time.perf_counter()
-    resolved = resolve_inputs(inputs, config.checkpoints, config.category_margin)
+    resolved = resolve_inputs(inputs, models, config.category_margin)
     if resolved is not inputs:
         timings["classify"] = time.perf_counter() - t
-    release_classifier()  # not resident while the try-on runs (the memory plan does not count it)
-    loader = PipelineLoader(config)
     random_seed = options["seed"] is None
     with Display(show_progress(options["quiet"], json_out)) as display:
         # 1. every check (cheap first; pose + parsing, seconds, before the diffusion models, minutes)
         t = time.perf_counter()
-        job = prepare_job(config, resolved, loader, progress=display)
+        job = prepare_job(config, resolved, models, progress=display)
         if job.parses:
             timings["pose_parsing"] = time.perf_counter() - t
         if not json_out:
             note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
             logger.info("seed %d%s", config.sampling.seed, note)
-
-        def pipe_for(model_type: Any) -> Any:  # each model loaded when its first pass runs, its time counted
-            if loader.holds(model_type):
-                return loader.get(model_type)
-            display("load", 0, 1)
-            t = time.perf_counter()
-            pipe = loader.get(model_type, progress=display if display.enabled else None)  # a bar per component
-            timings["load"] = timings.get("load", 0.0) + time.perf_counter() - t
-            if not display.enabled:
-                display("load", 1, 1)
-            return pipe
-
-        # 2. the heavy part
-        first = pipe_for(job.model_type)
-        if explain and not json_out:
-            _explain(first, describe_pipeline(first, config), config, auto=resolved is not inputs)
-        outcome = job.run(pipe_for, progress=display)
+        # 2. the heavy part: each model loaded when its first pass runs (a bar per component), its time counted
+        with models.timed() as loading:
+            first = models.pipeline(job.model_type, config.lora, progress=display)
+            if explain and not json_out:
+                _explain(first, describe_pipeline(first, config), config, auto=resolved is not inputs)
+            outcome = job.run(models, progress=display)
+        timings["load"] = loading.seconds
         t = time.perf_counter()
         images, intermediates = job.save(outcome)
         timings["save"] = time.perf_counter() - t
@@ -123,8 +112,8 @@ def run_command(
         summary = {"outputs": [str(p) for p in images], "intermediates": {k: str(p) for k, p in intermediates.items()},
                    "seed": config.sampling.seed, "seed_random": random_seed, **outcome.describe(),
                    "device": info.get("device"), "precision": info.get("precision"),
-                   "attention": info.get("attention"), "loads": dict(loader.loads), "timings": rounded(timings),
-                   "peak_memory": peak_memory(loader.current), "plan": info.get("plan")}
+                   "attention": info.get("attention"), "loads": models.loads, "timings": rounded(timings),
+                   "peak_memory": peak_memory(models.device), "plan": info.get("plan")}
         if explain:
             summary["describe"] = info
         print_json(summary)

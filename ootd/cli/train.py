@@ -148,8 +148,7 @@ def run_command(
     **options: Any,
 ) -> None:
     """Fine-tune LoRA adapters on a prepared cache; the adapter is RUN/lora.safetensors (use it with --lora)."""
-    from ootd.app.train.loop import TrainOptions
-    from ootd.app.train.models import check_mixed_precision
+    from ootd.app.train.loop import TrainOptions, check_mixed_precision
     from ootd.hardware.spec import check_device_spec
     from ootd.settings import AttentionName
     from ootd.weights.layout import default_checkpoints_dir
@@ -187,15 +186,13 @@ def run_command(
 
 
 def _train_local(train: Any, explain: bool, display: Display) -> Any:
-    from ootd.app.train.loop import train_local
-    from ootd.app.train.models import load_training_models
+    from ootd.app.train.loop import load_trainable, train_local
     from ootd.app.train.plan import explain_lines
-    from ootd.settings import ModelType, parse_resolution
+    from ootd.settings import parse_resolution
     from ootd.training.cache import read_index
 
     index = read_index(train.cache)
-    models = load_training_models(train.checkpoints, ModelType.parse(index.model_type), train.settings,
-                                  train.device, train.attention)
+    models = load_trainable(train, index)
     if explain:
         for line in explain_lines(models, parse_resolution(index.resolution), train.settings):
             display.print(line)

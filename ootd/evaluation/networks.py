@@ -3,17 +3,15 @@ features, the standard FID/KID features) and LPIPS v0.1 with its AlexNet (the lp
 weights (ootd/evaluation/weights.py) or, when asked, randomly initialised stand-ins.
 
 Both need the `eval` extra; without it (or with a torchvision that does not match this torch) `require_stack` is
-one line naming the extra. `use_networks` is the seam to hand in other networks (tests, an embedding
-application): every `load_networks` inside it returns those.
+one line naming the extra. The model owner (ootd/models/: `Models.metrics`) is what calls `load_networks`; other
+networks (tests, an embedding application) are handed to it instead (its `ModelSource.metrics`).
 """
 
 from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,20 +45,6 @@ class Networks:
     names: tuple[str, str] = (FEATURE_NAME, LPIPS_NAME)
 
 
-Factory = Callable[[MetricWeights, Any], Networks]
-_SOURCE: ContextVar[Factory | None] = ContextVar("ootd_eval_networks", default=None)
-
-
-@contextmanager
-def use_networks(factory: Factory) -> Iterator[None]:
-    """Within this block `load_networks` returns `factory(weights, device)` and `check_networks` checks nothing."""
-    token = _SOURCE.set(factory)
-    try:
-        yield
-    finally:
-        _SOURCE.reset(token)
-
-
 def require_stack() -> None:
     """The eval extra's packages import here, or one line naming the extra (exit 3: another setup runs it)."""
     try:
@@ -77,8 +61,6 @@ def require_stack() -> None:
 def check_networks(weights: MetricWeights) -> None:
     """What `load_networks` needs, checked before any work (a batch's pre-flight): the packages, and for the
     published weights their files (fetched when missing, else one line)."""
-    if _SOURCE.get() is not None:
-        return
     require_stack()
     if weights is MetricWeights.STANDARD:
         ensure_weights()
@@ -86,9 +68,6 @@ def check_networks(weights: MetricWeights) -> None:
 
 def load_networks(weights: MetricWeights, device: Any) -> Networks:
     """The two networks on `device`, in eval mode, without gradients."""
-    factory = _SOURCE.get()
-    if factory is not None:
-        return factory(weights, device)
     check_networks(weights)
     import torch
 

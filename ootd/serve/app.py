@@ -40,9 +40,9 @@ from starlette.requests import ClientDisconnect
 from ootd import __version__
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.loader import ModelSource
 from ootd.app.tryon.outputs import rounded
 from ootd.errors import NoPersonError, OotdError, UsageError
+from ootd.models import ModelSource
 from ootd.serve import schema
 from ootd.serve.access import CLIENT_GONE, AccessLog
 from ootd.serve.forms import FILES, TEXT_FIELDS, build_spec
@@ -118,7 +118,8 @@ class Api:
         folder = self.jobs_root / job_id
         try:
             async with request.form(max_files=len(FILES), max_fields=len(TEXT_FIELDS)) as form:
-                spec = await run_in_threadpool(build_spec, form, self.config, folder, self.limits)
+                spec = await run_in_threadpool(build_spec, form, self.config, folder, self.limits,
+                                               self.service.models)
             job = Job(spec, folder, id=job_id)
             self.worker.submit(job)
             return job

@@ -2,7 +2,7 @@
 
 `FakePipe` has the pipeline's try-on methods and records what it was asked, making tiny images at once, so the
 batch, resume and front-end logic runs without models. `ModelSeam` (the `models` fixture of conftest.py) installs
-models for every PipelineLoader made during a test, through `ootd.app.tryon.loader.use_models`: `fake()`
+models for every model owner (`ootd.models.Models`) made during a test, through `ootd.models.use_models`: `fake()`
 FakePipes, `use()` given pipelines (the session's tiny ones), `forbid()` none at all.
 """
 
@@ -21,8 +21,8 @@ import pytest
 from PIL import Image
 
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.loader import use_models
 from ootd.imaging.files import load_image
+from ootd.models import use_models
 from ootd.settings import Category, ModelType, SamplingSettings, parse_resolution
 from ootd.speedups.modes import SpeedModes
 

@@ -51,6 +51,7 @@ from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.outputs import peak_memory
 from ootd.errors import OotdError, UsageError
+from ootd.models import Models
 from ootd.pipeline_types import Progress
 
 logger = logging.getLogger(__name__)
@@ -63,10 +64,11 @@ CONNECT_TIMEOUT_S = 60.0  # joining a cluster that accepts connections but does 
 
 
 class PairWorker:
-    """One Ray actor: one device, one pipeline at a time, the local engine's per-pair runner and caches."""
+    """One Ray actor: one device, one pipeline at a time (its own model owner), the local engine's per-pair runner
+    and caches."""
 
     def __init__(self, config: RunConfig, exit_on_first: int | None = None) -> None:
-        self.runner = BatchRunner(config)
+        self.runner = BatchRunner(config)  # makes the actor's model owner
         self.exit_on_first = exit_on_first
 
     def run(self, pair: Pair, attempt: int) -> tuple[PairReport, dict[str, Any]]:
@@ -79,13 +81,13 @@ class PairWorker:
         report = runner.run_one(pair, job)
         after = self._counters()
         stats = {key: after[key] - before[key] for key in after}
-        stats.update(info=runner.info, peak_memory=peak_memory(runner.loader.current), loads=dict(runner.loader.loads),
+        stats.update(info=runner.info, peak_memory=peak_memory(runner.models.device), loads=runner.models.loads,
                      worker=ray.get_runtime_context().get_worker_id())
         return report, stats
 
     def _counters(self) -> dict[str, float]:
         runner = self.runner
-        return {"load_seconds": runner.loader.seconds, "person": runner.persons.computed,
+        return {"load_seconds": runner.models.seconds, "person": runner.persons.computed,
                 "garment": runner.garments.computed}
 
     @staticmethod
@@ -99,8 +101,9 @@ class RayBatchRunner(BatchRunner):
 
     def __init__(self, config: RunConfig, cluster: ClusterOptions, *, report_path: Path | None = None,
                  progress: Progress | None = None, on_report: Callable[[PairReport], None] | None = None,
-                 index_path: Path | None = None, status: Callable[[str], None] | None = None) -> None:
-        super().__init__(config, report_path=report_path, progress=progress, on_report=on_report,
+                 index_path: Path | None = None, status: Callable[[str], None] | None = None,
+                 models: Models | None = None) -> None:
+        super().__init__(config, models, report_path=report_path, progress=progress, on_report=on_report,
                          index_path=index_path)
         self.cluster = cluster
         self.status = status

@@ -29,11 +29,12 @@ from ootd.app.batch.report import BatchSummary, PairReport, ReportWriter, Tally
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
-from ootd.app.tryon.loader import PipelineLoader
+from ootd.app.tryon.loader import models_for
 from ootd.app.tryon.outputs import peak_memory, prepare_output_dir, rounded
 from ootd.app.tryon.preflight import check_batch, check_output_folder
 from ootd.app.tryon.record import Record
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
+from ootd.models import Models
 from ootd.pipeline_types import Progress
 from ootd.settings import ModelType
 
@@ -80,7 +81,7 @@ class BatchRunner:
     def __init__(
         self,
         config: RunConfig,
-        loader: PipelineLoader | None = None,
+        models: Models | None = None,
         *,
         report_path: Path | None = None,
         person_cache: int = 32,
@@ -90,7 +91,7 @@ class BatchRunner:
         index_path: Path | None = None,
     ) -> None:
         self.config = config
-        self.loader = loader if loader is not None else PipelineLoader(config)
+        self.models = models if models is not None else models_for(config)  # every model of the batch
         self.report_path = report_path
         self.persons = _Cache(person_cache)
         self.garments = _Cache(garment_cache)
@@ -136,10 +137,10 @@ class BatchRunner:
         finally:
             self._stop()
         return BatchSummary(
-            tally=self.tally, seconds=time.perf_counter() - start, load_seconds=self.loader.seconds,
-            loads=dict(self.loader.loads),
+            tally=self.tally, seconds=time.perf_counter() - start, load_seconds=self.models.seconds,
+            loads=self.models.loads,
             prepared={"person": self.persons.computed, "garment": self.garments.computed},
-            report_path=self.report_path, info=self.info, peak_memory=peak_memory(self.loader.current),
+            report_path=self.report_path, info=self.info, peak_memory=peak_memory(self.models.device),
             seed=self.config.sampling.seed,
         )
 
@@ -188,7 +189,7 @@ class BatchRunner:
         process; another engine (ootd/app/batch/ray_engine.py) runs them elsewhere."""
         for pair, job in order:
             report = self.run_one(pair, job)
-            failed = next((f for m in job.models if (f := self.loader.failure(m)) is not None), None)
+            failed = next((f for m in job.models if (f := self.models.failure(m)) is not None), None)
             if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
                 # every later pair of this model would fail the same way: stop once, with one line
                 raise type(failed)(f"cannot load the {job.model_type.value} model: {one_line(failed)}; stopped "
@@ -219,27 +220,15 @@ class BatchRunner:
         return report
 
     def _run_job(self, job: TryOnJob, report: PairReport) -> None:
-        start, loading = time.perf_counter(), 0.0
-
-        def pipe_for(model_type: ModelType) -> Any:  # loading is reported once, not in this pair's time
-            nonlocal loading
-            if self.loader.holds(model_type):
-                return self.loader.get(model_type)
-            self._tick("load", 0, 1)
-            t = time.perf_counter()
-            pipe = self.loader.get(model_type)
-            loading += time.perf_counter() - t
-            self._tick("load", 1, 1)
-            return pipe
-
-        outcome = job.run(pipe_for, self.progress, persons=self.persons, garments=self.garments,
-                          preprocessor=self.loader.preprocessor)
+        start = time.perf_counter()
+        with self.models.timed() as loading:  # loading is reported once, not in this pair's time
+            outcome = job.run(self.models, self.progress, persons=self.persons, garments=self.garments)
         self.info = outcome.info
         t = time.perf_counter()
         images, intermediates = job.save(outcome, keep_existing=True)
         timings = outcome.timings()
         timings["save"] = time.perf_counter() - t
-        timings["wall"] = time.perf_counter() - start - loading
+        timings["wall"] = time.perf_counter() - start - loading.seconds
         self._succeeded(report, outcome.record(0), images, intermediates, timings)
         report.reused = dict(outcome.reused)
 

@@ -2,8 +2,8 @@
 the local server and the Ray Serve replicas): one garment or an outfit of two, planned as passes, checked once,
 run, saved.
 
-    job = prepare_job(config, inputs, loader)       # every check (ootd/app/tryon/preflight.py); nothing heavy
-    outcome = job.run(loader.get)                   # the passes, in order, each on its model
+    job = prepare_job(config, inputs, models)       # every check (ootd/app/tryon/preflight.py); nothing heavy
+    outcome = job.run(models)                       # the passes, in order, each on its model (ootd/models/)
     images, intermediates = job.save(outcome)       # complete files or none, each with its record
 
 `plan_job` makes the job of some inputs without any I/O: its passes (one garment: one pass on the photo; two: the
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.grid import grid_image
@@ -27,7 +27,7 @@ from ootd.app.tryon.outcome import InputCache, TryOnOutcome
 from ootd.app.tryon.outputs import INTERMEDIATES, WITH_MASK_INTERMEDIATES, Targets, job_targets, save_pictures
 from ootd.app.tryon.passes import PASS_NAMES, ParseOnce, Pass, order_outfit, pass_seed, run_pass
 from ootd.app.tryon.record import PassRecord, Record, comparable
-from ootd.errors import NoPersonError, OotdError, UsageError
+from ootd.errors import NoPersonError, UsageError
 from ootd.imaging.files import image_size, load_photo
 from ootd.imaging.framing import frame_of, restore_framing
 from ootd.imaging.photo import photo_pictures
@@ -35,7 +35,9 @@ from ootd.pipeline_types import Progress
 from ootd.preprocessing import mask_person
 from ootd.settings import Category, ModelType, default_model_type
 
-PipeFor = Callable[[ModelType], Any]  # a pass's pipeline by model type (a PipelineLoader's `get`)
+if TYPE_CHECKING:
+    from ootd.models import Models
+
 PHOTO_MASK = "photo_mask"  # --keep-unmasked --save-intermediates: the blend weight at the photo's size
 
 
@@ -141,23 +143,24 @@ class TryOnJob:
             raise no_person_error(self.inputs.person_label()) from None
         return replace(self, passes=tuple(passes), parses=getattr(parse, "parses", 1))
 
-    def run(self, pipe_for: PipeFor, progress: Progress | None = None, callback: Callable[..., Any] | None = None,
-            *, persons: InputCache | None = None, garments: InputCache | None = None,
-            preprocessor: Callable[[], Any] | None = None) -> JobOutcome:
-        """Every pass in order, each on `pipe_for(its model)` (a PipelineLoader's `get`: one model held at a
-        time). `persons`/`garments`: a batch's caches of prepared inputs, for the passes on the photo.
-        `preprocessor`: pose + parsing, for masks a later pass needs and the checks did not make (a batch)."""
+    def run(self, models: Models, progress: Progress | None = None, callback: Callable[..., Any] | None = None,
+            *, persons: InputCache | None = None, garments: InputCache | None = None) -> JobOutcome:
+        """Every pass in order, each on its pipeline from the model owner (`models.pipeline`: it decides what
+        stays loaded; `progress` hears a load). `persons`/`garments`: a batch's caches of prepared inputs, for the
+        passes on the photo. Pose + parsing, for masks a later pass needs and the checks did not make (a batch),
+        come from the owner too."""
+        from ootd.app.console import quiet_libraries
+
         job = self
         if any(one.on_results and one.made_mask and one.mask is None for one in self.passes):
             # a mask for another pass's results comes from the photo's one parse: made now (steps 2 and 7)
-            if preprocessor is None:
-                raise OotdError("this job's masks were not made: prepare it (prepare_job) or pass its preprocessor")
             decoded = self.inputs.decoded(self.config.fit, [one.garment for one in self.passes])
-            job = plan_job(self.config, decoded).with_masks(preprocessor())
+            job = plan_job(self.config, decoded).with_masks(models.preprocessor())
         done: list[list[TryOnOutcome]] = []
         pixels = job.photo_pixels()
         for number, one in enumerate(job.passes):
-            pipe = pipe_for(one.model_type)
+            pipe = models.pipeline(one.model_type, one.config.lora, progress=progress)
+            quiet_libraries()  # importing the libraries to load a pipeline may have reset their loggers' levels
             last = pixels if number == len(job.passes) - 1 else 0
             if not one.on_results:
                 done.append([run_pass(pipe, one.request(job.inputs), one.config, progress, callback, persons=persons,

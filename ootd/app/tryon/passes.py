@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.inputs import GarmentInput, JobInputs
@@ -28,6 +28,9 @@ from ootd.imaging.framing import restore_framing
 from ootd.pipeline_types import Progress
 from ootd.preprocessing import PersonMask
 from ootd.settings import Category, ModelType
+
+if TYPE_CHECKING:
+    from ootd.pipeline import TryOnPipeline
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ def _cached(cache: InputCache | None, key: tuple | None, compute: Callable[[], A
     return cache.get(key, compute)
 
 
-def run_pass(pipe: Any, request: TryOnRequest, config: RunConfig, progress: Progress | None = None,
+def run_pass(pipe: TryOnPipeline, request: TryOnRequest, config: RunConfig, progress: Progress | None = None,
              callback: Callable[..., Any] | None = None, *, persons: InputCache | None = None,
              garments: InputCache | None = None, person_mask: PersonMask | None = None,
              photo_pixels: int = 0) -> TryOnOutcome:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ootd.app.tryon import loader as app_load
 from ootd.cli import run as cli_run
 from ootd.errors import CheckpointError
+from ootd.models import build
 from tests.helpers import REPO
 from tests.helpers.cli import invoke
 from tests.helpers.fakes import FakePipe, images_tree
@@ -396,9 +396,10 @@ def test_checkpoints_in_the_per_user_folder_work_from_any_folder(tmp_path: Path,
     verify = invoke("checkpoints", "verify", "--quick", "--json")
     assert verify.exit_code == 0, verify.output
     assert json.loads(verify.stdout)["root"] == str(user)
-    seen = []  # what the loader hands to the real loading: its own arguments are the subject here
-    monkeypatch.setattr(app_load, "load_pipeline",
-                        lambda config, model_type, **_: seen.append(config.checkpoints) or FakePipe(model_type))
+    seen = []  # what the model owner hands to the real loading: its own arguments are the subject here
+    monkeypatch.setattr(build, "read_components", lambda root, model_type, precision, progress: seen.append(root))
+    monkeypatch.setattr(build, "build_pipeline", lambda components, model_type, runtime, **_: components()
+                        or FakePipe(model_type))
     result = invoke("run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper", "--mask",
                     example_images["mask"], "-o", tmp_path / "out", *RUN)
     assert result.exit_code == 0, result.output
@@ -572,10 +573,12 @@ def test_loading_reports_progress_per_component(tmp_path: Path, tiny_tree: Path,
     load_components(tiny_tree, "hd", dtypes, progress=lambda *tick: ticks.append(tick))
     assert ticks == [("load", k, 8) for k in range(1, 9)]
 
-    handed: list[object] = []  # what the loader hands to the real loading: its own arguments are the subject here
+    handed: list[object] = []  # what the owner hands to the real loading: its own arguments are the subject here
     monkeypatch.setattr(cli_run, "show_progress", lambda quiet, json_out: True)
-    monkeypatch.setattr(app_load, "load_pipeline",
-                        lambda config, model_type, **kw: handed.append(kw.get("progress")) or FakePipe(model_type))
+    monkeypatch.setattr(build, "read_components",
+                        lambda root, model_type, precision, progress: handed.append(progress))
+    monkeypatch.setattr(build, "build_pipeline", lambda components, model_type, runtime, **_: components()
+                        or FakePipe(model_type))
     result = invoke(*run_args(example_images, tiny_tree, tmp_path / "out"))
     assert result.exit_code == 0, result.output
     assert handed and callable(handed[0])  # the display itself
