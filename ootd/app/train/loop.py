@@ -7,6 +7,16 @@ validation sheets every `validate_every` steps and at the end. Ctrl-C or SIGTERM
 checkpoint of the last finished step before the run exits (130 or 143): nothing is half-written, and `--resume`
 continues from it as if the run had never stopped. The optimizer's update, the schedule's step and the step count
 are one unit for a signal (it waits for them), so a checkpoint's step always names the weights it holds.
+
+Why not Hugging Face accelerate for the mixed-precision scaling, `no_sync` and the optimizer's state (it is a
+dependency): its `save_state` writes the optimizer with torch.save (a pickle) in place, where a checkpoint here is
+safetensors written in a hidden folder and renamed (whole or absent, ootd/app/train/checkpoints.py) and readable
+without unpickling; its `accumulate` decides when gradients synchronise from a counter of its own that a resume
+must restore, where here the last micro-batch of each optimizer step synchronises (`_sync`), a function of the
+step alone; its prepared scheduler steps once per process unless told otherwise, and on Ray Train it would have
+to own the DDP wrapping that `ray.train.torch.prepare_model` does. What the loop writes by hand is torch's own
+GradScaler, DDP's own `no_sync` and the optimizer's own `state_dict`, a few lines each, and the tests hold the
+bit-exact resume and the accumulation arithmetic (tests/app/train/test_loop.py).
 """
 
 from __future__ import annotations
