@@ -21,6 +21,7 @@ from PIL import Image
 from ootd.attention import AttentionFn, install_attention, patch_sdpa, sdpa_attention
 from ootd.errors import UsageError
 from ootd.hardware.device import DeviceInfo
+from ootd.hardware.dtypes import dtype_name
 from ootd.hardware.policy import Precision, SpeedOptions
 from ootd.hardware.profiles import DeviceProfile, load_profile
 from ootd.imaging.files import ImageInput
@@ -34,8 +35,8 @@ from ootd.method.fusion import TryOnFusion, capture_block_inputs
 from ootd.method.guidance import guided_model, initial_noise, latent_mask, sample_index
 from ootd.method.sampling import Inpaint, StepCallback, StepTimer, chain, sample
 from ootd.method.schedulers import build_scheduler
-from ootd.pipeline_types import GarmentInputs, PersonInputs, Progress, TryOnResult
-from ootd.preprocessing import PersonMask, Preprocessor, mask_person
+from ootd.pipeline_types import GarmentInputs, PersonInputs, Progress, RunInfo, Timings, TryOnResult
+from ootd.preprocessing import PersonMask, Preprocessor, frame_like_results, mask_person
 from ootd.settings import (
     Category,
     FitMode,
@@ -57,6 +58,19 @@ from ootd.weights.loading import Components
 from ootd.weights.lora import LoraChoice
 
 __all__ = ["GarmentInputs", "PersonInputs", "PersonMask", "TryOnPipeline", "TryOnResult"]
+
+
+def encode_images(vae: torch.nn.Module, images: list[Image.Image], processor: VaeImageProcessor, device: torch.device,
+                  dtype: torch.dtype, channels_last: bool = False, batched: bool = True) -> torch.Tensor:
+    """VAE latents (the posterior's mode of [-1, 1] pixels, unscaled; docs/upstream.md §3) of `images`, [N, 4, h, w]
+    in `dtype` on `device`: how the pipeline encodes the person and the garment, and `ootd train prepare` its
+    cache entries (ootd/training/encode.py). `batched` False: one image per VAE call (less memory)."""
+    pixels = torch.cat([processor.preprocess(img) for img in images])
+    # dense in the VAE's layout: the processor's output is a channels-last view of NCHW-ordered numbers
+    pixels = as_memory_format(pixels.to(device, dtype), channels_last)
+    if batched:
+        return vae.encode(pixels).latent_dist.mode()
+    return torch.cat([vae.encode(p[None]).latent_dist.mode() for p in pixels])
 
 
 class TryOnPipeline:
@@ -129,21 +143,25 @@ class TryOnPipeline:
     def profile(self) -> DeviceProfile:
         return self.residency.profile
 
-    def describe(self) -> dict[str, object]:
-        """Device, precision and attention backend, for --json, --explain and logs."""
+    def describe(self) -> RunInfo:
+        """Device, precision, attention backend (with what it ran so far), speed options and the latest memory
+        plan: what --json, --explain, the PNG record and logs report."""
         describe_attention = getattr(self.attention, "describe", None)
-        return {
-            "device": str(self.device.torch_device), "device_name": self.device.name, "arch": self.device.arch,
-            "vendor": self.device.vendor, "model_type": self.model_type.value,
-            "precision": {k: str(v).removeprefix("torch.") for k, v in self.precision.dtypes().items()},
-            "precision_word": self.precision.word(),
-            "attention": describe_attention() if callable(describe_attention) else getattr(
+        device = str(self.device.torch_device)
+        name = self.device.name
+        precision = {k: dtype_name(v) for k, v in self.precision.dtypes().items()}
+        return RunInfo(
+            device=f"{device} ({name})" if name and name != device and "(" not in device else device,
+            precision=precision["unet"],
+            attention=describe_attention() if callable(describe_attention) else getattr(
                 self.attention, "__name__", type(self.attention).__name__),
-            "channels_last": self.speed.channels_last, "vae_channels_last": self.speed.vae_channels_last,
-            "compile": self.speed.compile, "quantize": self.quantize.value,
-            "parsing_providers": self._preprocessor.parsing_providers if self._preprocessor is not None else None,
-            "plan": self.plan.to_dict() if self.plan is not None else None,
-        }
+            threads=torch.get_num_threads(), device_name=name, arch=self.device.arch, vendor=self.device.vendor,
+            model_type=self.model_type.value, precision_word=self.precision.word(),
+            precision_by_component={k: str(v).removeprefix("torch.") for k, v in self.precision.dtypes().items()},
+            channels_last=self.speed.channels_last, vae_channels_last=self.speed.vae_channels_last,
+            compile=self.speed.compile, quantize=self.quantize.value,
+            parsing_providers=self._preprocessor.parsing_providers if self._preprocessor is not None else None,
+            plan=self.plan.to_dict() if self.plan is not None else None, described=True)
 
     # -- preprocessing stage (lazy) ----------------------------------------------------------------
 
@@ -213,7 +231,7 @@ class TryOnPipeline:
         masked = self.mask_person(person, category, mask=mask, resolution=resolution, fit=fit, mask_grow=mask_grow)
         seconds = time.perf_counter() - t
         prepared = self.encode_person(masked)
-        prepared.timings = {"preprocess": seconds, **prepared.timings}
+        prepared.timings = Timings({"preprocess": seconds, **prepared.timings.stages})
         return prepared
 
     @torch.inference_mode()
@@ -227,7 +245,7 @@ class TryOnPipeline:
         person_latents, original_latents = self.residency.run(
             "encode", lambda: self._encode([masked.masked_person, masked.person]))
         original_latents = original_latents * self.components.vae.config.scaling_factor
-        timings = {"encode_person": time.perf_counter() - t}
+        timings = Timings({"encode_person": time.perf_counter() - t})
         return PersonInputs(masked.category, masked.resolution, masked.person, masked.mask, masked.masked_person,
                             masked.fit, dict(masked.intermediates), person_latents, original_latents, timings)
 
@@ -237,19 +255,19 @@ class TryOnPipeline:
                         fit: FitMode = FitMode.PAD) -> GarmentInputs:
         """The garment's side alone: prompt embeddings, latents, garment UNet features (a batch reuses it)."""
         check_model_category(self.model_type, category)
-        timings: dict[str, float] = {}
+        timings = Timings()
         # framed once, straight to the working resolution (docs/upstream.md §2)
         garment_r, _ = fit_to_aspect(as_image(garment, "garment"), resolution.size, fit, pad_color="edge")
         t = time.perf_counter()
         prompt = self._conditioning(garment_r, category)
-        timings["conditioning"] = time.perf_counter() - t
+        timings.add("conditioning", time.perf_counter() - t)
         t = time.perf_counter()
         self.residency.plan_for_encodes(resolution.size)
         (garment_latents,) = self.residency.run("encode", lambda: self._encode([garment_r]))
-        timings["encode_garment"] = time.perf_counter() - t
+        timings.add("encode_garment", time.perf_counter() - t)
         t = time.perf_counter()
         features = self.residency.run("garment UNet", lambda: self.garment_features(garment_latents, prompt))
-        timings["garment_unet"] = time.perf_counter() - t
+        timings.add("garment_unet", time.perf_counter() - t)
         return GarmentInputs(category, resolution, garment_r, prompt, features, timings)
 
     @torch.inference_mode()
@@ -273,7 +291,7 @@ class TryOnPipeline:
         if modes.feature_cache.on and self.speed.compile:
             raise UsageError("feature caching (cache interval above 1) does not work with a compiled UNet: "
                              "use one of them")
-        timings: dict[str, float | list[float]] = {**person.timings, **garment.timings}
+        timings = Timings({**person.timings.stages, **garment.timings.stages})
         self.residency.apply(self.residency.make_plan(settings.resolution.size, settings.num_samples,
                                                       settings.guidance, None, photo_pixels))
         tick = time.perf_counter()
@@ -290,18 +308,19 @@ class TryOnPipeline:
 
         latents, step_times = self.residency.run("denoising", denoise)
         require_finite_latents(latents, self.precision.unet)
-        timings["denoise"] = time.perf_counter() - tick
-        timings["steps"] = step_times
+        timings.add("denoise", time.perf_counter() - tick)
+        timings.steps = step_times
         t = time.perf_counter()
         decoded = self.residency.run("decode", lambda: self._decode(latents, progress))
         # the padding cut away again when the person was padded to 3:4 (no resample: the generated pixels)
         images = [restore_framing(img, person.fit, keep_scale=True) for img in decoded]
-        timings["decode"] = time.perf_counter() - t
-        timings["total"] = sum(v for k, v in timings.items() if isinstance(v, float) and k != "total")
+        timings.add("decode", time.perf_counter() - t)
         return TryOnResult(
             images=images, mask=person.mask, masked_person=person.masked_person, seed=settings.seed,
-            timings=timings, intermediates=dict(person.intermediates), model_type=self.model_type,
+            timings=timings, intermediates=frame_like_results(person.intermediates, person.fit),
+            model_type=self.model_type,
             category=person.category, sampling=settings, modes=modes, lora=self.lora, fit=person.fit,
+            ran=self.describe(),
         )
 
     # -- steps ------------------------------------------------------------------------------------
@@ -319,17 +338,13 @@ class TryOnPipeline:
         return embeds.to(self.device.torch_device, self.precision.unet)
 
     def _encode(self, images: list[Image.Image]) -> tuple[torch.Tensor, ...]:
-        """VAE latents (mode of the posterior, unscaled) of several images in one batched call."""
+        """VAE latents (mode of the posterior, unscaled) of several images in one batched call, or one at a time
+        when the plan says so."""
         vae = self.components.vae
-        pixels = torch.cat([self.image_processor.preprocess(img) for img in images])
-        # dense in the VAE's layout: the processor's output is a channels-last view of NCHW-ordered numbers
-        pixels = as_memory_format(pixels.to(self.device.torch_device, self.precision.vae),
-                                  self.speed.vae_channels_last)
         with self.residency.visit(vae):
-            if self.plan is None or self.plan.vae_encode_batched:
-                latents = vae.encode(pixels).latent_dist.mode()
-            else:
-                latents = torch.cat([vae.encode(p[None]).latent_dist.mode() for p in pixels])
+            latents = encode_images(vae, images, self.image_processor, self.device.torch_device, self.precision.vae,
+                                    self.speed.vae_channels_last,
+                                    batched=self.plan is None or self.plan.vae_encode_batched)
         # the latents in the default layout, whatever the VAE's (the UNets lay their inputs out themselves)
         return latents.to(self.precision.unet).contiguous().chunk(len(images))
 

@@ -53,15 +53,16 @@ def eval_command(
     Prints the counts and what was skipped and why. On a batch's output folder it also writes eval.json and
     eval.html there and adds the numbers to its index.html."""
     from ootd.app.evaluate.folder import evaluate_batch, is_batch_folder
-    from ootd.app.evaluate.run import EvalOptions, evaluate
+    from ootd.app.evaluate.run import EvalOptions, evaluate, evaluation_models
     from ootd.cli.display import Display, print_json, show_progress
 
     chosen = EvalOptions.from_words(weights, device, batch_size, unpaired, pairs)
+    models = evaluation_models(chosen)  # the metric networks, on the chosen device
     with Display(show_progress(options["quiet"], json_out)) as display:
         if is_batch_folder(results):
-            report = evaluate_batch(results, truth, chosen, progress=display)
+            report = evaluate_batch(results, truth, chosen, models=models, progress=display)
         else:
-            report = evaluate(results, truth, chosen, progress=display)
+            report = evaluate(results, truth, chosen, progress=display, models=models)
     if json_out:
         print_json({**report.to_json(), "written": [str(p) for p in report.written]})
         return

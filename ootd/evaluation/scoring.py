@@ -5,9 +5,10 @@ The scorer holds at most `batch` pairs' pixels (and `batch` unpaired images per 
 through the networks at once and leaves only numbers behind: two floats a pair and the feature statistics
 (ootd/evaluation/sets.py). So memory stays flat and time grows with the number of images, whatever their count.
 
-SSIM is torchmetrics' `structural_similarity_index_measure`: Gaussian window sigma 1.5 (11x11), K1 0.01, K2 0.03,
-on RGB scaled to [0, 1], borders mirrored, averaged over pixels and channels (1 = identical). LPIPS is the lpips
-package's distance on RGB scaled to [-1, 1] (0 = identical). Both are computed at the result's resolution.
+SSIM is the project's one (ootd/imaging/similarity.py, what `ootd compare` and the validation sheets report): the
+Wang et al. form with an 11x11 Gaussian window (sigma 1.5), K1 0.01, K2 0.03, per RGB channel and averaged, the
+5-pixel border left out (1 = identical). LPIPS is the lpips package's distance on RGB scaled to [-1, 1]
+(0 = identical). Both are computed at the result's resolution.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from ootd.evaluation.networks import Networks
 from ootd.evaluation.sets import SetScores, SetStatistics
 from ootd.evaluation.settings import DEFAULT_BATCH, check_batch
+from ootd.imaging.similarity import ssim
 
 
 @dataclass(frozen=True)
@@ -73,17 +75,14 @@ class Scorer:
     def _flush_pairs(self) -> None:
         if not self._pending:
             return
-        from torchmetrics.functional.image import structural_similarity_index_measure
-
         pending, self._pending = self._pending, []
         device = self.networks.device
         results = _tensor([p[1] for p in pending], device)
         truths = _tensor([p[2] for p in pending], device)
         a, b = results.float() / 255.0, truths.float() / 255.0
-        ssim = structural_similarity_index_measure(a, b, data_range=1.0, reduction="none")
         distance = self.networks.lpips(a * 2 - 1, b * 2 - 1)
-        for (key, *_), s, d in zip(pending, ssim.flatten().tolist(), distance.flatten().tolist(), strict=True):
-            self.pairs.append(PairScore(key, s, d))
+        for (key, result, truth, _), d in zip(pending, distance.flatten().tolist(), strict=True):
+            self.pairs.append(PairScore(key, ssim(result, truth), d))
         self.stats.add(self.networks.features(results), real=False)
         new = [i for i, p in enumerate(pending) if p[3]]
         if new:

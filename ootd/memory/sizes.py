@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from ootd.hardware.dtypes import itemsize
+from ootd.hardware.units import size_text
 from ootd.memory.trace import trace_activations
-from ootd.memory.units import size_text
 from ootd.weights.released import (
     RELEASED_LARGEST_MODULE,
     RELEASED_PARAMETERS,

@@ -86,13 +86,6 @@ class LoadTime:
     count: int = 0
 
 
-@dataclass
-class _Record:
-    kind: Kind
-    label: str
-    seconds: float
-
-
 def _silent(stage: str, done: int, total: int) -> None:
     return None
 
@@ -120,7 +113,8 @@ class Models:
         self._runtime: Runtime | None = None
         self._held: OrderedDict[tuple, Any] = OrderedDict()  # least recently used first
         self._failed: dict[tuple, OotdError] = {}
-        self._records: list[_Record] = []
+        self._pipeline_loads: dict[str, int] = {}  # by model type
+        self._pipeline_seconds = 0.0
         self._timers: list[tuple[LoadTime, frozenset[Kind]]] = []
         self._lock = threading.RLock()
         self._key_locks: dict[tuple, threading.Lock] = {}
@@ -300,16 +294,12 @@ class Models:
     @property
     def loads(self) -> dict[str, int]:
         """Pipelines loaded, by model type (tests and summaries: each loads once)."""
-        counts: dict[str, int] = {}
-        for record in self._records:
-            if record.kind is Kind.PIPELINE:
-                counts[record.label] = counts.get(record.label, 0) + 1
-        return counts
+        return dict(self._pipeline_loads)
 
     @property
     def seconds(self) -> float:
         """Seconds spent loading pipelines so far."""
-        return sum(r.seconds for r in self._records if r.kind is Kind.PIPELINE)
+        return self._pipeline_seconds
 
     @contextmanager
     def timed(self, *kinds: Kind) -> Iterator[LoadTime]:
@@ -383,8 +373,9 @@ class Models:
         kind = key[0]
         with self._lock:
             self._held[key] = model
-            label = key[1].value if kind is Kind.PIPELINE else kind.value
-            self._records.append(_Record(kind, label, seconds))
+            if kind is Kind.PIPELINE:
+                self._pipeline_loads[key[1].value] = self._pipeline_loads.get(key[1].value, 0) + 1
+                self._pipeline_seconds += seconds
             for timer, kinds in self._timers:
                 if kind in kinds:
                     timer.seconds += seconds

@@ -40,7 +40,6 @@ from starlette.requests import ClientDisconnect
 from ootd import __version__
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.outputs import rounded
 from ootd.errors import NoPersonError, OotdError, UsageError
 from ootd.models import ModelSource
 from ootd.serve import schema
@@ -73,7 +72,7 @@ def result_json(job: Job, base_url: str | None) -> dict[str, Any]:
         return f"{base_url}api/jobs/{job.id}/files/{quote(name)}"
 
     seconds = job.seconds()
-    timings = rounded({**done.timings, **seconds, "total": seconds["queue"] + seconds["run"]})  # as --json
+    timings = done.timings.to_json(4, **seconds, total=seconds["queue"] + seconds["run"])  # as --json
     settings = {**done.settings, "fit": str(job.spec.config.fit),
                 "mask": "uploaded" if job.spec.job.inputs.garments[0].mask is not None else "auto"}
     return {

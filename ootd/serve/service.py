@@ -20,6 +20,7 @@ from ootd.app.tryon.outputs import attention_used
 from ootd.app.tryon.preflight import check_job
 from ootd.imaging.atomic import save_png_atomic
 from ootd.models import Keep, ModelSource
+from ootd.pipeline_types import RunInfo, Timings
 from ootd.serve.worker import Job
 from ootd.settings import FitMode, ModelType
 
@@ -48,7 +49,7 @@ class Finished:
     seed: int
     model_type: str
     settings: dict[str, Any]  # the pictures' settings as their record gives them for JSON
-    timings: dict[str, Any]
+    timings: Timings
     files: dict[str, Path] = field(default_factory=dict)  # every servable name -> its path
     replica: str | None = None  # the Ray Serve replica that ran it (the Ray engine); None: this process
     more_masks: tuple[str, ...] = ()  # an outfit's: `person_mask` is the first garment's, these the others'
@@ -64,13 +65,13 @@ class TryOnService:
         # one model at a time: switching model types releases the other (less memory)
         keep = Keep(pipelines=1 if one_model else len(ModelType), classifier=True)
         self.models = models_for(config, keep, models)
-        self.info: dict[str, Any] = {}  # describe_pipeline of the latest run: device, precision, attention
+        self.ran: RunInfo | None = None  # how the latest try-on ran: device, precision, attention
 
     def describe(self) -> dict[str, str]:
         """Device, precision and attention backend as the latest try-on used them; the configured words before."""
-        if self.info:
-            return {"device": str(self.info.get("device", "")), "precision": str(self.info.get("precision", "")),
-                    "attention": attention_used(self.info.get("attention"))}
+        if self.ran is not None:
+            return {"device": self.ran.device, "precision": self.ran.precision,
+                    "attention": attention_used(self.ran.attention)}
         config = self.config
         return {"device": config.device or "auto", "precision": config.precision.value,
                 "attention": config.attention.value}
@@ -87,19 +88,19 @@ class TryOnService:
 
     def _run(self, job: Job) -> Finished:
         spec: JobSpec = job.spec
-        timings: dict[str, Any] = {}
+        timings = Timings()
         # the rest of the checks of every try-on, in their order (the uploads were checked when the request came in)
         prepared = check_job(spec.job, self.models, progress=job.progress)
         with self.models.timed() as loading:  # a load reports its progress to the job (cancelled: it stops there)
             outcome = prepared.run(self.models, progress=job.progress, callback=job.step)
         if loading.count:
-            timings["load"] = loading.seconds
-        self.info = dict(outcome.info)
+            timings.add("load", loading.seconds)
+        self.ran = outcome.ran
         job.check()  # cancelled during the decode: nobody will fetch the files
         start = time.perf_counter()
         finished = write_outcome(prepared, outcome, spec.person_size)
-        timings.update(outcome.timings())
-        timings["encode"] = time.perf_counter() - start
+        timings.extend(outcome.timings())
+        timings.add("encode", time.perf_counter() - start)
         finished.timings = timings
         return finished
 
@@ -128,8 +129,8 @@ def write_outcome(job: TryOnJob, outcome: JobOutcome, person_size: tuple[int, in
     files = {path.name: path for path in (*images, *intermediates.values(), *masks)}
     return Finished([p.name for p in images], intermediates[f"{final.prefix}mask"].name,
                     intermediates[f"{final.prefix}masked_person"].name, masks[0].name,
-                    int(job.config.sampling.seed), final.model_type.value, outcome.record(0).settings(), {}, files,
-                    more_masks=tuple(mask.name for mask in masks[1:]))
+                    int(job.config.sampling.seed), final.model_type.value, outcome.record(0).settings(), Timings(),
+                    files, more_masks=tuple(mask.name for mask in masks[1:]))
 
 
 def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: FitMode) -> Any:

@@ -14,8 +14,8 @@ By default only results are compared: the pictures ootd writes beside them (pose
 contact sheets, `ootd mask`'s files), known by their PNG record (ours, without a sample number), are left out and
 listed as skipped, since identical masks and grids would pull the averages towards "identical".
 
-Metrics against real photos (LPIPS, FID, KID, and SSIM as torchmetrics averages it) are `ootd eval`'s
-(ootd/evaluation/, ootd/app/evaluate/).
+Metrics against real photos (LPIPS, FID, KID, and this SSIM per pair) are `ootd eval`'s (ootd/evaluation/,
+ootd/app/evaluate/).
 """
 
 from __future__ import annotations

@@ -30,19 +30,16 @@ class Encoders:
 
 
 @torch.inference_mode()
-def encode_images(vae: torch.nn.Module, images: list[Image.Image], device: torch.device) -> list[torch.Tensor]:
-    """VAE latents (mode of the posterior, unscaled), one image at a time, as float32 on the CPU."""
+def latents_of(vae: torch.nn.Module, images: list[Image.Image], device: torch.device) -> list[torch.Tensor]:
+    """VAE latents (mode of the posterior, unscaled) by the pipeline's own encode (dense NCHW, one image per VAE
+    call), as float32 on the CPU."""
     from diffusers.image_processor import VaeImageProcessor
 
-    processor = VaeImageProcessor(vae_scale_factor=8)
+    from ootd.pipeline import encode_images
+
     dtype = next(vae.parameters()).dtype
-    out = []
-    for image in images:
-        # dense NCHW, as the pipeline encodes: the processor's output is a channels-last view, whose convolutions
-        # give other numbers
-        pixels = processor.preprocess(image).to(device, dtype).contiguous()
-        out.append(vae.encode(pixels).latent_dist.mode()[0].float().cpu())
-    return out
+    latents = encode_images(vae, images, VaeImageProcessor(vae_scale_factor=8), device, dtype, batched=False)
+    return [latent.float().cpu() for latent in latents]
 
 
 @torch.inference_mode()
@@ -51,7 +48,7 @@ def pair_tensors(person: Image.Image, masked_person: Image.Image, mask: Image.Im
     """The tensors of one cache entry (ootd/training/cache.py ENTRY_TENSORS), with the model owner's encoders
     (`Models.encoders`: the VAE and CLIP's, on their device)."""
     vae, device = encoders.vae, encoders.device
-    masked_latents, person_latents, garment_latents = encode_images(vae, [masked_person, person, garment], device)
+    masked_latents, person_latents, garment_latents = latents_of(vae, [masked_person, person, garment], device)
     prompt = prompt_embeddings(garment, category, model_type, encoders.tokenizer, encoders.text_encoder,
                                encoders.image_processor, encoders.image_encoder)
     return {"target": person_latents * vae.config.scaling_factor, "masked": masked_latents,

@@ -81,7 +81,7 @@ class PairWorker:
         report = runner.run_one(pair, job)
         after = self._counters()
         stats = {key: after[key] - before[key] for key in after}
-        stats.update(info=runner.info, peak_memory=peak_memory(runner.models.device), loads=runner.models.loads,
+        stats.update(ran=runner.ran, peak_memory=peak_memory(runner.models.device), loads=runner.models.loads,
                      worker=ray.get_runtime_context().get_worker_id())
         return report, stats
 
@@ -127,7 +127,7 @@ class RayBatchRunner(BatchRunner):
                 loads[model] = loads.get(model, 0) + count
         summary.loads = loads
         summary.prepared = {"person": int(self._totals["person"]), "garment": int(self._totals["garment"])}
-        summary.info = {**self.info, "engine": "ray", "workers": self.workers}
+        summary.ran, summary.engine = self.ran, {"engine": "ray", "workers": self.workers}
         summary.peak_memory = self._peak or summary.peak_memory
         return summary
 
@@ -203,7 +203,7 @@ class RayBatchRunner(BatchRunner):
             return
         for key in self._totals:
             self._totals[key] += stats.get(key, 0)
-        self.info = stats.get("info") or self.info
+        self.ran = stats.get("ran") or self.ran
         self._loads[stats["worker"]] = stats["loads"]  # per process: a replaced actor starts from zero
         for key, value in (stats.get("peak_memory") or {}).items():
             if value is not None:

@@ -30,12 +30,12 @@ from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
 from ootd.app.tryon.loader import models_for
-from ootd.app.tryon.outputs import peak_memory, prepare_output_dir, rounded
+from ootd.app.tryon.outputs import peak_memory, prepare_output_dir
 from ootd.app.tryon.preflight import check_batch, check_output_folder
 from ootd.app.tryon.record import Record
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
 from ootd.models import Models
-from ootd.pipeline_types import Progress
+from ootd.pipeline_types import Progress, RunInfo
 from ootd.settings import ModelType
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class BatchRunner:
         self.progress = progress
         self.on_report = on_report
         self._report_file: ReportWriter | None = None
-        self.info: dict[str, Any] = {}
+        self.ran: RunInfo | None = None  # how the latest pair ran
         self._model: ModelType | None = None  # the model type of the pairs the caches were filled for
         self.index_path = index_path  # the batch's contact sheet (index.html), refreshed as pairs finish
         self._index: ContactIndex | None = None
@@ -140,7 +140,7 @@ class BatchRunner:
             tally=self.tally, seconds=time.perf_counter() - start, load_seconds=self.models.seconds,
             loads=self.models.loads,
             prepared={"person": self.persons.computed, "garment": self.garments.computed},
-            report_path=self.report_path, info=self.info, peak_memory=peak_memory(self.models.device),
+            report_path=self.report_path, ran=self.ran, peak_memory=peak_memory(self.models.device),
             seed=self.config.sampling.seed,
         )
 
@@ -223,13 +223,13 @@ class BatchRunner:
         start = time.perf_counter()
         with self.models.timed() as loading:  # loading is reported once, not in this pair's time
             outcome = job.run(self.models, self.progress, persons=self.persons, garments=self.garments)
-        self.info = outcome.info
+        self.ran = outcome.ran
         t = time.perf_counter()
         images, intermediates = job.save(outcome, keep_existing=True)
         timings = outcome.timings()
-        timings["save"] = time.perf_counter() - t
-        timings["wall"] = time.perf_counter() - start - loading.seconds
-        self._succeeded(report, outcome.record(0), images, intermediates, timings)
+        timings.add("save", time.perf_counter() - t)
+        wall = time.perf_counter() - start - loading.seconds
+        self._succeeded(report, outcome.record(0), images, intermediates, timings.to_json(4, wall=wall))
         report.reused = dict(outcome.reused)
 
     @staticmethod
@@ -239,4 +239,4 @@ class BatchRunner:
         report.ran(record)
         report.outputs = [str(p) for p in images]
         report.intermediates = {k: str(p) for k, p in intermediates.items()}
-        report.timings = rounded(timings)
+        report.timings = timings

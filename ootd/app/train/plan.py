@@ -85,9 +85,9 @@ def batch_line(settings: TrainSettings, workers: int) -> str:
 def explain_lines(models: TrainingModels, resolution: Resolution, settings: TrainSettings,
                   workers: int = 1) -> list[str]:
     """--explain on the local engine: what was chosen for the loaded models, the batch, the estimate."""
-    info = models.pipe.describe()
-    shown = {"device": "device", "precision": "precision_word", "attention": "attention"}
-    lines = [f"{label}: {info[key]}" for label, key in shown.items() if info.get(key)]
+    ran = models.pipe.describe()
+    shown = {"device": ran.device, "precision": ran.precision_word, "attention": ran.attention}
+    lines = [f"{label}: {value}" for label, value in shown.items() if value]
     lines.append(batch_line(settings, workers))
     lines.append(training_estimate(models, resolution, settings).explain(per_worker=workers > 1))
     return lines

@@ -25,14 +25,14 @@ from ootd.app.tryon.inputs import JobInputs
 from ootd.app.tryon.masking import check_mask_input, no_person_error
 from ootd.app.tryon.outcome import InputCache, TryOnOutcome
 from ootd.app.tryon.outputs import INTERMEDIATES, WITH_MASK_INTERMEDIATES, Targets, job_targets, save_pictures
-from ootd.app.tryon.passes import PASS_NAMES, ParseOnce, Pass, order_outfit, pass_seed, run_pass
+from ootd.app.tryon.passes import PASS_NAMES, Pass, order_outfit, pass_seed, run_pass
 from ootd.app.tryon.record import PassRecord, Record, comparable
 from ootd.errors import NoPersonError, UsageError
 from ootd.imaging.files import image_size, load_photo
-from ootd.imaging.framing import frame_of, restore_framing
+from ootd.imaging.framing import frame_of
 from ootd.imaging.photo import photo_pictures
-from ootd.pipeline_types import Progress
-from ootd.preprocessing import mask_person
+from ootd.pipeline_types import Progress, RunInfo, Timings
+from ootd.preprocessing import ParseOnce, frame_like_results, mask_person
 from ootd.settings import Category, ModelType, default_model_type
 
 if TYPE_CHECKING:
@@ -115,8 +115,21 @@ class TryOnJob:
         return len(self.passes) == 1
 
     def relocated(self, output: Path) -> TryOnJob:
-        """The same job writing into another folder (a replica's own)."""
-        return plan_job(replace(self.config, output=output), self.inputs)
+        """The same job writing into another folder (a replica's own): the same passes and names, not planned
+        again."""
+        passes = tuple(replace(one, config=replace(one.config, output=output)) for one in self.passes)
+        return replace(self, config=replace(self.config, output=output), passes=passes,
+                       targets=self.targets.moved(output))
+
+    def decoded(self) -> TryOnJob:
+        """The job with every image decoded and checked (step 2 of the pre-flight, in the order the passes use
+        them); its passes and output names stay (the inputs keep their names), so it is not planned again."""
+        inputs = self.inputs.decoded(self.config.fit, [one.garment for one in self.passes])
+        if inputs is self.inputs:
+            return self
+        given = self.inputs.garments
+        passes = tuple(replace(one, garment=inputs.garments[given.index(one.garment)]) for one in self.passes)
+        return replace(self, inputs=inputs, passes=passes)
 
     def with_masks(self, preprocessor: Any) -> TryOnJob:
         """Every mask that is not the user's, made now from one pose + parsing of the photo (step 7 of the
@@ -136,7 +149,7 @@ class TryOnJob:
                 made = mask_person(photo, one.garment.category, one.model_type, config.sampling.resolution,
                                    config.fit, config.mask_grow, preprocessor=parse)
                 if one.on_results:
-                    passes.append(replace(one, mask=restore_framing(made.mask, made.fit, keep_scale=True)))
+                    passes.append(replace(one, mask=frame_like_results({"mask": made.mask}, made.fit)["mask"]))
                 else:
                     passes.append(replace(one, person_mask=made))
         except NoPersonError:
@@ -154,8 +167,7 @@ class TryOnJob:
         job = self
         if any(one.on_results and one.made_mask and one.mask is None for one in self.passes):
             # a mask for another pass's results comes from the photo's one parse: made now (steps 2 and 7)
-            decoded = self.inputs.decoded(self.config.fit, [one.garment for one in self.passes])
-            job = plan_job(self.config, decoded).with_masks(models.preprocessor())
+            job = self.decoded().with_masks(models.preprocessor())
         done: list[list[TryOnOutcome]] = []
         pixels = job.photo_pixels()
         for number, one in enumerate(job.passes):
@@ -229,9 +241,9 @@ class JobOutcome:
         return [image for outcome in self.final for image in outcome.result.images]
 
     @property
-    def info(self) -> dict[str, Any]:
+    def ran(self) -> RunInfo:
         """How the last pass ran (device, precision, attention, the memory plan)."""
-        return self.final[0].info
+        return self.final[0].ran
 
     @property
     def reused(self) -> dict[str, bool]:
@@ -247,17 +259,17 @@ class JobOutcome:
 
     def record(self, sample: int | None) -> Record:
         """The record of picture `sample` (None: of the job's other pictures: masks, intermediates, grid)."""
-        job, info = self.job, self.info
+        job = self.job
         records = []
         for number, one in enumerate(job.passes):
             outcome, _ = self._outcome(number, sample)
             records.append(PassRecord.of(outcome.request, outcome.config or one.config, one.name))
         outcome, _ = self._outcome(len(job.passes) - 1, sample)
-        described = outcome.info or info
-        ran = {"device": str(described.get("device", "")), "precision": str(described.get("precision", "")),
-               "attention": str(described.get("attention", "")), "threads": str(described.get("threads", ""))}
+        ran = outcome.ran
         passes = tuple(records) if len(records) > 1 else ()
-        return Record(records[-1], passes, sample=sample, **job.record_facts(), **ran)
+        return Record(records[-1], passes, sample=sample, **job.record_facts(), device=ran.device,
+                      precision=ran.precision, attention=ran.attention,
+                      threads=str(ran.threads) if ran.threads is not None else "")
 
     def describe(self) -> dict[str, Any]:
         """What the job tried on, as its answers report it (`--json`): one garment's inputs, category and
@@ -323,14 +335,10 @@ class JobOutcome:
             union = mask if union is None else ImageChops.lighter(union, mask)
         return union
 
-    def timings(self) -> dict[str, Any]:
+    def timings(self) -> Timings:
         """Seconds per stage, every pass's added up (stages of inputs reused from an earlier pair left out)."""
-        total: dict[str, Any] = {}
+        total = Timings()
         for outcomes in self.passes:
             for outcome in outcomes:
-                for key, value in outcome.timings().items():
-                    if isinstance(value, list):
-                        total[key] = [*total.get(key, []), *value]
-                    elif isinstance(value, float):
-                        total[key] = total.get(key, 0.0) + value
+                total.extend(outcome.timings())
         return total

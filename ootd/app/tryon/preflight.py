@@ -46,8 +46,7 @@ if TYPE_CHECKING:
 
 def plan_inputs(config: RunConfig, inputs: JobInputs) -> TryOnJob:
     """Steps 1 and 2: the job's passes, then every image decoded and checked (in the order the passes use them)."""
-    job = plan_job(config, inputs)  # 1
-    return plan_job(config, inputs.decoded(config.fit, [one.garment for one in job.passes]))  # 2
+    return plan_job(config, inputs).decoded()  # 1, then 2 (planned once: decoding keeps the names)
 
 
 def check_job(job: TryOnJob, models: Models | None = None, *, protect: Iterable[Path | None] = (),

@@ -277,7 +277,7 @@ def _save_images(images: Sequence[Image.Image], folder: Path) -> list[str]:
 
 def _timed_result(run: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
     result = run()
-    return result, result.timings
+    return result, result.timings.to_json(total=result.timings.total)
 
 
 def _ratios(ours: dict[str, Any], orig: dict[str, Any]) -> dict[str, float]:

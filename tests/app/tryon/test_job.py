@@ -183,6 +183,32 @@ def test_the_batch_steps_run_once_and_the_pair_steps_per_pair(models, monkeypatc
     assert calls == ["check_checkpoints_present", "check_memory_budget"]
 
 
+def test_a_job_is_planned_once(models, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, example_images,  # noqa: ANN001
+                               tiny_tree: Path) -> None:
+    """The pre-flight decodes the inputs of the job it planned (their names kept, so its passes and output names
+    stand), a run that makes a later pass's mask decodes them in the same job, and a replica's copy of a job is
+    the job moved to its folder: no step plans it again."""
+    import ootd.app.tryon.job as job_module
+
+    planned = []
+    real = job_module.plan_job
+    for module in (job_module, preflight):
+        monkeypatch.setattr(module, "plan_job", lambda *a, **k: planned.append(1) or real(*a, **k))
+    models.fake(synthetic_preprocessor())
+    config = config_for(tiny_tree, tmp_path / "out")
+    owner = models_for(config)
+    job = prepare_job(config, outfit(example_images), owner)
+    moved = job.relocated(tmp_path / "replica")
+    assert [p.parent for p in moved.targets.all()] == [tmp_path / "replica"] * len(job.targets.all())
+    assert [p.name for p in moved.targets.all()] == [p.name for p in job.targets.all()]
+    assert all(one.config.output == tmp_path / "replica" for one in moved.passes)
+    moved.run(owner)
+    assert planned == [1]
+    batch_like = job_module.plan_job(config, outfit(example_images))  # a batch's pair: masks made as it runs
+    outcome = batch_like.run(owner)
+    assert planned == [1, 1] and outcome.job.inputs.checked and outcome.job.targets == batch_like.targets
+
+
 # --------------------------------------------------------------------------------------------- records
 
 

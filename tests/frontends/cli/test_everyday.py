@@ -17,6 +17,7 @@ import pytest
 from ootd.cli import run as cli_run
 from ootd.errors import CheckpointError
 from ootd.models import build
+from ootd.pipeline_types import RunInfo
 from tests.helpers import REPO
 from tests.helpers.cli import invoke
 from tests.helpers.fakes import FakePipe, images_tree
@@ -101,8 +102,7 @@ def test_timing_line_adds_up_plain_attention_and_json_numbers(models, tmp_path: 
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     models.use(WarningPipe)
     monkeypatch.setattr("ootd.app.tryon.passes.describe_pipeline",
-                        lambda pipe, config: {"device": "cpu", "precision": "fp32",
-                                              "attention": "auto: sdpa > chunked > math (used: sdpa x 17)"})
+                        lambda pipe, config: RunInfo("cpu", "fp32", "auto: sdpa > chunked > math (used: sdpa x 17)"))
     result = invoke(*run_args(example_images, tiny_tree, tmp_path / "a"), "--max-memory", "1GiB")
     assert result.exit_code == 0, result.output
     line = next(x for x in result.stdout.splitlines() if x.startswith("time: "))
@@ -128,8 +128,7 @@ def test_an_outfits_time_line_has_a_single_runs_shape_and_json_timings_are_round
         models, tmp_path: Path, tiny_tree: Path, example_images, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     models.use(WarningPipe)
     monkeypatch.setattr("ootd.app.tryon.passes.describe_pipeline",
-                        lambda pipe, config: {"device": "cpu", "precision": "fp32",
-                                              "attention": "auto: sdpa > chunked > math (used: sdpa x 17)"})
+                        lambda pipe, config: RunInfo("cpu", "fp32", "auto: sdpa > chunked > math (used: sdpa x 17)"))
     x = example_images
     outfit = ["run", "-m", x["person"], "-c", x["tshirt"], "-c", x["trousers"], "-k", "upper", "-k", "lower",
               "--mask", x["mask"], "--mask", x["mask"], "--checkpoints", tiny_tree, "--steps", "1",
@@ -425,9 +424,9 @@ def test_download_reports_size_checks_disk_and_leaves_nothing_empty(tmp_path: Pa
     dest = tmp_path / "new" / "checkpoints"
     result = invoke("download", "--dest", dest, "--models", "hd")
     assert result.exit_code == 1
-    assert "levihsu/OOTDiffusion: 3.0 GiB to fetch" in result.stderr and "1.0 GiB free" in result.stderr
+    assert "levihsu/OOTDiffusion: 3.00 GiB to fetch" in result.stderr and "1.00 GiB free" in result.stderr
     error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: not enough free disk space") and "3.0 GiB" in error
+    assert error.startswith("error: not enough free disk space") and "3.00 GiB" in error
     assert not dest.exists()
 
 

@@ -35,7 +35,7 @@ def test_chunked_and_math_give_the_same_try_on(tiny_tree, example_images, monkey
 
 
 def test_pipeline_reports_its_attention(pipe_hd) -> None:  # noqa: ANN001
-    info = pipe_hd.describe()
-    assert info["device"] == "cpu" and info["model_type"] == "hd"
-    assert info["precision"]["unet"] == "float32"
-    assert "sdpa" in str(info["attention"])
+    ran = pipe_hd.describe()
+    assert ran.device == "cpu" and ran.model_type == "hd"
+    assert ran.precision == "fp32" and ran.precision_by_component["unet"] == "float32"
+    assert "sdpa" in ran.attention

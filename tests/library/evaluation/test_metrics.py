@@ -23,15 +23,16 @@ from tests.helpers.evaluation import blurred, noise_image, stand_in_networks
 
 
 def ssim_reference(a: np.ndarray, b: np.ndarray) -> float:
-    """SSIM as Wang et al. 2004 define it: an 11x11 Gaussian window (sigma 1.5), K1 0.01, K2 0.03, data range 1,
-    borders mirrored (numpy's `reflect`), the map averaged over pixels and channels."""
+    """SSIM as Wang et al. 2004 define it and scikit-image computes it: an 11x11 Gaussian window (sigma 1.5), K1
+    0.01, K2 0.03, data range 1, borders mirrored about the edge pixel, the map averaged over the pixels at least
+    the window's radius (5) from every edge, and over the channels."""
     radius, sigma = 5, 1.5
     g = np.exp(-(np.arange(-radius, radius + 1) ** 2) / (2 * sigma**2))
     g /= g.sum()
     kernel = np.outer(g, g)
 
     def window(v: np.ndarray) -> np.ndarray:
-        padded = np.pad(v, radius, mode="reflect")
+        padded = np.pad(v, radius, mode="symmetric")
         out = np.zeros_like(v)
         h, w = v.shape
         for i in range(2 * radius + 1):
@@ -44,10 +45,9 @@ def ssim_reference(a: np.ndarray, b: np.ndarray) -> float:
     for c in range(3):
         x, y = a[..., c].astype(np.float64) / 255, b[..., c].astype(np.float64) / 255
         mx, my = window(x), window(y)
-        vx = np.maximum(window(x * x) - mx * mx, 0)
-        vy = np.maximum(window(y * y) - my * my, 0)
-        cxy = window(x * y) - mx * my
-        maps.append(((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2)))
+        vx, vy, cxy = window(x * x) - mx * mx, window(y * y) - my * my, window(x * y) - mx * my
+        full = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+        maps.append(full[radius:-radius, radius:-radius])
     return float(np.mean(maps))
 
 

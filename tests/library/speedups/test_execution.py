@@ -223,7 +223,7 @@ def test_pipeline_applies_the_options_to_its_models(tiny_tree: Path) -> None:
         assert _conv_weights_channels_last(module)
     for module in (off.components.unet_garm, off.components.unet_vton, off.components.vae):
         assert not _conv_weights_channels_last(module)
-    assert on.describe()["channels_last"] is True and off.describe()["channels_last"] is False
+    assert on.describe().channels_last is True and off.describe().channels_last is False
 
 
 def test_channels_last_gives_nearly_the_same_images(tiny_tree: Path, example_images) -> None:  # noqa: ANN001
@@ -263,7 +263,7 @@ def test_bf16_runs_the_vae_channels_last_within_bf16_rounding(tiny_tree: Path, e
     are, and differ from those by bf16's rounding (two paths that round independently are about sqrt(2) times as
     far apart as each is from fp32; a layout mix-up would give unrelated images)."""
     cl = Models.from_pretrained(tiny_tree, device="cpu", dtype="bf16").pipeline("hd")
-    assert cl.speed.vae_channels_last and not cl.speed.channels_last and cl.describe()["vae_channels_last"] is True
+    assert cl.speed.vae_channels_last and not cl.speed.channels_last and cl.describe().vae_channels_last is True
     assert _conv_weights_channels_last(cl.components.vae)
     assert not _conv_weights_channels_last(cl.components.unet_vton)
     nchw = Models.from_pretrained(tiny_tree, device="cpu", dtype="bf16", channels_last=False).pipeline("hd")
@@ -335,7 +335,7 @@ def test_compiled_try_on_unet_gives_the_same_images(tiny_tree: Path, example_ima
     kwargs = {"mask": example_images["mask"], "steps": 2, "seed": 9, "resolution": (384, 512)}
     eager = Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd")
     compiled = Models.from_pretrained(tiny_tree, device="cpu", compile=True).pipeline("hd")
-    assert compiled.describe()["compile"] is True
+    assert compiled.describe().compile is True
     seen: dict[str, torch.Tensor] = {}
     for label, pipe in (("eager", eager), ("compiled", compiled)):
         original_decode = pipe._decode

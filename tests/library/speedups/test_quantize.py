@@ -51,7 +51,7 @@ def _linears(pipe: TryOnPipeline) -> list[torch.nn.Linear]:
 
 def test_none_is_the_exact_path_bit_for_bit(tiny_tree, exact, example_images) -> None:  # noqa: ANN001
     none = Models.from_pretrained(tiny_tree, device="cpu", dtype="fp32", quantize="none").pipeline("hd")
-    assert none.describe()["quantize"] == "none" == exact.describe()["quantize"]
+    assert none.describe().quantize == "none" == exact.describe().quantize
     for unet in (none.components.unet_garm, none.components.unet_vton):
         assert not any(is_quantized(t) for t in (*unet.parameters(), *unet.buffers()))
     for ours, theirs in zip(_try_on(none, example_images), _try_on(exact, example_images), strict=True):
@@ -60,7 +60,7 @@ def test_none_is_the_exact_path_bit_for_bit(tiny_tree, exact, example_images) ->
 
 @needs_torchao
 def test_int8_dynamic_runs_and_stays_close(int8, exact, example_images) -> None:  # noqa: ANN001
-    assert int8.describe()["quantize"] == "int8-dynamic"
+    assert int8.describe().quantize == "int8-dynamic"
     quantized, reference = _try_on(int8, example_images), _try_on(exact, example_images)
     assert [img.shape for img in quantized] == [(512, 384, 3)] * 2
     for ours, theirs in zip(quantized, reference, strict=True):
