@@ -32,6 +32,7 @@ from ootd.app.tryon.job import TryOnJob
 from ootd.app.tryon.loader import models_for
 from ootd.app.tryon.outputs import peak_memory, prepare_output_dir
 from ootd.app.tryon.preflight import check_batch, check_output_folder
+from ootd.app.tryon.preservation import ParseCache, PreservationChoice, measure_pair
 from ootd.app.tryon.record import Record
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
 from ootd.models import Models
@@ -89,6 +90,7 @@ class BatchRunner:
         progress: Progress | None = None,
         on_report: Callable[[PairReport], None] | None = None,
         index_path: Path | None = None,
+        preservation: PreservationChoice | None = None,
     ) -> None:
         self.config = config
         self.models = models if models is not None else models_for(config)  # every model of the batch
@@ -102,7 +104,9 @@ class BatchRunner:
         self._model: ModelType | None = None  # the model type of the pairs the caches were filled for
         self.index_path = index_path  # the batch's contact sheet (index.html), refreshed as pairs finish
         self._index: ContactIndex | None = None
-        self.tally = Tally()  # the summary's counts, as reports go past (none is kept)
+        self.preservation = preservation or PreservationChoice()  # each pair made now measured (docs/preservation.md)
+        self.tally = Tally(self.preservation)  # the summary's counts, as reports go past (none is kept)
+        self.parses = ParseCache(self.models.preprocessor, person_cache)  # the photos' parses, as the persons'
 
     def _emit(self, report: PairReport) -> None:
         self.tally.add(report)
@@ -121,7 +125,7 @@ class BatchRunner:
         """Every pair: the precheck, then the batch-wide checks (checkpoints, --max-memory, the engine's own),
         and only then anything written: the output folder, the report, the contact sheet, the pairs' files."""
         start = time.perf_counter()
-        self.tally = Tally()
+        self.tally = Tally(self.preservation)
         output = self.config.output
         if output.exists() and not output.is_dir():
             prepare_output_dir(output)  # its one-line usage error, before any work
@@ -228,6 +232,12 @@ class BatchRunner:
         images, intermediates = job.save(outcome, keep_existing=True)
         timings = outcome.timings()
         timings.add("save", time.perf_counter() - t)
+        if self.preservation.on:  # with the owner's pose and parsing: the ones the pipeline's masks came from
+            t = time.perf_counter()
+            masks = {Path(m).name: Path(m) for m in (report.pair.mask, report.pair.mask2) if m is not None}
+            report.preservation = measure_pair(images, report.pair.person, self.parses, masks,
+                                               self.preservation.review_above)
+            timings.add("preservation", time.perf_counter() - t)
         wall = time.perf_counter() - start - loading.seconds
         self._succeeded(report, outcome.record(0), images, intermediates, timings.to_json(4, wall=wall))
         report.reused = dict(outcome.reused)
