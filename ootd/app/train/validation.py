@@ -22,7 +22,7 @@ from ootd.imaging.contact_sheet import GAP, contact_sheet
 from ootd.imaging.framing import FitInfo
 from ootd.imaging.masks import masked_person_image
 from ootd.imaging.similarity import ssim
-from ootd.pipeline_types import GarmentInputs, PersonInputs
+from ootd.pipeline_types import GarmentInputs, PersonInputs, Timings
 from ootd.settings import Category, SamplingSettings, parse_resolution
 from ootd.training.cache import CacheEntry, CacheIndex, image_paths, read_entry
 from ootd.training.settings import TrainSettings
@@ -58,11 +58,12 @@ def _inputs(pipe: TryOnPipeline, cache: Path, entry: CacheEntry,
     mask = Image.fromarray(tensors["mask"].numpy(), mode="L")
     fit = FitInfo("stretch", person.size, person.size, (0, 0, *person.size))
     person_in = PersonInputs(category, resolution, person, mask, masked_person_image(person, mask), fit, {},
-                             tensors["masked"][None].to(device, dtype), tensors["target"][None].to(device, dtype), {})
+                             tensors["masked"][None].to(device, dtype), tensors["target"][None].to(device, dtype),
+                             Timings())
     prompt = tensors["prompt"][None].to(device, dtype)
     with torch.inference_mode():
         features = pipe.garment_features(tensors["garment"][None].to(device, dtype), prompt)
-    return person_in, GarmentInputs(category, resolution, garment, prompt, features, {}), person
+    return person_in, GarmentInputs(category, resolution, garment, prompt, features, Timings()), person
 
 
 def validate(models: TrainingModels, cache: Path, index: CacheIndex, settings: TrainSettings, step: int,
