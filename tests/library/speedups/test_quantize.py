@@ -198,7 +198,7 @@ def test_fp8_on_the_cpu_is_a_one_line_error(tiny_tree) -> None:  # noqa: ANN001
 def test_missing_torchao_is_a_one_line_error(tiny_tree, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # what an environment without it raises
     loads = []
-    monkeypatch.setattr("ootd.pipeline.load_components", lambda *args: loads.append(args))
+    monkeypatch.setattr("ootd.models.build.read_components", lambda *args: loads.append(args))
     with pytest.raises(UnsupportedError) as err:  # a setting this machine cannot run (exit 3)
         Models.from_pretrained(tiny_tree, device="cpu", dtype="fp32", quantize="int8-dynamic").pipeline("hd")
     assert str(err.value) == "quantization needs torchao, which is not installed: pip install 'ootd[quant]'"
