@@ -75,10 +75,12 @@ def load_preprocessor(checkpoints: Path, runtime: Runtime, provider: ParsingProv
 def load_classifier(checkpoints: Path) -> GarmentClassifier:
     """CLIP's text tower (its per-category features computed, then the tower dropped), image tower and image
     processor, on the CPU in fp32: one ViT-L/14 image embedding per garment (docs/benchmarks.md)."""
+    from ootd.hardware.torch_builds import require_usable_torchvision
     from ootd.method.classify import GarmentClassifier, category_texts
     from ootd.weights.layout import Layout
     from ootd.weights.loading import load_image_encoder, load_image_processor, load_text_tower, load_tokenizer
 
+    require_usable_torchvision()  # transformers imports it with CLIP: a mismatch is one line, not CLIP's error
     started = time.perf_counter()
     layout = Layout(Path(checkpoints))
     text_model, logit_scale = load_text_tower(layout, torch.float32)
@@ -118,8 +120,8 @@ def load_training_components(checkpoints: Path, model_type: ModelType, runtime: 
 
 
 def load_metrics(weights: MetricWeights, device: torch.device,
-                 source: Callable[[MetricWeights, Any], Networks] | None) -> Networks:
-    """The evaluation's networks on `device` (or the source's)."""
+                 source: Callable[[MetricWeights, Any], Networks] | None) -> Networks | None:
+    """The evaluation's networks on `device` (or the source's); None without the eval extra."""
     if source is not None:
         return source(weights, device)
     from ootd.evaluation.networks import load_networks

@@ -256,22 +256,28 @@ class Models:
 
         return self._get((Kind.TRAINABLE, model_type, settings), build, progress)
 
-    def metrics(self, weights: MetricWeights, progress: Progress | None = None) -> Networks:
-        """The evaluation's networks (InceptionV3 features, LPIPS) on the runtime's device."""
+    def metrics(self, weights: MetricWeights, progress: Progress | None = None) -> Networks | None:
+        """The evaluation's networks (InceptionV3 features, LPIPS) on the runtime's device; None where the eval
+        extra is not installed (ootd/evaluation/networks.py `stack_problem` says why)."""
         from ootd.models.build import load_metrics
 
         source = self.source.metrics if self.source is not None else None
+        if source is None:
+            from ootd.evaluation.networks import stack_problem
+
+            if stack_problem() is not None:  # nothing to hold (`held` never lists networks that are not there)
+                return None
         return self._get((Kind.METRICS, weights),
                          lambda tick: load_metrics(weights, self.runtime().device.torch_device, source), progress)
 
-    def check_metrics(self, weights: MetricWeights) -> None:
-        """What `metrics` needs, checked before any work (the eval extra; the published weights fetched), unless
-        a source stands in for the networks."""
+    def check_metrics(self, weights: MetricWeights) -> str | None:
+        """What `metrics` needs, checked before any work (the published weights fetched where the eval extra is):
+        why the networks cannot run here, or None (also when a source stands in for them)."""
         if self.source is not None and self.source.metrics is not None:
-            return
+            return None
         from ootd.evaluation.networks import check_networks
 
-        check_networks(weights)
+        return check_networks(weights)
 
     # -- what is held, what it cost -----------------------------------------------------------------
 

@@ -23,16 +23,16 @@ from tests.helpers.evaluation import blurred, noise_image, stand_in_networks
 
 
 def ssim_reference(a: np.ndarray, b: np.ndarray) -> float:
-    """SSIM as Wang et al. 2004 define it and scikit-image computes it: an 11x11 Gaussian window (sigma 1.5), K1
-    0.01, K2 0.03, data range 1, borders mirrored about the edge pixel, the map averaged over the pixels at least
-    the window's radius (5) from every edge, and over the channels."""
+    """SSIM as Wang et al. 2004 define it: an 11x11 Gaussian window (sigma 1.5), K1 0.01, K2 0.03, data range 1,
+    the map averaged over the pixels whose whole window lies inside the image (the 5-pixel border excluded, as
+    scikit-image does), then over the channels. The window is applied here by shifting a padded copy."""
     radius, sigma = 5, 1.5
     g = np.exp(-(np.arange(-radius, radius + 1) ** 2) / (2 * sigma**2))
     g /= g.sum()
     kernel = np.outer(g, g)
 
     def window(v: np.ndarray) -> np.ndarray:
-        padded = np.pad(v, radius, mode="symmetric")
+        padded = np.pad(v, radius, mode="reflect")
         out = np.zeros_like(v)
         h, w = v.shape
         for i in range(2 * radius + 1):
@@ -45,7 +45,9 @@ def ssim_reference(a: np.ndarray, b: np.ndarray) -> float:
     for c in range(3):
         x, y = a[..., c].astype(np.float64) / 255, b[..., c].astype(np.float64) / 255
         mx, my = window(x), window(y)
-        vx, vy, cxy = window(x * x) - mx * mx, window(y * y) - my * my, window(x * y) - mx * my
+        vx = np.maximum(window(x * x) - mx * mx, 0)
+        vy = np.maximum(window(y * y) - my * my, 0)
+        cxy = window(x * y) - mx * my
         full = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
         maps.append(full[radius:-radius, radius:-radius])
     return float(np.mean(maps))
