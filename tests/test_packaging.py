@@ -20,8 +20,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a copy of the sources, so that no build/ folder left in the tree by an earlier build can stand in
     source = out / "src"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "checkpoints",
-        ".tiny-checkpoints", "outputs", "images_output"))
+        ".git", ".venv*", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "checkpoints",
+        ".tiny-checkpoints", "outputs", "images_output", ".comfyui"))
     # no build isolation: the environment's setuptools builds it, without the network
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                            "-w", str(out), str(source)], capture_output=True, text=True)

@@ -60,6 +60,7 @@ def try_on(handle: ModelHandle, person: Image.Image, garments: list[Garment], se
     inputs = JobInputs.of(person, [GarmentInput(g.image, parse_category_word(g.category), g.mask, g.name,
                                                 g.mask_name if g.mask is not None else None) for g in garments],
                           person_name="person")
+    reset_peak_memory(config.device)
     timings: dict[str, Any] = {}
     if not all(garment.resolved for garment in inputs.garments):
         t = time.perf_counter()
@@ -70,27 +71,43 @@ def try_on(handle: ModelHandle, person: Image.Image, garments: list[Garment], se
     job = prepare_job(config, inputs, models.preprocessor_loader(), progress=steps.progress, writes=False)
     if job.parses:
         timings["pose_parsing"] = time.perf_counter() - t
-    loaded: list[str] = []
-
-    def pipe_for(model_type: Any) -> Any:
-        if model_type.value not in models.held:
-            loaded.append(model_type.value)
-            t = time.perf_counter()
-            pipe = models.pipeline(model_type, config, progress=steps.progress)
-            timings["load"] = timings.get("load", 0.0) + time.perf_counter() - t
-            return pipe
-        return models.pipeline(model_type, config)
-
-    outcome = job.run(pipe_for, progress=steps.progress, callback=steps.step)
+    pipes = Pipes(models, config, steps, timings)
+    outcome = job.run(pipes, progress=steps.progress, callback=steps.step)
     timings.update(outcome.timings())
     pictures, _ = outcome.pictures()
     kept = [picture.copy() for picture in pictures]  # photo-size pictures are made (and closed) one at a time
     masks = [mask_in_person_frame(mask, person.size, config.fit) for _, mask in outcome.garment_masks()]
     timings["total"] = time.perf_counter() - started
-    report = describe_run(outcome, timings, loaded, sorted(models.held), models.pipeline(job.passes[-1].model_type,
-                                                                                          config))
+    report = describe_run(outcome, timings, pipes.loaded, sorted(models.held), pipes.last)
     logger.info("%s", report)
     return TryOnPictures(kept, masks, report)
+
+
+class Pipes:
+    """A job's `pipe_for`: each pipeline from the shared models; the ones loaded for this prompt are noted, with
+    their seconds."""
+
+    def __init__(self, models: Any, config: Any, steps: Steps, timings: dict[str, Any]) -> None:
+        self.models, self.config, self.steps, self.timings = models, config, steps, timings
+        self.loaded: list[str] = []
+        self.last: Any = None
+
+    def __call__(self, model_type: Any) -> Any:
+        fresh = model_type.value not in self.models.held
+        t = time.perf_counter()
+        self.last = self.models.pipeline(model_type, self.config, progress=self.steps.progress if fresh else None)
+        if fresh:
+            self.loaded.append(model_type.value)
+            self.timings["load"] = self.timings.get("load", 0.0) + time.perf_counter() - t
+        return self.last
+
+
+def reset_peak_memory(device: str | None) -> None:
+    """The GPU's peak from here on (the performance text's), not since ComfyUI started."""
+    import torch
+
+    if device and device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats(torch.device(device))
 
 
 @dataclass(frozen=True)

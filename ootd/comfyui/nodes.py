@@ -118,6 +118,17 @@ class OotdLoader(io.ComfyNode):
             handle = backend.make_handle(choice, ComfyHost())
         return io.NodeOutput(handle, ui=ui.PreviewText(handle.describe()))
 
+    @classmethod
+    def fingerprint_inputs(cls, checkpoints: str, checkpoints_path: str, lora: str, **others: Any) -> Any:
+        """Run again (a fresh check) when the chosen files change on disk, not only when the inputs do."""
+        try:
+            root = cls.checkpoints_root(checkpoints, checkpoints_path)
+            adapter = None if lora == NO_LORA else folder_paths.get_full_path("loras", lora)
+            files = [root / "ootd" / "model_index.json", *([Path(adapter)] if adapter else [])]
+            return tuple(f.stat().st_mtime_ns if f.exists() else None for f in files)
+        except (OSError, OotdError):
+            return None  # execute says why
+
     @staticmethod
     def checkpoints_root(checkpoints: str, checkpoints_path: str) -> Path:
         if checkpoints_path.strip():
