@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ootd.errors import OotdError
 from ootd.settings import (
     DEFAULT_CATEGORY_MARGIN,
     DEFAULT_FEATHER,
@@ -158,6 +159,8 @@ def node_words(message: str) -> str:
 
 # --------------------------------------------------------------------------------------------------- models
 
+PARSING, CLASSIFIER = "pose+parsing", "classifier"  # the held models besides the pipelines (`hd`, `dc`)
+
 
 class Host(Protocol):
     """What the models need of the application that holds them (ComfyUI: ootd/comfyui/host.py)."""
@@ -193,14 +196,6 @@ class ModelChoice:
 
 
 @dataclass
-class Loaded:
-    """A model held for the host, and how long it took to load."""
-
-    token: object
-    seconds: float
-
-
-@dataclass
 class SharedModels:
     """The models of one choice: a pipeline per model type, pose + parsing, loaded when first needed and kept
     until the host asks for the memory back (or `release`)."""
@@ -209,7 +204,7 @@ class SharedModels:
     host: Host
     loaders: dict[ModelType, PipelineLoader] = field(default_factory=dict)
     parsing: PipelineLoader | None = None  # pose + parsing only
-    held: dict[str, Loaded] = field(default_factory=dict)
+    held: dict[str, object] = field(default_factory=dict)  # name -> the host's token for it
     loads: dict[str, int] = field(default_factory=dict)  # what was loaded, how often (a test reads it)
 
     def __post_init__(self) -> None:
@@ -234,7 +229,11 @@ class SharedModels:
 
         self.host.make_room(memory_wanted(config, model_type))
         start = time.perf_counter()
-        pipe = loader.get(model_type, progress=progress)
+        try:
+            pipe = loader.get(model_type, progress=progress)
+        except OotdError:  # a damaged file, say: the next prompt tries again (after it is fixed)
+            self.loaders[model_type] = type(loader)(self.config)
+            raise
         self._held(key, pipe, time.perf_counter() - start, lambda: self.release(key))
         return pipe
 
@@ -257,15 +256,15 @@ class SharedModels:
     def _held(self, name: str, model: Any, seconds: float, release: Callable[[], None], device: str | None = None
               ) -> None:
         self.loads[name] = self.loads.get(name, 0) + 1
-        self.held[name] = Loaded(self.host.hold(f"ootd {name}", resident_bytes(model), release, device), seconds)
+        self.held[name] = self.host.hold(f"ootd {name}", resident_bytes(model), release, device)
         logger.info("ootd: %s loaded in %.1f s", name, seconds)
 
     def release(self, name: str | None = None) -> None:
         """Drop one held model (`hd`, `dc`, `pose+parsing`) or all, giving their memory back."""
         names = [name] if name is not None else list(self.held)
         for one in names:
-            loaded = self.held.pop(one, None)
-            if loaded is None:
+            token = self.held.pop(one, None)
+            if token is None:
                 continue
             if one == PARSING:
                 self.parsing = self._parsing_loader()
@@ -275,12 +274,11 @@ class SharedModels:
                 release_classifier()
             else:
                 self.loaders[ModelType(one)].release()
-            self.host.drop(loaded.token)
+            self.host.drop(token)
             logger.info("ootd: %s released", one)
         gc.collect()
 
 
-PARSING = "pose+parsing"
 _PREPROCESSOR: Callable[[], Any] | None = None
 
 
@@ -294,7 +292,6 @@ def use_preprocessor(make: Callable[[], Any] | None) -> None:
 
 def _no_pipeline(model_type: ModelType) -> Any:
     raise AssertionError("the pose + parsing loader loads no pipeline")
-CLASSIFIER = "classifier"
 
 
 class _HeldParsing:
@@ -326,20 +323,10 @@ def shared_models(choice: ModelChoice, config: RunConfig, host: Host) -> SharedM
 
 
 def forget(choice: ModelChoice) -> None:
-    """Release a choice's models and drop it from the table (a failed load is then tried again next time)."""
+    """Release a choice's models and drop it from the table."""
     models = _TABLE.pop(choice, None)
     if models is not None:
         models.release()
-
-
-def release_all() -> None:
-    for choice in list(_TABLE):
-        forget(choice)
-
-
-def held_names() -> dict[str, int]:
-    """What is held now, by name, with how often each was loaded (for the performance report and tests)."""
-    return {name: models.loads.get(name, 0) for models in _TABLE.values() for name in models.held}
 
 
 @dataclass(frozen=True)

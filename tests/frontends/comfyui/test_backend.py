@@ -130,3 +130,26 @@ def test_a_loader_choice_is_checked_before_anything_loads(tiny_tree: Path) -> No
             make_handle(ModelChoice(tiny_tree, lora=tiny_tree / "none.safetensors"), Host())
         except OotdError as exc:
             raise type(exc)(node_words(str(exc))) from None
+
+
+def test_a_failed_load_is_tried_again_by_the_next_prompt(tiny_tree: Path, models) -> None:  # noqa: ANN001
+    """A loader remembers a failed load for the rest of a run; in ComfyUI the user fixes the file and queues the
+    prompt again, so the next prompt loads anew."""
+    from tests.helpers.fakes import FakePipe
+
+    tries: list[ModelType] = []
+
+    def load(model_type: ModelType) -> FakePipe:
+        tries.append(model_type)
+        if len(tries) == 1:
+            raise CheckpointError("unet_vton: truncated file")
+        return FakePipe(model_type)
+
+    models.use(load)
+    handle = make_handle(ModelChoice(tiny_tree, attention="sdpa"), Host())
+    config = handle.run_config(**keywords(resolution="384x512"))
+    with pytest.raises(CheckpointError, match="truncated"):
+        handle.models.pipeline(ModelType.HD, config)
+    assert handle.models.pipeline(ModelType.HD, config).model_type is ModelType.HD
+    assert len(tries) == 2
+    backend.forget(handle.choice)
