@@ -291,6 +291,9 @@ class SchedulerName(Choice):
 GUIDANCE_ON = 1.0  # image guidance runs at scales from here up (as the original); below it is off
 
 
+MAX_SAMPLES, MAX_STEPS = 64, 1000  # what one call may ask for (a server may allow less: ootd/serve/limits.py)
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """What one call of the pipeline does besides its inputs (the speed modes are ootd.speedups.modes)."""
@@ -303,10 +306,10 @@ class SamplingSettings:
     scheduler: SchedulerName = SchedulerName.UNIPC
 
     def validate(self) -> None:
-        if not 1 <= self.num_samples <= 64:
-            raise UsageError(f"samples must be between 1 and 64, got {self.num_samples}")
-        if not 1 <= self.steps <= 1000:
-            raise UsageError(f"steps must be between 1 and 1000, got {self.steps}")
+        if not 1 <= self.num_samples <= MAX_SAMPLES:
+            raise UsageError(f"samples must be between 1 and {MAX_SAMPLES}, got {self.num_samples}")
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise UsageError(f"steps must be between 1 and {MAX_STEPS}, got {self.steps}")
         if not 0.0 <= self.guidance_scale <= 50.0:
             raise UsageError(f"scale must be between 0 and 50, got {self.guidance_scale}")
         if self.seed is not None and not 0 <= self.seed < 2**63:

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # ootd's ComfyUI nodes against a real ComfyUI. Installs ComfyUI from a release tarball or a folder into
 # .comfyui/ComfyUI, and an environment of its own (.venv-comfyui: torch 2.14.1 + torchvision 0.29.1, the pair
-# ComfyUI needs and the only one PyPI has a torchvision for, ComfyUI's requirements, requests, and ootd with its
-# dev and serve-test extras); runs `ootd comfyui install`; then runs the tests marked `comfyui`
+# ComfyUI needs and the only one PyPI has a torchvision for, ootd with its dev and serve-test extras under the
+# lock, ComfyUI's requirements and requests); runs `ootd comfyui install`; then runs the tests marked `comfyui`
 # (tests/frontends/comfyui), which start that ComfyUI headless on 127.0.0.1 on the CPU, on the tiny checkpoints,
 # and test its HTTP API and its page in headless Chromium. About 4 minutes to install (warm pip cache) and 10 of
 # tests on a quiet 2-core machine.
 #   bash scripts/test_comfyui.sh [pytest args...]
 # OOTD_COMFYUI_SOURCE: ComfyUI's tarball or folder (default ../shared/vendor/comfyui-0.8.0.tar.gz, relative to
 # the repository; a user: a checkout of ComfyUI's v0.8.0 tag); OOTD_COMFYUI_HOME: where it is installed (default
-# .comfyui/ComfyUI); OOTD_COMFYUI_VENV: the environment (default .venv-comfyui); OOTD_COMFYUI_TORCH,
-# OOTD_COMFYUI_TORCHVISION: the pair (default 2.14.1 and 0.29.1); OOTD_NO_INSTALL=1: use both as they are.
+# .comfyui/ComfyUI); OOTD_COMFYUI_VENV: the environment (default .venv-comfyui); OOTD_COMFYUI_TORCH: its torch
+# (default 2.14.1, torchvision 0.29.1 beside it); OOTD_NO_INSTALL=1: use both as they are.
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -20,8 +20,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 source=${OOTD_COMFYUI_SOURCE:-$repo/../shared/vendor/comfyui-0.8.0.tar.gz}
 home=${OOTD_COMFYUI_HOME:-$repo/.comfyui/ComfyUI}
-torch_pin="torch==${OOTD_COMFYUI_TORCH:-2.14.1}"
-vision_pin="torchvision==${OOTD_COMFYUI_TORCHVISION:-0.29.1}"
+torch_version=${OOTD_COMFYUI_TORCH:-2.14.1}  # its torchvision follows (0.29.1): the pair ComfyUI needs
 install=${OOTD_NO_INSTALL:-0}
 
 install_comfyui() {  # the tarball unpacked, or the folder copied (without its git history), into $home
@@ -54,15 +53,15 @@ if [ "$install" != "1" ]; then
     fi
 fi
 [ -f "$home/main.py" ] || { echo "error: no ComfyUI installed at $home (run without OOTD_NO_INSTALL=1)" >&2; exit 2; }
-OOTD_VENV=${OOTD_COMFYUI_VENV:-.venv-comfyui} OOTD_NO_INSTALL=1 . scripts/setup_env.sh  # make and enter it only
+# ootd as every environment of ours gets it (scripts/setup_env.sh: the torch pair, then the extras under the lock,
+# as scripts/test_eval_stack.sh makes its own), then ComfyUI's requirements under that environment's constraints
+venv=${OOTD_COMFYUI_VENV:-.venv-comfyui}
+OOTD_VENV=$venv OOTD_TORCH_VERSION=$torch_version EXTRAS="[dev,serve-test]" . scripts/setup_env.sh
 if [ "$install" != "1" ]; then
-    python -m pip install -q --upgrade pip
-    python -m pip install -q "$torch_pin" "$vision_pin"
-    # ComfyUI's requirements but its torch (pinned here) and torchaudio (no release beside torch 2.14 on PyPI:
-    # only some of ComfyUI's audio nodes need it, and say so when it is missing); `requests` it imports unlisted
+    # all but its torch (the environment's pair) and torchaudio (no release beside torch 2.14 on PyPI: only some
+    # of ComfyUI's audio nodes need it, and they say so when it is missing); `requests`, which it imports unlisted
     grep -vE '^(torch|torchvision|torchaudio)[[:space:]]*$' "$home/requirements.txt" > "$home/.ootd-requirements.txt"
-    python -m pip install -q -r "$home/.ootd-requirements.txt" requests "$torch_pin" "$vision_pin"
-    python -m pip install -q -e ".[dev,serve-test]" "$torch_pin" "$vision_pin"
+    python -m pip install -q -c "$venv/ootd-constraints.txt" -r "$home/.ootd-requirements.txt" requests
 fi
 bash scripts/install_browser.sh  # Debian's chromium + chromium-driver for the page test (as root, when missing)
 ootd comfyui install "$home"
