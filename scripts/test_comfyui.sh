@@ -8,7 +8,7 @@
 # tests on a quiet 2-core machine.
 #   bash scripts/test_comfyui.sh [pytest args...]
 # OOTD_COMFYUI_SOURCE: ComfyUI's tarball or folder (default ../shared/vendor/comfyui-0.8.0.tar.gz, relative to
-# the repository; a user: a checkout of ComfyUI's v0.8.0 tag); OOTD_COMFYUI_HOME: where it is installed (default
+# the repository, or ../../shared/... from a worktree; a user: a checkout of ComfyUI's v0.8.0 tag); OOTD_COMFYUI_HOME: where it is installed (default
 # .comfyui/ComfyUI); OOTD_COMFYUI_VENV: the environment (default .venv-comfyui); OOTD_COMFYUI_TORCH: its torch
 # (default 2.14.1, torchvision 0.29.1 beside it); OOTD_NO_INSTALL=1: use both as they are.
 set -euo pipefail
@@ -18,7 +18,10 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
 fi
 cd "$(dirname "$0")/.."
 repo=$PWD
-source=${OOTD_COMFYUI_SOURCE:-$repo/../shared/vendor/comfyui-0.8.0.tar.gz}
+vendored=shared/vendor/comfyui-0.8.0.tar.gz  # beside the repository (a worktree: beside its parent)
+default=$repo/../$vendored
+[ -f "$default" ] || [ ! -f "$repo/../../$vendored" ] || default=$repo/../../$vendored
+source=${OOTD_COMFYUI_SOURCE:-$default}
 home=${OOTD_COMFYUI_HOME:-$repo/.comfyui/ComfyUI}
 torch_version=${OOTD_COMFYUI_TORCH:-2.14.1}  # its torchvision follows (0.29.1): the pair ComfyUI needs
 install=${OOTD_NO_INSTALL:-0}
