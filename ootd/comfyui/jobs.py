@@ -84,8 +84,8 @@ def try_on(handle: ModelHandle, person: Image.Image, garments: list[Garment], se
 
 
 class Pipes:
-    """A job's `pipe_for`: each pipeline from the shared models; the ones loaded for this prompt are noted, with
-    their seconds."""
+    """A job's `pipe_for`: each pipeline from the shared models; the ones loaded for this prompt are noted, and the
+    seconds spent getting them (`load`)."""
 
     def __init__(self, models: Any, config: Any, steps: Steps, timings: dict[str, Any]) -> None:
         self.models, self.config, self.steps, self.timings = models, config, steps, timings
@@ -98,7 +98,8 @@ class Pipes:
         self.last = self.models.pipeline(model_type, self.config, progress=self.steps.progress if fresh else None)
         if fresh:
             self.loaded.append(model_type.value)
-            self.timings["load"] = self.timings.get("load", 0.0) + time.perf_counter() - t
+        # the seconds spent getting the models: the loads, or next to nothing when they were kept
+        self.timings["load"] = self.timings.get("load", 0.0) + time.perf_counter() - t
         return self.last
 
 

@@ -43,16 +43,15 @@ def describe_run(outcome: Any, timings: dict[str, Any], loaded: list[str], held:
     """The node's STRING output (one fact a line)."""
     from ootd.app.tryon.outputs import attention_used, peak_memory
 
-    job, info = outcome.job, outcome.info
-    sampling, speed = job.config.sampling, outcome.record(0).speed_summary() or "speed exact"
+    job, record = outcome.job, outcome.record(0)  # what ran, as the pictures' record says it
+    sampling, speed = job.config.sampling, record.speed_summary() or "speed exact"
     memory = peak_memory(pipe)
     lines = [
         f"ootd try-on: {job.describe_models()}, {sampling.num_samples} sample(s) at {sampling.resolution}, "
         f"{sampling.steps} steps, {sampling.scheduler.value}, scale {sampling.guidance_scale:g}, seed "
         f"{sampling.seed}",
-        f"ran on {info.get('device')}, {info.get('precision_word') or info.get('precision')}, attention "
-        f"{attention_used(info.get('attention'))}, {speed}, "
-        f"{info.get('threads')} CPU threads",
+        f"ran on {record.device}, {record.precision}, attention {attention_used(record.attention)}, {speed}, "
+        f"{record.threads} CPU threads",
         timing_line(timings),
         "models: " + (f"{', '.join(loaded)} loaded for this prompt" if loaded else "none loaded (all kept from "
                       "an earlier prompt)") + f"; held for the next: {', '.join(held) or 'none'}",

@@ -204,6 +204,13 @@ def test_a_bad_input_is_a_one_line_node_error_and_the_next_prompt_runs(comfy: Co
     assert comfy.run(masked_tryon()).status == "success"
 
 
+def load_seconds(report: str) -> float:
+    """The `load` of a performance text's time line (`load 1.27 s` or `load 0 ms`)."""
+    found = re.search(r"\bload ([\d.]+) (m?s)\b", report)
+    assert found, report
+    return float(found[1]) / (1000 if found[2] == "ms" else 1)
+
+
 def free_models(comfy: Comfy) -> None:
     """ComfyUI's "unload models" (`POST /free`): its prompt worker acts on it once the next prompt is done, so a
     prompt that does nothing new (every node cached) follows it."""
@@ -220,19 +227,23 @@ def free_models(comfy: Comfy) -> None:
         time.sleep(0.2)
 
 
-def test_two_prompts_load_the_models_once_and_the_second_is_faster(comfy: Comfy) -> None:
+def test_two_prompts_load_the_models_once_and_the_second_gets_them_at_once(comfy: Comfy) -> None:
     """Also: ComfyUI's "unload models" releases ootd's models (the first prompt after it loads them again)."""
     comfy.run(masked_tryon(steps=1, seed=1))  # loaded by now, whatever ran before
     free_models(comfy)
+    loads = comfy.log.read_text().count("ootd: hd loaded in")
     first = comfy.run(masked_tryon(steps=1, scale=0.0, seed=2))  # one step, no guidance: the load shows
     second = comfy.run(masked_tryon(steps=1, scale=0.0, seed=3))
     assert first.status == second.status == "success"
     assert "hd loaded for this prompt" in first.text("6")
     assert "none loaded (all kept from an earlier prompt)" in second.text("6")
-    ratio = first.seconds / second.seconds
-    print(f"first prompt {first.seconds:.2f} s (models loaded), second {second.seconds:.2f} s: ratio {ratio:.2f}\n"
-          f"{first.text('6')}\n{second.text('6')}")
-    assert ratio > 1.3, (first.seconds, second.seconds)
+    assert comfy.log.read_text().count("ootd: hd loaded in") == loads + 1  # once for the two prompts
+    # the seconds each prompt spent getting its model, as the node measured them: the ratio a kept model makes
+    # (the whole prompts are printed too: on the tiny checkpoints the load is about a second of a noisy whole)
+    getting = [load_seconds(done.text("6")) for done in (first, second)]
+    print(f"getting the model: {getting[0]:.4f} s in prompt 1, {getting[1]:.6f} s in prompt 2; whole prompts "
+          f"{first.seconds:.2f} s and {second.seconds:.2f} s\n{first.text('6')}\n{second.text('6')}")
+    assert getting[0] > 0.1 and getting[0] / max(getting[1], 1e-4) > 20, getting
 
 
 def test_the_category_node_gives_autos_choice_or_refuses_in_one_line(comfy: Comfy) -> None:
