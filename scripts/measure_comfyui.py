@@ -109,10 +109,10 @@ def through_ootd_run(checkpoints: Path, steps: int, out: Path) -> list[dict[str,
 
 def through_python_api(checkpoints: Path, steps: int) -> list[dict[str, float]]:
     os.environ["OOTD_CPU_BF16"] = "0"
-    from ootd import TryOnPipeline
+    from ootd import Models
 
     start = time.perf_counter()
-    pipe = TryOnPipeline.from_pretrained(checkpoints, model_type="hd", device="cpu", dtype="fp32")
+    pipe = Models.from_pretrained(checkpoints, device="cpu", dtype="fp32").pipeline("hd")
     print(f"Python API: loaded in {time.perf_counter() - start:.1f} s", flush=True)
     rows = []
     for seed in SEEDS[:2]:
@@ -120,7 +120,7 @@ def through_python_api(checkpoints: Path, steps: int) -> list[dict[str, float]]:
         result = pipe(EXAMPLES / "person.png", EXAMPLES / "tshirt.png", "upper",
                       mask=EXAMPLES / "person_mask_upper.png", steps=steps, seed=seed, resolution="384x512")
         rows.append({"call_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
-                     "stages_s": sum(result.timings.get(stage, 0.0) for stage in STAGES)})
+                     "stages_s": sum(result.timings.stages.get(stage, 0.0) for stage in STAGES)})
         print(f"Python API seed {seed}: {rows[-1]}", flush=True)
     return rows
 

@@ -3,26 +3,27 @@ HTTP API's form fields, with their bounds and defaults) and their conversion to 
 model handle the loader node hands on, and the models it shares across nodes and prompts; the library's messages
 worded for a node (its inputs, not command-line flags).
 
-Nothing else in this package touches model loading or the settings' declarations, so this is the one module to
-change when either moves (a model owner of the whole process; settings declared once for every front end).
+Nothing else in this package touches the settings' declarations or the models, so this is the one module to change
+when either moves.
 
 The models of one loader choice (`ModelChoice`: checkpoints, model type, precision, attention, adapter, device)
-live in one `SharedModels`, found by that choice in a process-wide table: the first try-on that needs a model
-type loads it, every later one (any node, any prompt) reuses it. Both model types stay loaded (an outfit needs
-both). A `Host` (ComfyUI's model management, ootd/comfyui/host.py) is asked to make room before each load and
-told what is held, and releases it again when it asks.
+are held by one `SharedModels`, found by that choice in a process-wide table: ootd's model owner (`Models`,
+ootd/models/, the only thing that loads a network) with ComfyUI's hooks around it. The first try-on that needs a
+model loads it, every later one (any node, any prompt) reuses it; both model types stay (an outfit needs both),
+and the classifier. A `Host` (ComfyUI's model management, ootd/comfyui/host.py) is asked to make room before a
+pipeline loads and told what the owner holds, and gets the model released when it asks for its memory back.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ootd.errors import OotdError
 from ootd.settings import (
@@ -44,7 +45,13 @@ from ootd.weights.lora import MAX_LORA_SCALE
 
 if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
-    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.method.classify import GarmentClassifier
+    from ootd.models import Models
+    from ootd.pipeline import TryOnPipeline
+    from ootd.pipeline_types import Progress
+    from ootd.preprocessing import Preprocessor
+
+T = TypeVar("T")
 
 logger = logging.getLogger("ootd.comfyui")
 
@@ -195,120 +202,119 @@ class ModelChoice:
                 "lora": self.lora, "lora_scale": self.lora_scale if self.lora is not None else 1.0}
 
 
+# what the owner calls what it holds (`Models.held()`) -> the name ComfyUI's log and the performance text show
+SHOWN = {"preprocessor": "pose+parsing"}
+
+
+def shown(name: str) -> str:
+    return SHOWN.get(name, name)
+
+
 @dataclass
 class SharedModels:
-    """The models of one choice: a pipeline per model type, pose + parsing, loaded when first needed and kept
-    until the host asks for the memory back (or `release`)."""
+    """The models of one choice, held by ootd's model owner (`Models`, ootd/models/), the only thing that loads
+    them: a pipeline per model type (both stay, an outfit needs both), pose + parsing, the classifier, each loaded
+    when first asked for and kept for every later node and prompt. Around each load the host is asked for room
+    and then told what the owner holds; when the host wants the memory back, the owner releases that model."""
 
     config: RunConfig  # the loader's words (no sampling): what the models are loaded with
     host: Host
-    loaders: dict[ModelType, PipelineLoader] = field(default_factory=dict)
-    parsing: PipelineLoader | None = None  # pose + parsing only
-    held: dict[str, object] = field(default_factory=dict)  # name -> the host's token for it
+    owner: Models = field(init=False)
+    held: dict[str, object] = field(default_factory=dict)  # `Models.held()` name -> the host's token for it
     loads: dict[str, int] = field(default_factory=dict)  # what was loaded, how often (a test reads it)
 
     def __post_init__(self) -> None:
-        from ootd.app.tryon.loader import PipelineLoader
+        self.owner = self._new_owner()
 
-        self.loaders = {model_type: PipelineLoader(self.config) for model_type in ModelType}
-        self.parsing = self._parsing_loader()
+    def _new_owner(self) -> Models:
+        from ootd.app.tryon.loader import models_for
+        from ootd.models import Keep, ModelSource
+        from ootd.models.source import current_source
 
-    def _parsing_loader(self) -> PipelineLoader:
-        from ootd.app.tryon.loader import ModelSource, PipelineLoader
+        source = current_source()
+        if _PREPROCESSOR is not None:
+            source = replace(source or ModelSource(), preprocessor=_PREPROCESSOR)
+        return models_for(self.config, Keep(pipelines=len(ModelType), classifier=True), source)
 
-        if _PREPROCESSOR is None:
-            return PipelineLoader(self.config)
-        return PipelineLoader(self.config, ModelSource(_no_pipeline, _PREPROCESSOR))
-
-    def pipeline(self, model_type: ModelType, config: RunConfig, progress: Callable[..., None] | None = None) -> Any:
-        """The pipeline of `model_type`, loaded now (after asking the host for room) if it is not held."""
-        loader, key = self.loaders[model_type], model_type.value
-        if loader.holds(model_type):
-            return loader.get(model_type)
+    def pipeline(self, model_type: ModelType, config: RunConfig, progress: Progress | None = None
+                 ) -> TryOnPipeline:
+        """The pipeline of `model_type` (with the loader's adapter), loaded now (after asking the host for room
+        for it and its working memory at `config`'s settings) if the owner does not hold it."""
+        if self.owner.holds(model_type):
+            return self.owner.pipeline(model_type, self.config.lora)
         from ootd.app.tryon.budget import memory_wanted
 
         self.host.make_room(memory_wanted(config, model_type))
+        return self._load(lambda: self.owner.pipeline(model_type, self.config.lora, progress=progress))
+
+    def preprocessor(self) -> Preprocessor:
+        """Pose + parsing (what the job's checks and the mask node use)."""
+        return self._load(self.owner.preprocessor)
+
+    def classifier(self) -> GarmentClassifier:
+        """`auto`'s classifier of these checkpoints, on the CPU."""
+        return self._load(self.owner.classifier)
+
+    def _load(self, get: Callable[[], T]) -> T:
+        """`get()` from the owner, and the host told (`sync`). A failed load is not kept (the owner would raise it
+        again at once): in ComfyUI the user fixes the file and queues the prompt again, so the next prompt gets an
+        owner that loads anew (what this one held is released)."""
         start = time.perf_counter()
         try:
-            pipe = loader.get(model_type, progress=progress)
-        except OotdError:  # a damaged file, say: the next prompt tries again (after it is fixed)
-            self.loaders[model_type] = type(loader)(self.config)
+            model = get()
+        except OotdError:
+            self.release()
+            self.owner = self._new_owner()
             raise
-        self._held(key, pipe, time.perf_counter() - start, lambda: self.release(key))
-        return pipe
+        self.sync(time.perf_counter() - start)
+        return model
 
-    def classifier(self) -> Any:
-        """`auto`'s classifier of these checkpoints (the process's: ootd/app/tryon/autocategory.py), on the CPU,
-        counted among the host's models while it is loaded."""
-        from ootd.app.tryon.autocategory import classifier_for
+    def sync(self, seconds: float = 0.0) -> None:
+        """Tell the host what the owner holds now: a model it let go is no longer counted, one it loaded (in
+        `seconds`) is counted, with its size."""
+        kept = self.owner.held()
+        for gone in [name for name in self.held if name not in kept]:
+            self.host.drop(self.held.pop(gone))
+        for name in [name for name in kept if name not in self.held]:
+            model = self._held_model(name)
+            self.loads[name] = self.loads.get(name, 0) + 1
+            self.held[name] = self.host.hold(f"ootd {shown(name)}", resident_bytes(model),
+                                             partial(self.release, name), "cpu" if name == "classifier" else None)
+            logger.info("ootd: %s loaded in %.1f s", shown(name), seconds)
 
-        start = time.perf_counter()
-        found = classifier_for(self.config.checkpoints)
-        if CLASSIFIER not in self.held:
-            self._held(CLASSIFIER, found, time.perf_counter() - start, lambda: self.release(CLASSIFIER), "cpu")
-        return found
-
-    def preprocessor_loader(self) -> PipelineLoader:
-        """The loader whose pose + parsing models the job's checks use (loaded, and held, when first asked)."""
-        assert self.parsing is not None
-        return _HeldParsing(self)  # type: ignore[return-value]
-
-    def _held(self, name: str, model: Any, seconds: float, release: Callable[[], None], device: str | None = None
-              ) -> None:
-        self.loads[name] = self.loads.get(name, 0) + 1
-        self.held[name] = self.host.hold(f"ootd {name}", resident_bytes(model), release, device)
-        logger.info("ootd: %s loaded in %.1f s", name, seconds)
+    def _held_model(self, name: str) -> Any:
+        if name in ModelType.words():
+            return self.owner.pipeline(ModelType(name), self.config.lora)
+        return {"preprocessor": self.owner.preprocessor, "classifier": self.owner.classifier}[name]()
 
     def release(self, name: str | None = None) -> None:
-        """Drop one held model (`hd`, `dc`, `pose+parsing`) or all, giving their memory back."""
+        """Drop one held model (by the owner's name: `hd`, `dc`, `preprocessor`, `classifier`) or all, giving
+        its memory back."""
+        from ootd.models import Kind
+
         names = [name] if name is not None else list(self.held)
         for one in names:
             token = self.held.pop(one, None)
             if token is None:
                 continue
-            if one == PARSING:
-                self.parsing = self._parsing_loader()
-            elif one == CLASSIFIER:
-                from ootd.app.tryon.autocategory import release_classifier
-
-                release_classifier()
+            if one in ModelType.words():
+                self.owner.release(Kind.PIPELINE, model_type=ModelType(one))
             else:
-                self.loaders[ModelType(one)].release()
+                self.owner.release(Kind(one))
             self.host.drop(token)
-            logger.info("ootd: %s released", one)
-        gc.collect()
+            logger.info("ootd: %s released", shown(one))
 
 
 _PREPROCESSOR: Callable[[], Any] | None = None
 
 
 def use_preprocessor(make: Callable[[], Any] | None) -> None:
-    """Pose + parsing from `make` instead of the checkpoints for the models loaded from now on (None: from the
+    """Pose + parsing from `make` instead of the checkpoints for the owners made from now on (None: from the
     checkpoints again): the seam for an application that brings its own, and for tests (the tiny checkpoints'
-    random pose network finds nobody, so their ComfyUI gets a synthetic person's)."""
+    random pose network finds nobody, so their ComfyUI gets a synthetic person's). ComfyUI runs prompts on a
+    thread of its own, so a `use_models` block around its start would not reach them."""
     global _PREPROCESSOR
     _PREPROCESSOR = make
-
-
-def _no_pipeline(model_type: ModelType) -> Any:
-    raise AssertionError("the pose + parsing loader loads no pipeline")
-
-
-class _HeldParsing:
-    """A PipelineLoader's `preprocessor()` for the job's checks, whose first load is held for the host."""
-
-    def __init__(self, models: SharedModels) -> None:
-        self.models = models
-
-    def preprocessor(self) -> Any:
-        models = self.models
-        assert models.parsing is not None
-        if PARSING in models.held:
-            return models.parsing.preprocessor()
-        start = time.perf_counter()
-        preprocessor = models.parsing.preprocessor()
-        models._held(PARSING, preprocessor, time.perf_counter() - start, lambda: models.release(PARSING))
-        return preprocessor
 
 
 _TABLE: dict[ModelChoice, SharedModels] = {}

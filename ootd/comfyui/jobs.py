@@ -3,8 +3,8 @@ mask`, the category of `--category auto`, each on the loader's shared models, wi
 (ComfyUI's SaveImage does that) and what ran reported as text.
 
     config = handle.run_config(...)                  # the node's settings, checked (ootd/comfyui/backend.py)
-    job = prepare_job(config, inputs, ..., writes=False)   # every check of `ootd run` but the output files'
-    outcome = job.run(pipe_for, progress, callback)  # the passes; Cancel raises at the next step
+    job = check_job(plan_inputs(config, inputs), owner, writes=False)  # `ootd run`'s checks but the files'
+    outcome = job.run(owner, progress, callback)     # the passes; Cancel raises at the next step
     pictures = outcome.pictures()                    # in memory, at the working or the photo's size
 """
 
@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from PIL import Image
 
-from ootd.comfyui.backend import ModelHandle, mask_keywords, tryon_keywords
+from ootd.comfyui.backend import ModelHandle, SharedModels, mask_keywords, shown, tryon_keywords
 from ootd.comfyui.report import describe_run
+from ootd.pipeline_types import Timings
 
 if TYPE_CHECKING:
+    from ootd.app.tryon.config import RunConfig
+    from ootd.app.tryon.job import TryOnJob
     from ootd.comfyui.host import Steps
 
 logger = logging.getLogger("ootd.comfyui")
@@ -50,8 +53,9 @@ def try_on(handle: ModelHandle, person: Image.Image, garments: list[Garment], se
     """One try-on (a garment, or an outfit of two) as `ootd run` makes it with the same settings and seed."""
     from ootd.app.tryon.autocategory import resolve_inputs
     from ootd.app.tryon.inputs import GarmentInput, JobInputs
+    from ootd.app.tryon.loader import check_checkpoints_present
     from ootd.app.tryon.masking import mask_in_person_frame
-    from ootd.app.tryon.preflight import prepare_job
+    from ootd.app.tryon.preflight import check_job, plan_inputs
     from ootd.settings import parse_category_word
 
     started = time.perf_counter()
@@ -61,46 +65,47 @@ def try_on(handle: ModelHandle, person: Image.Image, garments: list[Garment], se
                                                 g.mask_name if g.mask is not None else None) for g in garments],
                           person_name="person")
     reset_peak_memory(config.device)
-    timings: dict[str, Any] = {}
+    timings = Timings()
     if not all(garment.resolved for garment in inputs.garments):
         t = time.perf_counter()
         models.classifier()  # loaded once, and counted among ComfyUI's models
-        inputs = resolve_inputs(inputs, config.checkpoints, config.category_margin)
-        timings["classify"] = time.perf_counter() - t
+        inputs = resolve_inputs(inputs, models.owner, config.category_margin)
+        timings.add("classify", time.perf_counter() - t)
     t = time.perf_counter()
-    job = prepare_job(config, inputs, models.preprocessor_loader(), progress=steps.progress, writes=False)
+    job = plan_inputs(config, inputs)  # `ootd run`'s checks, steps 1 and 2 (ootd/app/tryon/preflight.py)
+    if job.made_masks:  # pose + parsing from the shared models (their files checked first, as step 3 does)
+        check_checkpoints_present(config.checkpoints, job.models, need_preprocess=True)
+        models.preprocessor()
+    job = check_job(job, models.owner, progress=steps.progress, writes=False)  # steps 3 to 7
     if job.parses:
-        timings["pose_parsing"] = time.perf_counter() - t
-    pipes = Pipes(models, config, steps, timings)
-    outcome = job.run(pipes, progress=steps.progress, callback=steps.step)
-    timings.update(outcome.timings())
+        timings.add("pose_parsing", time.perf_counter() - t)
+    loaded = get_pipelines(models, job, config, steps, timings)
+    outcome = job.run(models.owner, progress=steps.progress, callback=steps.step)  # each pipeline held: no load
+    timings.extend(outcome.timings())
     pictures, _ = outcome.pictures()
     kept = [picture.copy() for picture in pictures]  # photo-size pictures are made (and closed) one at a time
     masks = [mask_in_person_frame(mask, person.size, config.fit) for _, mask in outcome.garment_masks()]
-    timings["total"] = time.perf_counter() - started
-    report = describe_run(outcome, timings, pipes.loaded, sorted(models.held), pipes.last)
+    total = time.perf_counter() - started
+    held = [shown(name) for name in sorted(models.held)]
+    report = describe_run(outcome, timings, total, loaded, held, models.owner.device)
     logger.info("%s", report)
     return TryOnPictures(kept, masks, report)
 
 
-class Pipes:
-    """A job's `pipe_for`: each pipeline from the shared models; the ones loaded for this prompt are noted, and the
-    seconds spent getting them (`load`)."""
-
-    def __init__(self, models: Any, config: Any, steps: Steps, timings: dict[str, Any]) -> None:
-        self.models, self.config, self.steps, self.timings = models, config, steps, timings
-        self.loaded: list[str] = []
-        self.last: Any = None
-
-    def __call__(self, model_type: Any) -> Any:
-        fresh = model_type.value not in self.models.held
-        t = time.perf_counter()
-        self.last = self.models.pipeline(model_type, self.config, progress=self.steps.progress if fresh else None)
+def get_pipelines(models: SharedModels, job: TryOnJob, config: RunConfig, steps: Steps, timings: Timings
+                  ) -> list[str]:
+    """Every pipeline the job's passes run on, from the shared models before the job runs (room made in ComfyUI
+    and the host told, for each one loaded now): the ones loaded for this prompt. The seconds spent getting them
+    are the `load` stage (next to nothing when they were kept)."""
+    loaded: list[str] = []
+    t = time.perf_counter()
+    for model_type in job.models:
+        fresh = model_type.value not in models.held
+        models.pipeline(model_type, config, progress=steps.progress if fresh else None)
         if fresh:
-            self.loaded.append(model_type.value)
-        # the seconds spent getting the models: the loads, or next to nothing when they were kept
-        self.timings["load"] = self.timings.get("load", 0.0) + time.perf_counter() - t
-        return self.last
+            loaded.append(model_type.value)
+    timings.add("load", time.perf_counter() - t)
+    return loaded
 
 
 def reset_peak_memory(device: str | None) -> None:
@@ -126,7 +131,7 @@ def mask_of(handle: ModelHandle, person: Image.Image, category: str, settings: d
 
     config = handle.run_config(**mask_keywords(settings))
     job = prepare_mask_job(config, person, Category.parse(category), label="person", writes=False)
-    outcome = job.run(handle.models.preprocessor_loader().preprocessor())
+    outcome = job.run(handle.models.preprocessor())
     assert outcome.working_mask is not None
     mask = mask_in_person_frame(outcome.working_mask, person.size, config.fit)
     preview = contact_sheet([outcome.images[kind] for kind in ("masked_person", "pose", "parsing")])

@@ -112,12 +112,33 @@ def test_models_load_once_with_room_made_first_and_go_when_the_host_asks(tiny_tr
     assert [kind for kind, _ in host.calls] == ["make_room", "hold"] and host.calls[0][1] > 0
     assert shared.pipeline(ModelType.HD, config) is first and len(host.calls) == 2  # kept: no second load
     assert handle.models is shared  # every node of the same choice shares them
-    host.take_back("ootd hd")  # ComfyUI needs the memory
-    assert "hd" not in shared.held and not shared.loaders[ModelType.HD].holds(ModelType.HD)
+    dc = shared.pipeline(ModelType.DC, config)  # both model types stay (an outfit needs both)
+    assert shared.owner.held() == ["hd", "dc"] and sorted(host.held) == ["ootd dc", "ootd hd"]
+    host.take_back("ootd hd")  # ComfyUI needs the memory: that model goes, the other stays
+    assert "hd" not in shared.held and not shared.owner.holds(ModelType.HD)
+    assert shared.owner.held() == ["dc"] and shared.pipeline(ModelType.DC, config) is dc
     shared.pipeline(ModelType.HD, config)
-    assert shared.loads == {"hd": 2}
-    backend.forget(handle.choice)  # ootd releases on its own: the host forgets the model
-    assert host.calls[-1] == ("drop", "ootd hd") and host.held == {}
+    assert shared.loads == {"hd": 2, "dc": 1}
+    backend.forget(handle.choice)  # ootd releases on its own: the host forgets the models
+    assert host.calls[-2:] == [("drop", "ootd dc"), ("drop", "ootd hd")] and host.held == {}
+    assert shared.owner.held() == []
+
+
+def test_pose_parsing_and_the_classifier_are_the_owners_and_counted_by_the_host(tiny_tree: Path, models) -> None:  # noqa: ANN001
+    """Every model the nodes use comes from the one owner (ootd/models/), pose + parsing handed to the pipelines
+    too, and each is counted by the host once."""
+    from tests.helpers.synthetic import synthetic_preprocessor
+
+    models.fake(preprocessor=synthetic_preprocessor())
+    host = Host()
+    shared = make_handle(ModelChoice(tiny_tree), host).models
+    preprocessor = shared.preprocessor()
+    assert shared.preprocessor() is preprocessor is shared.owner.preprocessor()
+    shared.pipeline(ModelType.HD, shared.config)
+    assert sorted(host.held) == ["ootd hd", "ootd pose+parsing"] and shared.loads == {"preprocessor": 1, "hd": 1}
+    host.take_back("ootd pose+parsing")
+    assert shared.owner.held() == ["hd"]
+    backend.forget(ModelChoice(tiny_tree))
 
 
 def test_a_loader_choice_is_checked_before_anything_loads(tiny_tree: Path) -> None:
@@ -151,5 +172,5 @@ def test_a_failed_load_is_tried_again_by_the_next_prompt(tiny_tree: Path, models
     with pytest.raises(CheckpointError, match="truncated"):
         handle.models.pipeline(ModelType.HD, config)
     assert handle.models.pipeline(ModelType.HD, config).model_type is ModelType.HD
-    assert len(tries) == 2
+    assert len(tries) == 2 and handle.models.loads == {"hd": 1}
     backend.forget(handle.choice)
