@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from ootd.errors import InputImageError
-from ootd.imaging.files import check_dimensions
+from ootd.imaging.opener import check_dimensions
 
 if TYPE_CHECKING:
     import torch
