@@ -126,3 +126,19 @@ def check_memory_budget(config: RunConfig, model_types: list[ModelType] | set[Mo
             f"{sampling.num_samples} sample(s) at {sampling.resolution} need about {need} even with every memory "
             f"saving on, more than --max-memory {budget.text}; what would fit: {', or '.join(options)}"
         )
+
+
+def memory_wanted(config: RunConfig, model_type: ModelType) -> int:
+    """Bytes of device memory a try-on of `model_type` with this config wants to run with no memory saving on
+    (weights resident, guidance in one batch, no VAE slicing): what a host that holds other models (ComfyUI)
+    is asked to free before ootd loads, from the models' configs alone (nothing is read or loaded)."""
+    from ootd.memory.estimate import PlanRequest, estimate
+    from ootd.runtime import choose_hardware
+
+    hardware = choose_hardware(config.runtime_request)
+    attention = FRUGAL_ATTENTION if config.attention is AttentionName.AUTO else config.attention
+    sampling = config.sampling
+    request = PlanRequest(hardware.device, sampling.resolution.size, sampling.num_samples, sampling.guidance,
+                          hardware.precision.unet, attention, model_sizes(config.checkpoints, model_type),
+                          vae_dtype=hardware.precision.vae, profile=hardware.profile)
+    return int(estimate(request)["peak"])

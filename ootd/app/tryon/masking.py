@@ -113,6 +113,7 @@ class MaskOutcome:
     images: dict[str, Image.Image]  # MASK_FILES
     category: Category
     model_type: ModelType
+    working_mask: Image.Image | None = None  # the mask in the whole working frame (padding included)
 
 
 # the way around a photo without a person that each command offers, in its own options' words
@@ -189,7 +190,7 @@ class MaskJob:
         except NoPersonError:
             raise no_person_error(self.label, MASK_REMEDY) from None
         framed = masked.framed_like_results()
-        return MaskOutcome({k: framed[k] for k in MASK_FILES}, self.category, self.model_type)
+        return MaskOutcome({k: framed[k] for k in MASK_FILES}, self.category, self.model_type, masked.mask)
 
     def save(self, outcome: MaskOutcome) -> dict[str, Path]:
         """Every file, atomically, with the record of what made the mask."""
@@ -197,3 +198,20 @@ class MaskJob:
         for kind, path in self.targets.items():
             save_png_atomic(outcome.images[kind], path, metadata, overwrite=self.config.overwrite)
         return dict(self.targets)
+
+
+def mask_in_person_frame(mask: Image.Image, person_size: tuple[int, int], fit: FitMode) -> Image.Image:
+    """The working-resolution mask mapped back onto the person photo, so a mask painted over the photo and sent
+    back as `mask` is framed as the photo is (pad and stretch map back to within a pixel; crop keeps the kept
+    region and leaves the cut-off border unmasked)."""
+    from PIL import Image
+
+    from ootd.imaging.framing import fit_to_aspect, restore_framing
+
+    _, info = fit_to_aspect(Image.new("L", person_size), mask.size, fit, pad_color=0, resample=Image.NEAREST)
+    restored = restore_framing(mask, info, resample=Image.NEAREST)
+    if info.mode != "crop":
+        return restored
+    canvas = Image.new("L", person_size, 0)
+    canvas.paste(restored, info.box[:2])
+    return canvas
