@@ -121,12 +121,18 @@ def run(args: argparse.Namespace) -> None:
     print(f"seed: {config.sampling.seed}")
 
 
+# the settings and inputs ootd's messages name, as this script's flags call them
+FLAGS = {"samples": "--sample", "steps": "--step", "scale": "--scale", "seed": "--seed", "resolution": "--resolution",
+         "model_type": "--model_type", "category": "--category", "mask": "--mask_path", "checkpoints": "--checkpoints",
+         "device": "--device", "output": "--output_dir"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from ootd.app.console import console_logging, run_guarded
 
     with console_logging(verbose=args.debug, quiet=False):
-        return run_guarded(lambda: run(args), debug=args.debug)
+        return run_guarded(lambda: run(args), debug=args.debug, name=FLAGS.get)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ootd import IMPORT_NOISE
-from ootd.errors import OotdError, escaped
+from ootd.errors import Namer, OotdError, escaped, library_name, worded
 
 EXIT_INTERRUPTED = 130
 # Libraries whose chatter stays quiet unless ootd itself logs at DEBUG.
@@ -65,10 +65,11 @@ def _is_out_of_memory(exc: BaseException) -> bool:
 
 
 def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
-                passthrough: tuple[type[BaseException], ...] = ()) -> int:
+                passthrough: tuple[type[BaseException], ...] = (), name: Namer = library_name) -> int:
     """Run `fn` and turn every way it can fail into one stderr line and an exit code (`fn`'s own int, else 0).
 
-    OotdError: its message and its exit code (2 usage, 3 unsupported here, 1 otherwise). KeyboardInterrupt: 130;
+    OotdError: its message, each setting it names worded by `name` (the front end's word for it: a flag), and its
+    exit code (2 usage, 3 unsupported here, 1 otherwise). KeyboardInterrupt: 130;
     SIGTERM: 143. A full device: "no space left on device (PATH)" and 1. Anything else: "internal error" and 1.
     `passthrough` exceptions are re-raised (a front end's own control flow).
     """
@@ -91,7 +92,7 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
     except OotdError as exc:
         if debug:
             traceback.print_exc()
-        echo_err(f"error: {one_line(exc)}")
+        echo_err(f"error: {one_line(worded(exc, name))}")
         return exc.exit_code
     except KeyboardInterrupt as caught:  # Ctrl-C, or SIGTERM (Terminated: 143)
         if debug:

@@ -17,8 +17,8 @@ EPILOG = ("[bold]Examples[/bold]\n\n  ootd download   (into ./checkpoints if tha
           "where they go, to fetch them by hand)\n\n  ootd download --eval   (the weights of `ootd eval`'s networks)")
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
+@with_options(LOGGING_OPTIONS)
 def download_command(
     dest: Annotated[Path | None, typer.Option("--dest", metavar="DIR", help="Checkpoints folder. Default: "
                                               "$OOTD_CHECKPOINTS, else ./checkpoints if it exists, else the "

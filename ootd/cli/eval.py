@@ -4,12 +4,12 @@ ootd/app/evaluate (matching, the run, the batch folder's files) and ootd/evaluat
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from ootd.cli.errors import guarded_command
-from ootd.cli.options import HARDWARE, LOGGING_OPTIONS, DeviceOpt, JsonOpt, choices, with_options
+from ootd.cli.options import HARDWARE, LOGGING_OPTIONS, DeviceOpt, JsonOpt, Shared, choices, with_options
 from ootd.evaluation.settings import DEFAULT_BATCH, MetricWeights
 
 EPILOG = (
@@ -30,8 +30,8 @@ WeightsOpt = Annotated[str, typer.Option(
          "nothing and every output says so.")]
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
+@with_options(LOGGING_OPTIONS)
 def eval_command(
     results: Annotated[Path, typer.Argument(help="Folder of try-on results (a batch's output folder, or any "
                                             "folder of images).", show_default=False)],
@@ -46,7 +46,8 @@ def eval_command(
     device: DeviceOpt = None,
     batch_size: BatchSizeOpt = DEFAULT_BATCH,
     json_out: JsonOpt = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """How far try-on results are from the real photos: SSIM and LPIPS per pair, FID and KID of the sets.
 
@@ -57,7 +58,7 @@ def eval_command(
     from ootd.cli.display import Display, print_json, show_progress
 
     chosen = EvalOptions.from_words(weights, device, batch_size, unpaired, pairs)
-    with Display(show_progress(options["quiet"], json_out)) as display:
+    with Display(show_progress(shared.quiet, json_out)) as display:
         if is_batch_folder(results):
             report = evaluate_batch(results, truth, chosen, progress=display)
         else:

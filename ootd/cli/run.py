@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,12 +23,17 @@ from ootd.cli.options import (
     LOGGING_OPTIONS,
     OUTPUTS,
     RUN_OPTIONS,
-    GridOpt,
     JsonOpt,
-    checked_config,
+    Shared,
     with_options,
 )
 from ootd.errors import escaped
+
+if TYPE_CHECKING:
+    from ootd.app.tryon.config import RunConfig
+    from ootd.app.tryon.inputs import JobInputs
+    from ootd.app.tryon.job import JobOutcome
+    from ootd.app.tryon.loader import PipelineLoader
 
 logger = logging.getLogger("ootd.cli")
 
@@ -42,8 +48,8 @@ EPILOG = (
 )
 
 
-@with_options(RUN_OPTIONS, LOGGING_OPTIONS)
 @guarded_command
+@with_options(RUN_OPTIONS, LOGGING_OPTIONS)
 def run_command(
     model: Annotated[Path, typer.Option("--model", "--person", "-m", help="Person photo.", metavar="PERSON",
                                         rich_help_panel=INPUTS, show_default=False)],
@@ -60,76 +66,114 @@ def run_command(
                                                     "One per --cloth.", rich_help_panel=INPUTS,
                                                     show_default=False)] = None,
     json_out: JsonOpt = False,
-    grid: GridOpt = False,
     explain: Annotated[bool, typer.Option("--explain", help="Print the device, precision, attention and memory "
                                           "plan before running.", rich_help_panel=OUTPUTS)] = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """Dress one person in one garment (or an outfit of two): writes [bold]<person>__<garment>__<i>.png[/bold] per
     sample (see --name)."""
-    from dataclasses import replace
-
-    from ootd.app.tryon.autocategory import release_classifier, resolve_inputs
     from ootd.app.tryon.loader import PipelineLoader
-    from ootd.app.tryon.outputs import describe_pipeline, peak_memory, rounded
-    from ootd.app.tryon.preflight import prepare_job
 
     started = time.perf_counter()
-    config = replace(checked_config(options), grid=grid)
+    config = shared.config()
     inputs = _inputs(model, cloth, category, list(mask or []))
     timings: dict[str, Any] = {}
+    resolved = _classified(inputs, config, timings)
+    loader = PipelineLoader(config)
+    with Display(show_progress(shared.quiet, json_out)) as display:
+        tried = _try_on(config, resolved, loader, display, timings, log_seed=not json_out,
+                        explain=explain and not json_out, auto=resolved is not inputs)
+    timings["total"] = time.perf_counter() - started
+    if json_out:
+        print_json(_summary(tried, loader, timings, shared.random_seed, explain))
+        return
+    _report(tried.outcome, tried.images, tried.intermediates, timings, shared.random_seed)
+
+
+def _classified(inputs: JobInputs, config: RunConfig, timings: dict[str, Any]) -> JobInputs:
+    """The inputs with `auto` categories classified (timed), the classifier released before the try-on models load
+    (the memory plan does not count it)."""
+    from ootd.app.tryon.autocategory import release_classifier, resolve_inputs
+
     t = time.perf_counter()
     resolved = resolve_inputs(inputs, config.checkpoints, config.category_margin)
     if resolved is not inputs:
         timings["classify"] = time.perf_counter() - t
-    release_classifier()  # not resident while the try-on runs (the memory plan does not count it)
-    loader = PipelineLoader(config)
-    random_seed = options["seed"] is None
-    with Display(show_progress(options["quiet"], json_out)) as display:
-        # 1. every check (cheap first; pose + parsing, seconds, before the diffusion models, minutes)
-        t = time.perf_counter()
-        job = prepare_job(config, resolved, loader, progress=display)
-        if job.parses:
-            timings["pose_parsing"] = time.perf_counter() - t
-        if not json_out:
-            note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
-            logger.info("seed %d%s", config.sampling.seed, note)
+    release_classifier()
+    return resolved
 
-        def pipe_for(model_type: Any) -> Any:  # each model loaded when its first pass runs, its time counted
-            if loader.holds(model_type):
-                return loader.get(model_type)
-            display("load", 0, 1)
-            t = time.perf_counter()
-            pipe = loader.get(model_type, progress=display if display.enabled else None)  # a bar per component
-            timings["load"] = timings.get("load", 0.0) + time.perf_counter() - t
-            if not display.enabled:
-                display("load", 1, 1)
-            return pipe
 
-        # 2. the heavy part
-        first = pipe_for(job.model_type)
-        if explain and not json_out:
-            _explain(first, describe_pipeline(first, config), config, auto=resolved is not inputs)
-        outcome = job.run(pipe_for, progress=display)
-        t = time.perf_counter()
-        images, intermediates = job.save(outcome)
-        timings["save"] = time.perf_counter() - t
+@dataclass
+class _Tried:
+    """A finished `ootd run`: the job's outcome and the files it wrote."""
 
+    outcome: JobOutcome
+    images: list[Path]
+    intermediates: dict[str, Path]
+
+
+def _try_on(config: RunConfig, inputs: JobInputs, loader: PipelineLoader, display: Display,
+            timings: dict[str, Any], *, log_seed: bool, explain: bool, auto: bool) -> _Tried:
+    """Every check (cheap first; pose + parsing, seconds, before the diffusion models, minutes), then the job on
+    its models (each loaded when its first pass runs, its time counted), then its files; `timings` filled in the
+    order things happened."""
+    from ootd.app.tryon.outputs import describe_pipeline
+    from ootd.app.tryon.preflight import prepare_job
+
+    t = time.perf_counter()
+    job = prepare_job(config, inputs, loader, progress=display)
+    if job.parses:
+        timings["pose_parsing"] = time.perf_counter() - t
+    if log_seed:
+        seed = config.sampling.seed
+        logger.info("seed %d%s", seed, f" (random; pass --seed {seed} to reproduce)" if config.seed_random else "")
+    pipe_for = _timed_loader(loader, display, timings)
+    first = pipe_for(job.model_type)
+    if explain:
+        _explain(first, describe_pipeline(first, config), config, auto=auto)
+    outcome = job.run(pipe_for, progress=display)
+    t = time.perf_counter()
+    images, intermediates = job.save(outcome)
+    save = time.perf_counter() - t
     timings.update(outcome.timings())
-    timings["save"] = timings.pop("save")  # in the order things happened
-    timings["total"] = time.perf_counter() - started
-    if json_out:
-        info = outcome.info
-        summary = {"outputs": [str(p) for p in images], "intermediates": {k: str(p) for k, p in intermediates.items()},
-                   "seed": config.sampling.seed, "seed_random": random_seed, **outcome.describe(),
-                   "device": info.get("device"), "precision": info.get("precision"),
-                   "attention": info.get("attention"), "loads": dict(loader.loads), "timings": rounded(timings),
-                   "peak_memory": peak_memory(loader.current), "plan": info.get("plan")}
-        if explain:
-            summary["describe"] = info
-        print_json(summary)
-        return
-    _report(outcome, images, intermediates, timings, random_seed)
+    timings["save"] = save
+    return _Tried(outcome, images, intermediates)
+
+
+def _timed_loader(loader: PipelineLoader, display: Display, timings: dict[str, Any]) -> Any:
+    """The loader's `get`, each model's load shown and its time added to `timings["load"]`."""
+
+    def pipe_for(model_type: Any) -> Any:
+        if loader.holds(model_type):
+            return loader.get(model_type)
+        display("load", 0, 1)
+        t = time.perf_counter()
+        pipe = loader.get(model_type, progress=display if display.enabled else None)  # a bar per component
+        timings["load"] = timings.get("load", 0.0) + time.perf_counter() - t
+        if not display.enabled:
+            display("load", 1, 1)
+        return pipe
+
+    return pipe_for
+
+
+def _summary(tried: _Tried, loader: PipelineLoader, timings: dict[str, Any], random_seed: bool,
+             explain: bool) -> dict[str, Any]:
+    """`--json`: the files, the seed, what was tried on, where and how it ran, and the time each stage took."""
+    from ootd.app.tryon.outputs import peak_memory, rounded
+
+    outcome = tried.outcome
+    info = outcome.info
+    summary = {"outputs": [str(p) for p in tried.images],
+               "intermediates": {k: str(p) for k, p in tried.intermediates.items()},
+               "seed": outcome.job.config.sampling.seed, "seed_random": random_seed, **outcome.describe(),
+               "device": info.get("device"), "precision": info.get("precision"), "attention": info.get("attention"),
+               "loads": dict(loader.loads), "timings": rounded(timings), "peak_memory": peak_memory(loader.current),
+               "plan": info.get("plan")}
+    if explain:
+        summary["describe"] = info
+    return summary
 
 
 def _inputs(model: Path, cloth: list[Path], category: list[str], masks: list[Path]) -> Any:

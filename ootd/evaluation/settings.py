@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from enum import nonmember
+
 from ootd.errors import UsageError
 from ootd.settings import Choice
 
@@ -17,12 +19,11 @@ class MetricWeights(Choice):
     STANDARD = "standard"
     RANDOM = "random"
 
-    @classmethod
-    def parse(cls, value: str | MetricWeights, what: str | None = "metric weights") -> MetricWeights:
-        return super().parse(value, what)
+    label = nonmember("metric weights")
 
 
 def check_batch(value: int) -> int:
     if not 1 <= value <= MAX_BATCH:
-        raise UsageError(f"--batch-size must be 1 to {MAX_BATCH}, got {value}")
+        raise UsageError.about("batch_size", "{@batch_size} must be 1 to {most}, got {value}", value=value,
+                               most=MAX_BATCH)
     return value

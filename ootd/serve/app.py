@@ -102,8 +102,9 @@ class Api:
         app.add_api_route("/favicon.ico", self.favicon, methods=["GET"], include_in_schema=False)
         app.add_api_route("/api/health", self.health, methods=["GET"], summary="Device, models, queue, checkpoints")
         app.add_api_route("/api/options", self.options, methods=["GET"], summary="Choices, defaults and limits")
-        app.add_api_route("/api/tryon", self.tryon, methods=["POST"], **schema.tryon_docs())
-        app.add_api_route("/api/jobs", self.create_job, methods=["POST"], status_code=202, **schema.jobs_docs())
+        app.add_api_route("/api/tryon", self.tryon, methods=["POST"], **schema.tryon_docs(self.limits))
+        app.add_api_route("/api/jobs", self.create_job, methods=["POST"], status_code=202,
+                          **schema.jobs_docs(self.limits))
         app.add_api_route("/api/jobs/{job_id}", self.job_status, methods=["GET"], **schema.job_docs())
         app.add_api_route("/api/jobs/{job_id}", self.cancel_job, methods=["DELETE"], status_code=202,
                           summary="Cancel a job: it leaves the line, or stops at its next step")

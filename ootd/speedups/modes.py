@@ -33,7 +33,8 @@ class TokenMerge:
     def __post_init__(self) -> None:
         ratio = float(self.ratio)  # one spelling in the outputs' records: 0 and 0.0 are both "0.0"
         if not 0.0 <= ratio <= self.MAX:
-            raise UsageError(f"token merge ratio must be between 0 (exact) and {self.MAX}, got {self.ratio}")
+            raise UsageError.about("token_merge", "{@token_merge|token merge ratio} must be between 0 (exact) and "
+                                   "{most}, got {value}", value=self.ratio, most=self.MAX)
         object.__setattr__(self, "ratio", ratio)
 
     @property
@@ -51,7 +52,8 @@ class FeatureCache:
 
     def __post_init__(self) -> None:
         if not 1 <= self.interval <= self.MAX:
-            raise UsageError(f"cache interval must be between 1 (exact) and {self.MAX}, got {self.interval}")
+            raise UsageError.about("cache_interval", "{@cache_interval|cache interval} must be between 1 (exact) "
+                                   "and {most}, got {value}", value=self.interval, most=self.MAX)
 
     @property
     def on(self) -> bool:
@@ -82,7 +84,10 @@ PRESETS: dict[SpeedPreset, SpeedModes] = {
     SpeedPreset.EXACT: SpeedModes(),
     SpeedPreset.FAST: SpeedModes(token_merge=TokenMerge(0.5), feature_cache=FeatureCache(3)),
 }
-_SAME_COMPUTATION = ("channels_last", "compile")  # options --speed exact allows
+_SAME_COMPUTATION = ("channels_last", "compile")  # options `speed` exact allows
+# each mode's field of SpeedModes -> the setting that asks for it and how its value is told
+_SETTING_OF = {"token_merge": ("token_merge", lambda v: v.ratio), "feature_cache": ("cache_interval",
+               lambda v: v.interval), "quantize": ("quantize", lambda v: v.value)}
 
 
 def resolve_speed(preset: str | SpeedPreset | None = None, *, token_merge: float | None = None,
@@ -99,16 +104,12 @@ def resolve_speed(preset: str | SpeedPreset | None = None, *, token_merge: float
     modes = replace(PRESETS[chosen], **given)
     if preset is not None and chosen is SpeedPreset.EXACT:
         exact = PRESETS[SpeedPreset.EXACT]
-        changed = [_option_words(key, value) for key, value in given.items()
+        changed = [key for key, value in given.items()
                    if key not in _SAME_COMPUTATION and value != getattr(exact, key)]
         if changed:
-            raise UsageError(f"--speed exact keeps the exact method; {', '.join(changed)} changes the images: "
-                             "drop one of them")
+            # each changed setting as `{@token_merge} 0.5`: the user's own words in every front end
+            named = {f"value_{key}": _SETTING_OF[key][1](given[key]) for key in changed}
+            said = ", ".join(f"{{@{_SETTING_OF[key][0]}}} {{value_{key}}}" for key in changed)
+            raise UsageError.about("speed", "{@speed} exact keeps the exact method; " + said + " changes the "
+                                   "images: drop one of them", value=chosen, **named)
     return modes
-
-
-def _option_words(key: str, value: object) -> str:
-    """How a user typed an option: `--token-merge 0.5`, `--cache-interval 3`, `--quantize int8-dynamic`."""
-    shown = {"token_merge": ("--token-merge", lambda v: v.ratio), "feature_cache": ("--cache-interval",
-             lambda v: v.interval), "quantize": ("--quantize", lambda v: v.value)}[key]
-    return f"{shown[0]} {shown[1](value)}"

@@ -16,7 +16,7 @@ from ootd.app.batch.folders import list_images
 from ootd.app.batch.pair import Pair
 from ootd.app.batch.table import PairTable
 from ootd.app.tryon.config import RunConfig
-from ootd.errors import CheckpointError, UsageError, printable
+from ootd.errors import CheckpointError, Namer, UsageError, library_name, printable, worded
 from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, Pairing, parse_category_word
 
 CSV_HEADER_WORDS = {
@@ -270,7 +270,8 @@ def collect_pairs(
     return pairs_from_folders(people, garments, default_category, pairing, masks, output=output)
 
 
-def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> PairTable:
+def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float,
+                   name: Namer = library_name) -> PairTable:
     """Each pair with its `auto` garments' categories (each garment file classified once, by the function every
     front end uses); a garment that cannot be read or is refused under the margin fails its pairs alone. A CLIP
     without its text tower stops the batch."""
@@ -289,7 +290,7 @@ def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> P
         except CheckpointError:
             raise
         except OotdError as exc:
-            out.append(replace(pair, reason=reasons.setdefault(exc, str(exc))))
+            out.append(replace(pair, reason=reasons.setdefault(exc, worded(exc, name))))
             continue
         second = {"category2": garments[1].category, "category2_p": garments[1].category_p} if pair.outfit else {}
         out.append(replace(pair, category=garments[0].category, category_p=garments[0].category_p, auto=False,

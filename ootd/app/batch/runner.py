@@ -33,7 +33,7 @@ from ootd.app.tryon.loader import PipelineLoader
 from ootd.app.tryon.outputs import peak_memory, prepare_output_dir, rounded
 from ootd.app.tryon.preflight import check_batch, check_output_folder
 from ootd.app.tryon.record import Record
-from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
+from ootd.errors import CheckpointError, DeviceError, Namer, NoSpaceError, OotdError, library_name, worded
 from ootd.pipeline_types import Progress
 from ootd.settings import ModelType
 
@@ -88,8 +88,10 @@ class BatchRunner:
         progress: Progress | None = None,
         on_report: Callable[[PairReport], None] | None = None,
         index_path: Path | None = None,
+        name: Namer = library_name,
     ) -> None:
         self.config = config
+        self.name = name  # the front end's word for each setting an error names (its report lines say it)
         self.loader = loader if loader is not None else PipelineLoader(config)
         self.report_path = report_path
         self.persons = _Cache(person_cache)
@@ -124,7 +126,7 @@ class BatchRunner:
         output = self.config.output
         if output.exists() and not output.is_dir():
             prepare_output_dir(output)  # its one-line usage error, before any work
-        checked = precheck(pairs, self.config)
+        checked = precheck(pairs, self.config, self.name)
         self.config = checked.config
         if checked.todo_count:  # a fully resumed batch needs no checkpoints at all
             check_batch(self.config, checked.models, checked.automatic,
@@ -170,7 +172,7 @@ class BatchRunner:
             self._end("interrupted")
             raise
         except BaseException as exc:
-            self._end("stopped", one_line(exc) if isinstance(exc, OotdError) else type(exc).__name__)
+            self._end("stopped", one_line(worded(exc, self.name)) if isinstance(exc, OotdError) else type(exc).__name__)
             raise
         else:
             self._end("finished")
@@ -191,7 +193,8 @@ class BatchRunner:
             failed = next((f for m in job.models if (f := self.loader.failure(m)) is not None), None)
             if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
                 # every later pair of this model would fail the same way: stop once, with one line
-                raise type(failed)(f"cannot load the {job.model_type.value} model: {one_line(failed)}; stopped "
+                raise type(failed)(f"cannot load the {job.model_type.value} model: "
+                                   f"{one_line(worded(failed, self.name))}; stopped "
                                    f"before {pair.source} (finished pairs are in the report)") from failed
             yield report
 
@@ -211,7 +214,7 @@ class BatchRunner:
         except NoSpaceError:  # every later pair would fail the same way: stop, keeping what is written
             raise
         except OotdError as exc:
-            report.error = one_line(exc)
+            report.error = one_line(worded(exc, self.name))
             logger.debug("pair %s failed", pair.source, exc_info=True)
         except Exception as exc:  # keep going; the report says what broke
             report.error = f"internal error: {type(exc).__name__}: {one_line(exc)}"

@@ -84,9 +84,11 @@ def check_mask_input(request: TryOnRequest, raw_mask: Any = None, fit: FitMode =
     framed_ok = fit is not FitMode.PAD and not aspect_mismatch(PREPROCESS_RESOLUTION.size, mask.size)  # 3:4
     if aspect_mismatch(person.size, mask.size) and not framed_ok:
         also = "" if fit is FitMode.PAD else " (or 3:4, framed like the results)"
-        raise UsageError(f"mask {label} is {mask.width}x{mask.height} but the person photo "
-                         f"{request.label('person')} is {person.width}x{person.height}: a mask must have the "
-                         f"photo's aspect{also}; make one with `ootd mask`")
+        raise UsageError.about(
+            "mask", "mask {label} is {width}x{height} but the person photo {person} is {photo}: a mask must have the "
+            "photo's aspect{also}; start from {@automatic_mask|the automatic mask of the photo}", label=label,
+            width=mask.width, height=mask.height, person=request.label("person"),
+            photo=f"{person.width}x{person.height}", also=also)
     if _is_colour(raw_mask if raw_mask is not None else request.source("mask")):
         logger.warning("mask %s is a colour image: it is read as grey levels, pixels >= 127 repainted", label)
     else:
@@ -106,16 +108,15 @@ class MaskOutcome:
     model_type: ModelType
 
 
-RUN_REMEDY = "or give a mask image with --mask"  # what `ootd run` and `ootd batch` offer instead
+RUN_REMEDY = "or give a mask image with {@mask}"  # what a try-on offers instead (each front end names its mask)
 MASK_REMEDY = ("or paint the mask yourself (white = repaint, the photo's aspect) and give it to "
                "`ootd run --mask`")  # `ootd mask` has no --mask
 
 
 def no_person_error(person: str | Path, remedy: str = RUN_REMEDY) -> NoPersonError:
     """The pose model's error, naming the file and the way around it that the asking front end offers."""
-    return NoPersonError(
-        f"no person detected in {person} (pose estimation found nobody; use a photo showing one person, {remedy})"
-    )
+    return NoPersonError.about("mask", "no person detected in {person} (pose estimation found nobody; use a photo "
+                               "showing one person, " + remedy + ")", person=person)
 
 
 # What each file `ootd mask` writes shows, in the order it lists them (pose and parsing are drawn at the pose

@@ -122,7 +122,7 @@ def test_the_steps_run_in_their_order_and_the_first_failing_one_speaks(models, t
     with pytest.raises(UsageError, match="is not an ootd picture"):  # 5 before 6
         prepare_job(config, one(x))
     (out / "person__tshirt__0.png").unlink()
-    with pytest.raises(UsageError, match="--max-memory"):  # 6 before 7
+    with pytest.raises(UsageError, match="max_memory"):  # 6 before 7
         prepare_job(config, one(x))
 
     class Nobody:

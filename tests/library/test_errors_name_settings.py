@@ -1,0 +1,147 @@
+"""The library speaks its own words: an error below ootd/app/ names the setting it is about by its declared name
+(and carries it, with the value), never a command-line flag, and each front end words it its own way
+(ootd/errors.py: `OotdError.about`, `worded`).
+
+Two checks: the library's checks exercised with bad values (each error names its setting, no flag, and the CLI's
+words for it are the flag), and a scan of the library's source for a flag in the text of anything it raises (a
+command a user runs in a shell, in backticks, such as `ootd download --list`, is a command, not a setting).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ootd.app.tryon.settings import SETTINGS
+from ootd.errors import OotdError, worded
+from tests.helpers import REPO
+
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+COMMAND = re.compile(r"`ootd [^`]*`")  # a shell command the message tells the user to run
+NOT_LIBRARY = ("app", "cli", "serve", "tools")  # the application layer, the front ends, the tools
+
+
+def _cases(tmp_path: Path) -> list[tuple[str, Callable[[], object]]]:
+    import torch
+
+    from ootd.evaluation.settings import check_batch
+    from ootd.imaging.atomic import write_bytes_atomic
+    from ootd.settings import (
+        Category,
+        ModelType,
+        PhotoOutput,
+        SamplingSettings,
+        check_category_margin,
+        check_feather,
+        check_mask_grow,
+        check_model_category,
+        check_threads,
+    )
+    from ootd.speedups.execution import compile_error
+    from ootd.speedups.modes import FeatureCache, TokenMerge, resolve_speed
+    from ootd.training.settings import TrainSettings
+    from ootd.weights.integrity import require_finite_latents
+    from ootd.weights.layout import Layout
+    from ootd.weights.loading import check_text_tower
+    from ootd.weights.lora import LoraChoice, check_lora_scale
+
+    (tmp_path / "exists.bin").write_bytes(b"x")
+    clip = Layout(tmp_path / "tree").clip
+    clip.mkdir(parents=True)
+    (clip / "config.json").write_text("{}")  # no text tower: what `auto` needs
+    (clip / "model.safetensors").write_bytes(b"x")
+
+    def raise_(error: Exception) -> None:
+        raise error
+
+    return [
+        ("mask_grow", lambda: check_mask_grow(10_000)),
+        ("threads", lambda: check_threads(0)),
+        ("feather", lambda: check_feather(99)),
+        ("category_margin", lambda: check_category_margin(1.0)),
+        ("model_type", lambda: check_model_category(ModelType.HD, Category.LOWER)),
+        ("output_size", lambda: PhotoOutput.from_words("working", True)),
+        ("feather", lambda: PhotoOutput.from_words(None, False, 6)),
+        ("samples", lambda: SamplingSettings.from_words(num_samples=0)),
+        ("steps", lambda: SamplingSettings.from_words(steps=5000)),
+        ("scale", lambda: SamplingSettings.from_words(guidance_scale=99.0)),
+        ("seed", lambda: SamplingSettings.from_words(seed=-1)),
+        ("token_merge", lambda: TokenMerge(0.9)),
+        ("cache_interval", lambda: FeatureCache(0)),
+        ("speed", lambda: resolve_speed("exact", token_merge=0.5)),
+        ("lora_scale", lambda: check_lora_scale(9)),
+        ("lora_scale", lambda: LoraChoice.parse(None, 2.0)),
+        ("lora", lambda: LoraChoice.parse(tmp_path / "missing.safetensors")),
+        ("learning_rate", lambda: TrainSettings.from_words(learning_rate=5.0)),
+        ("batch_size", lambda: check_batch(0)),
+        ("precision", lambda: require_finite_latents(torch.full((1,), math.nan), "fp16")),
+        ("compile", lambda: raise_(compile_error(RuntimeError("inductor failed")))),
+        ("overwrite", lambda: write_bytes_atomic(tmp_path / "exists.bin", b"y")),
+        ("category", lambda: check_text_tower(Layout(tmp_path / "tree"))),
+    ]
+
+
+def test_the_librarys_errors_name_their_setting_and_no_flag(tmp_path: Path) -> None:
+    def flag(name: str) -> str:
+        return SETTINGS.flag(name) or "--" + name.replace("_", "-")
+
+    for setting, call in _cases(tmp_path):
+        with pytest.raises(OotdError) as raised:
+            call()
+        error = raised.value
+        assert error.setting == setting, (setting, str(error))
+        assert not FLAG.search(COMMAND.sub("", str(error))), str(error)
+        cli = worded(error, flag)
+        assert flag(setting) in cli and cli != str(error), (setting, cli)  # the CLI's words are its flags
+
+
+def _library_modules() -> list[Path]:
+    root = REPO / "ootd"
+    return sorted(p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in NOT_LIBRARY)
+
+
+def _texts(node: ast.AST) -> list[str]:
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def _named(call: ast.AST) -> str:
+    func = call.func if isinstance(call, ast.Call) else None
+    return getattr(func, "attr", None) or getattr(func, "id", None) or ""
+
+
+def raised_texts(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each string that can be part of a raised message: inside a `raise`, inside a call of an
+    error type (`...Error(`, `.about(`), and the strings assigned to a name such a raise or call uses."""
+    tree = ast.parse(source)
+    messages = [n for n in ast.walk(tree) if isinstance(n, ast.Raise)
+                or (isinstance(n, ast.Call) and (_named(n).endswith("Error") or _named(n) == "about"))]
+    used = {name.id for node in messages for name in ast.walk(node) if isinstance(name, ast.Name)}
+    found = [(node.lineno, text) for node in messages for text in _texts(node)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in used for t in node.targets):
+            found += [(node.lineno, text) for text in _texts(node.value)]
+    return sorted(set(found))
+
+
+def test_the_scan_finds_a_flag_in_what_is_raised() -> None:
+    source = ('hint = "use --mask"\nraise UsageError(f"bad {x}; {hint}")\n'
+              'err = DeviceError.about("compile", "run without --compile")\n'
+              'note = "--not-raised"\nraise CheckpointError("run `ootd download --list`")\n')
+    flagged = [(line, FLAG.findall(COMMAND.sub("", text))) for line, text in raised_texts(source)]
+    assert sorted((line, flags) for line, flags in flagged if flags) == [(1, ["--mask"]), (3, ["--compile"])]
+
+
+def test_no_library_module_raises_a_message_naming_a_flag() -> None:
+    found = []
+    for path in _library_modules():
+        for line, text in raised_texts(path.read_text("utf-8")):
+            flags = FLAG.findall(COMMAND.sub("", text))
+            if flags:
+                found.append(f"{path.relative_to(REPO)}:{line}: {flags[0]} in {text!r}")
+    assert not found, ("library errors name command-line flags (name the setting: `{@mask_grow}`, see "
+                       "ootd/errors.py):\n" + "\n".join(found))
