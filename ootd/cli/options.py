@@ -132,7 +132,9 @@ def with_options(*groups: dict[str, tuple[Any, Any]], **defaults: Any) -> Callab
 
     def decorate(fn: Callable) -> Callable:
         parameters = inspect.signature(fn, eval_str=True).parameters
-        own = [p for p in parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != "shared"]
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            raise TypeError(f"{fn.__name__}: take the shared options as `shared: Shared`, not **kwargs")
+        own = [p for p in parameters.values() if p.name != "shared"]
         taken = {p.name for p in own}
         added = {name: (annotation, defaults.get(name, default)) for group in groups
                  for name, (annotation, default) in group.items() if name not in taken}

@@ -42,6 +42,7 @@ from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.loader import ModelSource
 from ootd.app.tryon.outputs import rounded
+from ootd.app.tryon.settings import SETTINGS
 from ootd.errors import NoPersonError, OotdError, UsageError
 from ootd.serve import schema
 from ootd.serve.access import CLIENT_GONE, AccessLog
@@ -51,7 +52,7 @@ from ootd.serve.messages import classify, error_response
 from ootd.serve.origins import ANY, Access, BrowserGuard
 from ootd.serve.service import Finished, TryOnService, checkpoints_note
 from ootd.serve.worker import CANCELLED, DONE, FAILED, Cancelled, Job, QueueFull, ShuttingDown, Worker
-from ootd.settings import AUTO_CATEGORY, RESOLUTIONS, Category, FitMode, SchedulerName
+from ootd.settings import AUTO_CATEGORY, Category
 
 logger = logging.getLogger(__name__)
 
@@ -289,7 +290,8 @@ def page_options(config: RunConfig, limits: Limits) -> dict[str, Any]:
     sampling = config.sampling
     return {
         "categories": [*(c.value for c in Category), AUTO_CATEGORY], "model_types": model_types,
-        "resolutions": list(RESOLUTIONS), "schedulers": list(SchedulerName.words()), "fits": list(FitMode.words()),
+        "resolutions": list(SETTINGS["resolution"].choices), "schedulers": list(SETTINGS["scheduler"].choices),
+        "fits": list(SETTINGS["fit"].choices),
         "defaults": {"samples": sampling.num_samples, "steps": sampling.steps, "scale": sampling.guidance_scale,
                      "resolution": str(sampling.resolution), "scheduler": str(sampling.scheduler),
                      "fit": str(config.fit)},

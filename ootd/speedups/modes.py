@@ -14,7 +14,9 @@ The values of `fast` are the ones measured in docs/benchmarks.md ("Speed modes")
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from ootd.errors import UsageError
 from ootd.settings import QuantizeName, SpeedPreset
@@ -85,31 +87,40 @@ PRESETS: dict[SpeedPreset, SpeedModes] = {
     SpeedPreset.FAST: SpeedModes(token_merge=TokenMerge(0.5), feature_cache=FeatureCache(3)),
 }
 _SAME_COMPUTATION = ("channels_last", "compile")  # options `speed` exact allows
-# each mode's field of SpeedModes -> the setting that asks for it and how its value is told
-_SETTING_OF = {"token_merge": ("token_merge", lambda v: v.ratio), "feature_cache": ("cache_interval",
-               lambda v: v.interval), "quantize": ("quantize", lambda v: v.value)}
 
 
-def resolve_speed(preset: str | SpeedPreset | None = None, *, token_merge: float | None = None,
-                  cache_interval: int | None = None, quantize: str | QuantizeName | None = None,
-                  channels_last: bool | None = None, compile: bool | None = None) -> SpeedModes:
-    """The preset (None: exact) with the options the user gave explicitly (None: not given) on top; each
-    option's own check runs here, once."""
+def _switch(word: object) -> bool:
+    return bool(word)
+
+
+# each speed setting (the names of ootd/app/tryon/settings.py's declarations) -> its field of SpeedModes, the check
+# that makes its value, and how that value is told back in a message (None: it does not change the images)
+MODES: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any] | None]] = {
+    "token_merge": ("token_merge", TokenMerge, lambda mode: mode.ratio),
+    "cache_interval": ("feature_cache", FeatureCache, lambda mode: mode.interval),
+    "quantize": ("quantize", QuantizeName.parse, lambda mode: mode.value),
+    "channels_last": ("channels_last", _switch, None),
+    "compile": ("compile", _switch, None),
+}
+
+
+def resolve_speed(preset: str | SpeedPreset | None = None, **words: Any) -> SpeedModes:
+    """The preset (None: exact) with the speed settings the user gave explicitly (MODES' names; None: not given)
+    on top; each setting's own check runs here, once."""
+    unknown = sorted(set(words) - set(MODES))
+    if unknown:
+        raise TypeError(f"no speed setting named {unknown[0]!r}")
     chosen = SpeedPreset.parse(preset) if preset is not None else SpeedPreset.EXACT
-    given = {"token_merge": TokenMerge(token_merge) if token_merge is not None else None,
-             "feature_cache": FeatureCache(cache_interval) if cache_interval is not None else None,
-             "quantize": QuantizeName.parse(quantize) if quantize is not None else None,
-             "channels_last": channels_last, "compile": compile}
-    given = {key: value for key, value in given.items() if value is not None}
-    modes = replace(PRESETS[chosen], **given)
+    given = {name: MODES[name][1](word) for name, word in words.items() if word is not None}
+    modes = replace(PRESETS[chosen], **{MODES[name][0]: value for name, value in given.items()})
     if preset is not None and chosen is SpeedPreset.EXACT:
         exact = PRESETS[SpeedPreset.EXACT]
-        changed = [key for key, value in given.items()
-                   if key not in _SAME_COMPUTATION and value != getattr(exact, key)]
+        changed = [name for name, value in given.items()
+                   if MODES[name][0] not in _SAME_COMPUTATION and value != getattr(exact, MODES[name][0])]
         if changed:
             # each changed setting as `{@token_merge} 0.5`: the user's own words in every front end
-            named = {f"value_{key}": _SETTING_OF[key][1](given[key]) for key in changed}
-            said = ", ".join(f"{{@{_SETTING_OF[key][0]}}} {{value_{key}}}" for key in changed)
+            named = {f"value_{name}": MODES[name][2](given[name]) for name in changed}
+            said = ", ".join(f"{{@{name}}} {{value_{name}}}" for name in changed)
             raise UsageError.about("speed", "{@speed} exact keeps the exact method; " + said + " changes the "
                                    "images: drop one of them", value=chosen, **named)
     return modes
