@@ -252,7 +252,6 @@ def bars_on_a_null_terminal() -> None:
     from rich.console import Console
 
     import ootd.cli.batch as cli_batch
-    import ootd.cli.options as cli_options
 
     null = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
     base = cli_batch.Display

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ootd.app.batch.report import BatchSummary, PairReport
     from ootd.app.evaluate.run import EvalOptions
     from ootd.app.tryon.config import RunConfig
+    from ootd.app.tryon.preservation import PreservationChoice
     from ootd.errors import OotdError
 
 logger = logging.getLogger("ootd.cli")
@@ -68,7 +69,8 @@ def pair_line(entry: Any, done: int, total: int) -> str:
     seconds = entry.timings.get("wall") if entry.timings else None
     took = f" in {format_seconds(seconds)}" if isinstance(seconds, float | int) else ""
     what = error_text(entry) if entry.status == "error" else f"{entry.pair.describe()}: {', '.join(entry.outputs)}"
-    return escaped(f"[{done}/{total}] {entry.status}{took} {what}")
+    kept = f" · preservation: {entry.preservation.line()}" if getattr(entry, "preservation", None) else ""
+    return escaped(f"[{done}/{total}] {entry.status}{took} {what}{kept}")
 
 
 class PairLog:
@@ -142,6 +144,15 @@ WorkersOpt = Annotated[int | None, _batch_opt("--workers", panel=HARDWARE, show_
 GpusOpt = Annotated[float | None, _batch_opt("--gpus-per-worker", panel=HARDWARE, show_default=False,
                                              help="--engine ray: GPUs per worker (default: 1 if the cluster has "
                                                   "GPUs, else 0).")]
+PreservationOpt = Annotated[bool, _batch_opt(
+    "--preservation/--no-preservation", panel=OUTPUTS,
+    help="Measure what each pair made changed of its person photo, region by region (face, hands, ...: "
+         "docs/preservation.md), into its report line, the summary and the contact sheet (worst first); needs the "
+         "pose and parsing models, no network.")]
+ReviewAboveOpt = Annotated[float | None, _batch_opt(
+    "--review-above", metavar="PERCENT", panel=OUTPUTS, show_default=False,
+    help="Mark for review the pairs where more than PERCENT of a region outside the mask changed (report line, "
+         "summary, contact sheet; the exit code is unchanged).")]
 TruthOpt = Annotated[Path | None, _batch_opt(
     "--truth", metavar="PHOTOS", panel=OUTPUTS, show_default=False,
     help="Folder of the real photos: when the batch ends, measure its results against them (SSIM, LPIPS, FID, "
@@ -166,6 +177,8 @@ def batch_command(
     workers: WorkersOpt = None,
     gpus_per_worker: GpusOpt = None,
     truth: TruthOpt = None,
+    preservation: PreservationOpt = True,
+    review_above: ReviewAboveOpt = None,
     json_out: JsonOpt = False,
     *,
     shared: Shared,
@@ -180,9 +193,10 @@ def batch_command(
     from ootd.app.batch.cluster import ClusterOptions
 
     config = shared.config(overwrite=overwrite)
+    kept = _preservation(preservation, review_above)
     given = _Given(csv_file, models, cloths, masks, category, pairing, shard)
     cluster = ClusterOptions(address=address, workers=workers, gpus_per_worker=gpus_per_worker)
-    plan = _plan(config, given, engine, cluster, report, truth)
+    plan = _plan(config, given, engine, cluster, report, truth, kept)
     plain = not shared.quiet and not json_out and not sys.stderr.isatty()  # nohup, 2> file: lines to follow
     with Display(show_progress(shared.quiet, json_out)) as display, PairLog(log_file, len(plan.pairs)) as log:
         summary = _run(plan, display, log, plain=plain, quiet=shared.quiet or json_out)
@@ -219,12 +233,13 @@ class _Plan:
     cluster: ClusterOptions
     report: Path
     index: Path
+    preservation: PreservationChoice | None = None  # whether each pair made is measured, and the review mark
     truth: Path | None = None
     evaluation: EvalOptions | None = None
 
 
 def _plan(config: RunConfig, given: _Given, engine: str, cluster: ClusterOptions, report: Path | None,
-          truth: Path | None) -> _Plan:
+          truth: Path | None, preservation: PreservationChoice) -> _Plan:
     """Every check before the first try-on: the engine's options, the pairs, their outputs (no output replaces an
     input), and the metrics' packages and weights (before hours of try-ons, not after)."""
     from ootd.app.batch.cluster import ClusterOptions
@@ -256,7 +271,7 @@ def _plan(config: RunConfig, given: _Given, engine: str, cluster: ClusterOptions
 
         evaluation = EvalOptions.from_words(device=config.device)
         check_evaluation(truth, evaluation)
-    return _Plan(config, pairs, engine_name, cluster, report, index, truth, evaluation)
+    return _Plan(config, pairs, engine_name, cluster, report, index, preservation, truth, evaluation)
 
 
 def _run(plan: _Plan, display: Display, log: PairLog, *, plain: bool, quiet: bool) -> BatchSummary:
@@ -275,7 +290,8 @@ def _run(plan: _Plan, display: Display, log: PairLog, *, plain: bool, quiet: boo
 
     engine_run = make_engine(plan.engine, plan.config, cluster=plan.cluster, report_path=plan.report,
                              progress=display, on_report=on_report, index_path=plan.index,
-                             status=None if quiet else echo_err, words=FlagNames.of(batch_command))
+                             status=None if quiet else echo_err, preservation=plan.preservation,
+                             words=FlagNames.of(batch_command))
     try:
         return engine_run.run(plan.pairs)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: what is kept, and how to go on (then "interrupted")
@@ -297,6 +313,15 @@ def _finish(summary: BatchSummary, plan: _Plan, json_out: bool) -> None:
         typer.echo(escaped(line))
     if sheet is not None:
         typer.echo(escaped(f"contact sheet: {sheet}"))
+
+
+def _preservation(on: bool, review_above: float | None) -> PreservationChoice:
+    from ootd.app.tryon.preservation import PreservationChoice
+    from ootd.evaluation.settings import check_review_above
+
+    if review_above is not None and not on:
+        raise UsageError("--review-above marks pairs by their preservation figures: leave out --no-preservation")
+    return PreservationChoice(on, check_review_above(review_above))
 
 
 def _evaluate(summary: BatchSummary, plan: _Plan, display: Display) -> OotdError | None:

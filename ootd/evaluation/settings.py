@@ -27,3 +27,13 @@ def check_batch(value: int) -> int:
         raise UsageError.about("batch_size", "{@batch_size} must be 1 to {most}, got {value}", value=value,
                                most=MAX_BATCH)
     return value
+
+
+def check_review_above(percent: float | None) -> float | None:
+    """`--review-above PERCENT` as a share (0 to 1): pairs whose preservation score is above it are marked for
+    review; None: none are."""
+    if percent is None:
+        return None
+    if not 0 <= percent < 100:
+        raise UsageError(f"--review-above is a percentage of a region's pixels, 0 to 100 (below 100), got {percent:g}")
+    return percent / 100
