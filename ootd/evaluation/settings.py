@@ -35,5 +35,6 @@ def check_review_above(percent: float | None) -> float | None:
     if percent is None:
         return None
     if not 0 <= percent < 100:
-        raise UsageError(f"--review-above is a percentage of a region's pixels, 0 to 100 (below 100), got {percent:g}")
+        raise UsageError.about("review_above", "{@review_above} is a percentage of a region's pixels, 0 to 100 "
+                               "(below 100), got {value:g}", value=percent)
     return percent / 100
