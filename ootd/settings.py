@@ -313,8 +313,7 @@ class SchedulerName(Choice):
 
 
 GUIDANCE_ON = 1.0  # image guidance runs at scales from here up (as the original); below it is off
-MAX_SAMPLES = 64  # images per call
-MAX_STEPS = 1000  # denoising steps
+MAX_SAMPLES, MAX_STEPS = 64, 1000  # what one call may ask for (a server may allow less: ootd/serve/limits.py)
 MAX_SCALE = 50.0  # image guidance scale
 SEED_LIMIT = 2**63  # a seed is a non-negative 64-bit integer, below this
 

@@ -10,6 +10,7 @@ from ootd.settings import Choice
 
 DEFAULT_BATCH = 8  # images through the networks at once
 MAX_BATCH = 256
+NOT_COMPUTED = "not computed (below)"  # what the report says of a metric whose network is not installed
 
 
 class MetricWeights(Choice):

@@ -98,7 +98,12 @@ def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category
         raise FieldError(f"category is required: {', '.join(c.value for c in Category)} or {AUTO_CATEGORY}")
     try:
         category = parse_category_word(words)
-        config = update_config(base, {one.name: _word(form, one) for one in API_SETTINGS})
+        given = {one.name: _word(form, one) for one in API_SETTINGS}
+        for name in ("steps", "samples"):  # the bound that applies here, in one message whichever it is
+            beyond = limits.out_of_range(name, given[name])
+            if beyond is not None:
+                raise FieldError(beyond)
+        config = update_config(base, given)
     except FieldError:
         raise
     except UsageError as exc:

@@ -30,6 +30,7 @@ from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
 from ootd.app.tryon.loader import PipelineLoader
+from ootd.app.tryon.masking import BATCH_REMEDY, PersonNotFound
 from ootd.app.tryon.outputs import peak_memory, prepare_output_dir, rounded
 from ootd.app.tryon.preflight import check_batch, check_output_folder
 from ootd.app.tryon.preservation import ParseCache, PreservationChoice, measure_pair
@@ -218,7 +219,8 @@ class BatchRunner:
         except NoSpaceError:  # every later pair would fail the same way: stop, keeping what is written
             raise
         except OotdError as exc:
-            report.error = one_line(worded(exc, self.name))
+            shown = exc.with_remedy(BATCH_REMEDY) if isinstance(exc, PersonNotFound) else exc  # a batch's way round
+            report.error = one_line(worded(shown, self.name))
             logger.debug("pair %s failed", pair.source, exc_info=True)
         except Exception as exc:  # keep going; the report says what broke
             report.error = f"internal error: {type(exc).__name__}: {one_line(exc)}"

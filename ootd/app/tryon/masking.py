@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.record import mask_record
 from ootd.app.tryon.request import TryOnRequest
-from ootd.errors import NoPersonError, UsageError
+from ootd.errors import NoPersonError, UsageError, fill, library_name
 from ootd.imaging.atomic import save_png_atomic
 from ootd.imaging.files import decode_image, load_image, sanitise_stem
 from ootd.preprocessing import mask_person
@@ -108,15 +108,34 @@ class MaskOutcome:
     model_type: ModelType
 
 
-RUN_REMEDY = "or give a mask image with {@mask}"  # what a try-on offers instead (each front end names its mask)
+# the way around a photo without a person that each command offers, naming the settings and inputs it takes as
+# `{@mask}` (each front end words them: `--mask`, the form's `mask`)
+RUN_REMEDY = "or give a mask image with {@mask}"  # a try-on of one photo (`ootd run`, the server, a node)
+BATCH_REMEDY = "or give its mask: {@masks} DIR (named like the person photos) or the CSV's mask column"
 MASK_REMEDY = ("or paint the mask yourself (white = repaint, the photo's aspect) and give it to "
                "`ootd run --mask`")  # `ootd mask` has no --mask
+PREPARE_REMEDY = "or list it with its mask in a pairs CSV (person,garment,category,mask)"  # `ootd train prepare`
 
 
-def no_person_error(person: str | Path, remedy: str = RUN_REMEDY) -> NoPersonError:
+class PersonNotFound(NoPersonError):
+    """The pose model's error with its parts: the photo, and the way around it (`remedy`) that the command
+    showing it offers; `with_remedy` words it for another command (a batch's pair runs the try-on's code)."""
+
+    def __init__(self, person: str | Path, remedy: str = RUN_REMEDY) -> None:
+        self.person, self.remedy = person, remedy
+        template = ("no person detected in {person} (pose estimation found nobody; use a photo showing one person, "
+                    + remedy + ")")
+        super().__init__(fill(template, library_name, person=person))
+        # about the `mask` input: each front end words the remedy's names (OotdError.words)
+        self.setting, self._template = "mask", (template, None, {"value": None, "person": person})
+
+    def with_remedy(self, remedy: str) -> PersonNotFound:
+        return PersonNotFound(self.person, remedy)
+
+
+def no_person_error(person: str | Path, remedy: str = RUN_REMEDY) -> PersonNotFound:
     """The pose model's error, naming the file and the way around it that the asking front end offers."""
-    return NoPersonError.about("mask", "no person detected in {person} (pose estimation found nobody; use a photo "
-                               "showing one person, " + remedy + ")", person=person)
+    return PersonNotFound(person, remedy)
 
 
 # What each file `ootd mask` writes shows, in the order it lists them (pose and parsing are drawn at the pose

@@ -144,3 +144,10 @@ def test_the_api_docs_name_every_field_the_form_takes() -> None:
     row = next(line for line in SECTIONS["`ootd serve`"].splitlines() if line.startswith("| `POST /api/tryon`"))
     missing = [one.name for one in SETTINGS.offered_by(API) if f"`{one.name}`" not in row]
     assert not missing, f"docs/commands.md's POST /api/tryon row does not name {missing}"
+
+
+@pytest.mark.parametrize("group", [[], ["train"], ["checkpoints"]], ids=["ootd", "train", "checkpoints"])
+def test_a_group_without_a_command_prints_its_help_once(group: list[str]) -> None:
+    result = CliRunner().invoke(cli.app, group)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Usage:") == 1 and result.output.count("Commands") == 1, result.output
