@@ -45,15 +45,18 @@ class FlagNames:
 
     @classmethod
     def of(cls, command: Callable[..., Any]) -> FlagNames:
-        """The flags of `command`'s options (from the typer options in its signature), by parameter name."""
-        own = {}
+        """The flags of `command`'s options (from the typer options in its signature), by parameter name and by
+        the name each other long flag makes (batch's `--models/--people`: `people` is `--models` too)."""
+        own: dict[str, str] = {}
         for parameter in inspect.signature(command, eval_str=True).parameters.values():
             for meta in getattr(parameter.annotation, "__metadata__", ()):
                 # typer.Option("--lr", ...) inside Annotated keeps its first name as `default`
                 decls = (getattr(meta, "default", None), *(getattr(meta, "param_decls", None) or ()))
-                long = next((d for d in decls if isinstance(d, str) and d.startswith("--")), None)
-                if long is not None:
-                    own[parameter.name] = long.split("/")[0]
+                longs = [d.split("/")[0] for d in decls if isinstance(d, str) and d.startswith("--")]
+                if longs:
+                    own[parameter.name] = longs[0]
+                    for other in longs[1:]:
+                        own.setdefault(other[2:].replace("-", "_"), longs[0])
         return cls(own)
 
 

@@ -1,10 +1,12 @@
-"""The library speaks its own words: an error below ootd/app/ names the setting it is about by its declared name
-(and carries it, with the value), never a command-line flag, and each front end words it its own way
-(ootd/errors.py: `OotdError.about`, `worded`).
+"""The library speaks its own words: an error raised below the front ends (the library and the application layer
+under it) names the setting it is about by its declared name (and carries it, with the value), never a
+command-line flag, and each front end words it its own way (ootd/errors.py: `OotdError.about`, `worded`).
 
-Two checks: the library's checks exercised with bad values (each error names its setting, no flag, and the CLI's
-words for it are the flag), and a scan of the library's source for a flag in the text of anything it raises (a
-command a user runs in a shell, in backticks, such as `ootd download --list`, is a command, not a setting).
+Three checks: the library's checks exercised with bad values (each error names its setting, no flag, and the CLI's
+words for it are the flag), the application layer's likewise, worded by the command that reaches them (its own
+flags: `ootd batch` calls `people` `--models`), and a scan of the source of every module outside the front ends for
+a flag in the text of anything it raises (a command a user runs in a shell, in backticks, such as `ootd download
+--list` or `ray start --head`, is a command, not a setting).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from ootd.errors import OotdError, worded
 from tests.helpers import REPO
 
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
-COMMAND = re.compile(r"`ootd [^`]*`")  # a shell command the message tells the user to run
-NOT_LIBRARY = ("app", "cli", "serve", "tools")  # the application layer, the front ends, the tools
+COMMAND = re.compile(r"`(?:ootd|ray|pip|python) [^`]*`")  # a shell command the message tells the user to run
+FRONT_ENDS = ("cli", "serve", "comfyui")  # ootd's front ends (run/run_ootd.py is outside ootd/): they word errors
 
 
 def _cases(tmp_path: Path) -> list[tuple[str, Callable[[], object]]]:
@@ -100,9 +102,9 @@ def test_the_librarys_errors_name_their_setting_and_no_flag(tmp_path: Path) -> N
         assert flag(setting) in cli and cli != str(error), (setting, cli)  # the CLI's words are its flags
 
 
-def _library_modules() -> list[Path]:
+def _below_the_front_ends() -> list[Path]:
     root = REPO / "ootd"
-    return sorted(p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in NOT_LIBRARY)
+    return sorted(p for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in FRONT_ENDS)
 
 
 def _texts(node: ast.AST) -> list[str]:
@@ -136,12 +138,95 @@ def test_the_scan_finds_a_flag_in_what_is_raised() -> None:
     assert sorted((line, flags) for line, flags in flagged if flags) == [(1, ["--mask"]), (3, ["--compile"])]
 
 
-def test_no_library_module_raises_a_message_naming_a_flag() -> None:
+def test_the_scan_covers_the_library_and_the_application_layer() -> None:
+    scanned = {p.relative_to(REPO / "ootd").parts[0] for p in _below_the_front_ends()}
+    assert {"app", "settings.py", "weights", "speedups", "tools", "training", "evaluation"} <= scanned
+    assert not scanned & set(FRONT_ENDS)
+
+
+def test_no_module_below_the_front_ends_raises_a_message_naming_a_flag() -> None:
     found = []
-    for path in _library_modules():
+    for path in _below_the_front_ends():
         for line, text in raised_texts(path.read_text("utf-8")):
             flags = FLAG.findall(COMMAND.sub("", text))
             if flags:
                 found.append(f"{path.relative_to(REPO)}:{line}: {flags[0]} in {text!r}")
-    assert not found, ("library errors name command-line flags (name the setting: `{@mask_grow}`, see "
+    assert not found, ("errors below the front ends name command-line flags (name the setting: `{@mask_grow}`, see "
                        "ootd/errors.py):\n" + "\n".join(found))
+
+
+def _app_cases(tmp_path: Path) -> list[tuple[str, str, Callable[[], object]]]:
+    """(command whose words apply, setting, a call of the application layer that refuses it)."""
+    from types import SimpleNamespace
+
+    from ootd.app.batch.cluster import ClusterOptions
+    from ootd.app.batch.pairs import collect_pairs
+    from ootd.app.evaluate.matching import PhotoIndex
+    from ootd.app.evaluate.preservation import PreservationOptions
+    from ootd.app.evaluate.run import EvalOptions
+    from ootd.app.train.checkpoints import check_resumable
+    from ootd.app.train.layouts import viton_rows
+    from ootd.app.train.prepare import PrepareOptions
+    from ootd.app.tryon.loader import check_checkpoints_present
+    from ootd.app.tryon.naming import template_fields
+    from ootd.app.tryon.outputs import prepare_output_dir, refuse_existing
+    from ootd.training.settings import TrainSettings
+
+    (tmp_path / "exists.png").write_bytes(b"x")
+    (tmp_path / "people").mkdir(exist_ok=True)
+    settings = TrainSettings.from_words()
+    saved = SimpleNamespace(state={"settings": {**{name: getattr(settings, name)
+                                                    for name in TrainSettings.RESUME_FIXED}, "rank": 99}})
+    return [
+        ("run", "name", lambda: template_fields("{person")),
+        ("run", "name", lambda: template_fields("{person}")),
+        ("run", "overwrite", lambda: refuse_existing([tmp_path / "exists.png"])),
+        ("run", "output", lambda: prepare_output_dir(tmp_path / "exists.png")),
+        ("run", "checkpoints", lambda: check_checkpoints_present(tmp_path / "missing", [], False)),
+        ("batch", "workers", lambda: ClusterOptions(workers=0).validate()),
+        ("batch", "gpus_per_worker", lambda: ClusterOptions(gpus_per_worker=-1.0).validate()),
+        ("batch", "address", lambda: ClusterOptions(address="bogus::").validate()),
+        ("batch", "garments", lambda: collect_pairs(None, tmp_path / "people", None, "upper")),
+        ("batch", "category", lambda: collect_pairs(None, tmp_path / "people", tmp_path / "people")),
+        ("eval", "unpaired", lambda: EvalOptions.from_words(unpaired=True, pairs_csv=tmp_path / "p.csv")),
+        ("eval", "truth", lambda: PhotoIndex(tmp_path / "missing")),
+        ("eval", "people", lambda: PreservationOptions.from_words(people=tmp_path / "missing")),
+        ("prepare", "split", lambda: PrepareOptions(tmp_path, tmp_path, tmp_path, split=1.0)),
+        ("prepare", "pairs", lambda: viton_rows(tmp_path / "people")),
+        ("train", "resume", lambda: check_resumable(saved, settings)),  # type: ignore[arg-type]
+    ]
+
+
+def test_the_application_layers_errors_name_their_setting_and_each_command_words_it(tmp_path: Path) -> None:
+    from ootd.cli import batch, run, train
+    from ootd.cli import eval as evaluate
+    from ootd.cli.errors import FlagNames
+
+    words = {"run": FlagNames.of(run.run_command), "batch": FlagNames.of(batch.batch_command),
+             "eval": FlagNames.of(evaluate.eval_command), "prepare": FlagNames.of(train.prepare_command),
+             "train": FlagNames.of(train.run_command)}
+    assert (words["batch"]("people"), words["batch"]("garments"), words["train"]("learning_rate")) == (
+        "--models", "--cloths", "--lr")  # a command's own flags, its other names for them too
+    for command, setting, call in _app_cases(tmp_path):
+        with pytest.raises(OotdError) as raised:
+            call()
+        error = raised.value
+        assert error.setting == setting, (setting, str(error))
+        assert not FLAG.search(COMMAND.sub("", str(error))), str(error)
+        cli = worded(error, words[command])
+        assert words[command](setting) in cli, (setting, cli)  # the command's words are its flags
+    refused = _app_cases(tmp_path)[-1][2]
+    with pytest.raises(OotdError) as raised:
+        refused()
+    assert worded(raised.value, words["train"]).startswith("--resume continues a run with other settings: "
+                                                            "--rank 99 (now ")
+
+
+def test_out_of_memory_hints_name_only_the_front_ends_own_flags() -> None:
+    from ootd.app.console import oom_hint
+
+    script = {"samples": "--sample", "resolution": "--resolution"}.get  # run/run_ootd.py's words
+    assert oom_hint({"--sample", "--resolution", "--step"}, script) == "; try --resolution 384x512 or fewer --sample"
+    assert oom_hint({"--samples", "--precision"}, lambda name: "--" + name.replace("_", "-")) == (
+        "; try fewer --samples or --precision fp16")
+    assert oom_hint(set(), script) == ""

@@ -234,10 +234,10 @@ def pairs_from_folders(
             mask_by_stem.setdefault(file.stem, file)
     if pairing is Pairing.ZIP:
         if len(person_files) != len(garment_files):
-            raise UsageError(
-                f"zip pairing needs as many people as garments ({len(person_files)} vs {len(garment_files)}); "
-                "use --pairing product for every combination"
-            )
+            raise UsageError.about(
+                "pairing", "zip pairing needs as many people as garments ({people} vs {garments}); use "
+                "{@pairing} product for every combination", value=pairing, people=len(person_files),
+                garments=len(garment_files))
         combos = list(zip(person_files, garment_files, strict=True))
     else:
         combos = [(p, g) for p in person_files for g in garment_files]
@@ -255,15 +255,17 @@ def collect_pairs(
     default_category = parse_category_word(category) if category is not None else None
     folder_mode = people is not None or garments is not None
     if csv_file is not None and folder_mode:
-        raise UsageError("give either a pairs CSV or --models/--cloths folders, not both")
+        raise UsageError.about("people", "give either a pairs CSV or {@people}/{@garments} folders, not both")
     if csv_file is not None:
         return read_pairs_csv(csv_file, default_category)
     if not folder_mode:
-        raise UsageError("nothing to do: give a pairs CSV or --models DIR --cloths DIR --category C")
+        raise UsageError.about("people", "nothing to do: give a pairs CSV or {@people} DIR {@garments} DIR "
+                               "{@category} C")
     if people is None or garments is None:
-        raise UsageError("folder mode needs both --models DIR and --cloths DIR")
+        raise UsageError.about("people" if people is None else "garments",
+                               "folder mode needs both {@people} DIR and {@garments} DIR")
     if default_category is None:
-        raise UsageError("folder mode needs --category upper|lower|dress|auto")
+        raise UsageError.about("category", "folder mode needs {@category} upper|lower|dress|auto")
     if default_category == AUTO_CATEGORY:
         listed = pairs_from_folders(people, garments, Category.UPPER, pairing, masks, output=output)
         return PairTable(replace(pair, category=None, auto=True) for pair in listed)

@@ -233,8 +233,9 @@ def _connect(ray: Any, cluster: ClusterOptions) -> None:
     if cluster.address is None:
         cpus = _local_cpus()
         if cluster.workers is not None and cluster.workers > cpus:
-            raise UsageError(f"--workers {cluster.workers}: this machine has {cpus} CPU(s) and each worker needs one; "
-                             f"pass --workers {cpus} or fewer, or --address a Ray cluster with more")
+            raise UsageError.about("workers", "{@workers} {value}: this machine has {cpus} CPU(s) and each worker "
+                                   "needs one; pass {@workers} {cpus} or fewer, or {@address} a Ray cluster with "
+                                   "more", value=cluster.workers, cpus=cpus)
         if cluster.workers:
             options["num_cpus"] = cluster.workers
         _init(ray, options, "a local Ray instance")
@@ -299,13 +300,14 @@ def _width(ray: Any, cluster: ClusterOptions) -> tuple[int, float]:
     cluster_gpus = float(resources.get("GPU", 0))
     gpus = cluster.gpus_per_worker if cluster.gpus_per_worker is not None else (1.0 if cluster_gpus else 0.0)
     if gpus > cluster_gpus:
-        raise UsageError(f"{gpus:g} GPU(s) per worker asked, but the Ray cluster has {cluster_gpus:g}; "
-                         "pass --gpus-per-worker 0 to run on CPUs")
+        raise UsageError.about("gpus_per_worker", "{value:g} GPU(s) per worker asked, but the Ray cluster has "
+                               "{gpus:g}; pass {@gpus_per_worker} 0 to run on CPUs", value=gpus, gpus=cluster_gpus)
     workers = cluster.workers or (max(1, int(cluster_gpus // gpus)) if gpus else 1)
     cpus = float(resources.get("CPU", 0))
     if workers * gpus > cluster_gpus or workers > cpus:  # the actors would wait for them forever
-        raise UsageError(f"{workers} worker(s) need {workers * gpus:g} GPU(s) and {workers} CPU(s); the Ray cluster "
-                         f"has {cluster_gpus:g} and {cpus:g}: pass fewer --workers")
+        raise UsageError.about("workers", "{value} worker(s) need {need:g} GPU(s) and {value} CPU(s); the Ray "
+                               "cluster has {gpus:g} and {cpus:g}: pass fewer {@workers}", value=workers,
+                               need=workers * gpus, gpus=cluster_gpus, cpus=cpus)
     return workers, gpus
 
 

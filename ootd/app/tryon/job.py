@@ -48,7 +48,8 @@ def plan_passes(config: RunConfig, inputs: JobInputs) -> tuple[Pass, ...]:
         (garment,) = garments
         return (Pass("", garment, config.model_type_for(garment.category), config),)
     if config.grid:
-        raise UsageError("--grid shows one garment's try-on; an outfit has two passes: leave --grid out")
+        raise UsageError.about("grid", "{@grid} shows one garment's try-on; an outfit has two passes: leave "
+                               "{@grid} out")
     lower, upper = order_outfit(garments)
     first = replace(config, model_type=ModelType.DC,
                     sampling=replace(config.sampling, seed=pass_seed(config.sampling.seed, PASS_NAMES[0])))

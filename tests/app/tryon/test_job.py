@@ -81,8 +81,9 @@ def test_refused_outfits(tmp_path: Path, example_images, garments, words: str) -
 
 
 def test_refused_combinations(tmp_path: Path, example_images) -> None:  # noqa: ANN001
-    with pytest.raises(UsageError, match="--grid shows one garment"):
+    with pytest.raises(UsageError, match="^grid shows one garment") as grid:  # the setting, in the library's words
         plan_job(config_for(tmp_path, tmp_path, grid=True), outfit(example_images))
+    assert grid.value.setting == "grid"
     with pytest.raises(UsageError, match="hd model only does upper-body"):
         plan_job(config_for(tmp_path, tmp_path, model_type=ModelType.HD), one(example_images, Category.LOWER))
 
