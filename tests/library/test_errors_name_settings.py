@@ -230,3 +230,13 @@ def test_out_of_memory_hints_name_only_the_front_ends_own_flags() -> None:
     assert oom_hint({"--samples", "--precision"}, lambda name: "--" + name.replace("_", "-")) == (
         "; try fewer --samples or --precision fp16")
     assert oom_hint(set(), script) == ""
+
+
+def test_a_front_end_without_the_setting_gets_the_otherwise_words(tmp_path: Path) -> None:
+    from ootd.app.tryon.loader import check_checkpoints_present
+    from ootd.serve.forms import api_name
+
+    with pytest.raises(OotdError) as raised:
+        check_checkpoints_present(tmp_path / "missing", [], False)
+    api = worded(raised.value, api_name)  # a request cannot choose the server's checkpoints: no remedy it lacks
+    assert api.startswith("checkpoints folder ") and "ootd download --dest" in api and "pass" not in api, api
