@@ -163,3 +163,18 @@ def test_a_setting_declared_once_reaches_every_front_end(tmp_path: Path, tiny_tr
     assert status == 200, answer
     assert answer["settings"]["knob"] == 5
     assert found["api_bad"] == [422, {"error": "`knob` must be 0 to 9, got 12"}]
+
+
+def test_each_speed_setting_is_one_entry_of_the_modes_table() -> None:
+    """A speed mode is its declaration (`home="speed.<name>"`) plus its implementation: its field of SpeedModes and
+    its entry in speedups/modes.py's MODES (the field, the check, how a message tells its value), the table that
+    build_config, update_config and `speed` exact's refusal read; neither side has one the other lacks."""
+    from dataclasses import fields
+
+    from ootd.speedups.modes import MODES, SpeedModes
+
+    declared = {one.key for one in SETTINGS if one.group == "speed"} - {"preset"}
+    assert declared == set(MODES)
+    assert {field for field, _, _ in MODES.values()} == {f.name for f in fields(SpeedModes)}
+    for name in MODES:
+        assert name in SETTINGS and SETTINGS[name].home == f"speed.{name}", name
