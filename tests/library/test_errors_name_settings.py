@@ -240,3 +240,21 @@ def test_a_front_end_without_the_setting_gets_the_otherwise_words(tmp_path: Path
         check_checkpoints_present(tmp_path / "missing", [], False)
     api = worded(raised.value, api_name)  # a request cannot choose the server's checkpoints: no remedy it lacks
     assert api.startswith("checkpoints folder ") and "ootd download --dest" in api and "pass" not in api, api
+
+
+def test_an_error_keeps_its_setting_and_words_across_processes(tmp_path: Path) -> None:
+    """A Ray worker's or replica's error reaches the driver pickled: it still names its setting, and the front end
+    there words it as it would its own."""
+    import pickle
+
+    from ootd.cli.options import cli_name
+    from ootd.serve.forms import api_name
+
+    for setting, call in _cases(tmp_path)[:8]:
+        with pytest.raises(OotdError) as raised:
+            call()
+        error = raised.value
+        back = pickle.loads(pickle.dumps(error))
+        assert (type(back), back.setting, str(back)) == (type(error), setting, str(error))
+        assert worded(back, cli_name) == worded(error, cli_name) != str(error)
+        assert worded(back, api_name) == worded(error, api_name)
