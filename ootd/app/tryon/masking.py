@@ -132,6 +132,10 @@ class PersonNotFound(NoPersonError):
     def with_remedy(self, remedy: str) -> PersonNotFound:
         return PersonNotFound(self.person, remedy)
 
+    def __reduce__(self) -> tuple[type[PersonNotFound], tuple[str | Path, str]]:
+        """Pickled by its parts (its message is made from them), so a Ray replica's error arrives as itself."""
+        return PersonNotFound, (self.person, self.remedy)
+
 
 def no_person_error(person: str | Path, remedy: str = RUN_REMEDY) -> PersonNotFound:
     """The pose model's error, naming the file and the way around it that the asking front end offers."""
