@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
     from ootd.app.tryon.preservation import PreservationChoice
     from ootd.errors import OotdError
+    from ootd.models import Models
 
 logger = logging.getLogger("ootd.cli")
 
@@ -233,6 +234,7 @@ class _Plan:
     cluster: ClusterOptions
     report: Path
     index: Path
+    models: Models  # every model of this process (the Ray engine's actors each make their own)
     preservation: PreservationChoice | None = None  # whether each pair made is measured, and the review mark
     truth: Path | None = None
     evaluation: EvalOptions | None = None
@@ -248,6 +250,7 @@ def _plan(config: RunConfig, given: _Given, engine: str, cluster: ClusterOptions
     from ootd.app.batch.pairs import Shard, classify_pairs, collect_pairs, select_shard
     from ootd.app.batch.precheck import check_batch_outputs
     from ootd.app.batch.report import report_name
+    from ootd.app.tryon.loader import models_for
     from ootd.settings import parse_category_word
 
     engine_name = require_engine(engine)
@@ -260,8 +263,9 @@ def _plan(config: RunConfig, given: _Given, engine: str, cluster: ClusterOptions
                           output=config.output)
     if sharding is not None:
         pairs = select_shard(pairs, sharding, config)
+    models = models_for(config)  # every model of this process (the Ray engine's actors each make their own)
     # `auto` rows (seconds each); their errors in this command's words
-    pairs = classify_pairs(pairs, config.checkpoints, config.category_margin, FlagNames.of(batch_command))
+    pairs = classify_pairs(pairs, models, config.category_margin, FlagNames.of(batch_command))
     report = report if report is not None else config.output / report_name(sharding)
     index = config.output / index_name(sharding)
     check_batch_outputs(pairs, config, report, [given.csv_file], pages=[index])
@@ -270,8 +274,8 @@ def _plan(config: RunConfig, given: _Given, engine: str, cluster: ClusterOptions
         from ootd.app.evaluate.run import EvalOptions, check_evaluation
 
         evaluation = EvalOptions.from_words(device=config.device)
-        check_evaluation(truth, evaluation)
-    return _Plan(config, pairs, engine_name, cluster, report, index, preservation, truth, evaluation)
+        check_evaluation(truth, evaluation, models)
+    return _Plan(config, pairs, engine_name, cluster, report, index, models, preservation, truth, evaluation)
 
 
 def _run(plan: _Plan, display: Display, log: PairLog, *, plain: bool, quiet: bool) -> BatchSummary:
@@ -291,7 +295,7 @@ def _run(plan: _Plan, display: Display, log: PairLog, *, plain: bool, quiet: boo
     engine_run = make_engine(plan.engine, plan.config, cluster=plan.cluster, report_path=plan.report,
                              progress=display, on_report=on_report, index_path=plan.index,
                              status=None if quiet else echo_err, preservation=plan.preservation,
-                             words=FlagNames.of(batch_command))
+                             words=FlagNames.of(batch_command), models=plan.models)
     try:
         return engine_run.run(plan.pairs)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: what is kept, and how to go on (then "interrupted")
@@ -331,7 +335,7 @@ def _evaluate(summary: BatchSummary, plan: _Plan, display: Display) -> OotdError
 
     try:
         summary.evaluation = evaluate_batch(plan.config.output, plan.truth, plan.evaluation, plan.report, plan.index,
-                                            progress=display)
+                                            plan.models, progress=display)
     except OotdError as exc:
         return exc
     return None

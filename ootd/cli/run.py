@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
     from ootd.app.tryon.inputs import JobInputs
     from ootd.app.tryon.job import JobOutcome
-    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.models import Models
+    from ootd.pipeline import TryOnPipeline
+    from ootd.pipeline_types import RunInfo, Timings
 
 logger = logging.getLogger("ootd.cli")
 
@@ -73,34 +75,34 @@ def run_command(
 ) -> None:
     """Dress one person in one garment (or an outfit of two): writes [bold]<person>__<garment>__<i>.png[/bold] per
     sample (see --name)."""
-    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.app.tryon.loader import models_for
+    from ootd.pipeline_types import Timings
 
     started = time.perf_counter()
     config = shared.config()
     inputs = _inputs(model, cloth, category, list(mask or []))
-    timings: dict[str, Any] = {}
-    resolved = _classified(inputs, config, timings)
-    loader = PipelineLoader(config)
+    models = models_for(config)  # every model of this run; the classifier goes when the try-on's pipeline loads
+    timings = Timings()  # the run's stages in the order they happened, the job's among them
+    resolved = _classified(inputs, config, models, timings)
     with Display(show_progress(shared.quiet, json_out)) as display:
-        tried = _try_on(config, resolved, loader, display, timings, log_seed=not json_out,
+        tried = _try_on(config, resolved, models, display, timings, log_seed=not json_out,
                         explain=explain and not json_out, auto=resolved is not inputs)
-    timings["total"] = time.perf_counter() - started
+    total = time.perf_counter() - started
     if json_out:
-        print_json(_summary(tried, loader, timings, shared.random_seed, explain))
+        print_json(_summary(tried, models, timings, total, shared.random_seed, explain))
         return
-    _report(tried.outcome, tried.images, tried.intermediates, timings, shared.random_seed)
+    _report(tried.outcome, tried.images, tried.intermediates, timings, total, shared.random_seed)
 
 
-def _classified(inputs: JobInputs, config: RunConfig, timings: dict[str, Any]) -> JobInputs:
-    """The inputs with `auto` categories classified (timed), the classifier released before the try-on models load
-    (the memory plan does not count it)."""
-    from ootd.app.tryon.autocategory import release_classifier, resolve_inputs
+def _classified(inputs: JobInputs, config: RunConfig, models: Models, timings: Timings) -> JobInputs:
+    """The inputs with `auto` categories classified (timed) by the owner's classifier, which goes when the
+    try-on's pipeline loads (the memory plan does not count it)."""
+    from ootd.app.tryon.autocategory import resolve_inputs
 
     t = time.perf_counter()
-    resolved = resolve_inputs(inputs, config.checkpoints, config.category_margin)
+    resolved = resolve_inputs(inputs, models, config.category_margin)
     if resolved is not inputs:
-        timings["classify"] = time.perf_counter() - t
-    release_classifier()
+        timings.add("classify", time.perf_counter() - t)
     return resolved
 
 
@@ -113,66 +115,49 @@ class _Tried:
     intermediates: dict[str, Path]
 
 
-def _try_on(config: RunConfig, inputs: JobInputs, loader: PipelineLoader, display: Display,
-            timings: dict[str, Any], *, log_seed: bool, explain: bool, auto: bool) -> _Tried:
+def _try_on(config: RunConfig, inputs: JobInputs, models: Models, display: Display, timings: Timings, *,
+            log_seed: bool, explain: bool, auto: bool) -> _Tried:
     """Every check (cheap first; pose + parsing, seconds, before the diffusion models, minutes), then the job on
-    its models (each loaded when its first pass runs, its time counted), then its files; `timings` filled in the
-    order things happened."""
+    its models (each loaded when its first pass runs, a bar per component, its time counted), then its files;
+    `timings` filled in the order things happened."""
     from ootd.app.tryon.outputs import describe_pipeline
     from ootd.app.tryon.preflight import prepare_job
 
     t = time.perf_counter()
-    job = prepare_job(config, inputs, loader, progress=display)
+    job = prepare_job(config, inputs, models, progress=display)
     if job.parses:
-        timings["pose_parsing"] = time.perf_counter() - t
+        timings.add("pose_parsing", time.perf_counter() - t)
     if log_seed:
         seed = config.sampling.seed
         logger.info("seed %d%s", seed, f" (random; pass --seed {seed} to reproduce)" if config.seed_random else "")
-    pipe_for = _timed_loader(loader, display, timings)
-    first = pipe_for(job.model_type)
-    if explain:
-        _explain(first, describe_pipeline(first, config), config, auto=auto)
-    outcome = job.run(pipe_for, progress=display)
+    with models.timed() as loading:
+        first = models.pipeline(job.model_type, config.lora, progress=display)
+        if explain:
+            _explain(first, describe_pipeline(first, config), config, auto=auto)
+        outcome = job.run(models, progress=display)
+    timings.add("load", loading.seconds)
+    timings.extend(outcome.timings())
     t = time.perf_counter()
     images, intermediates = job.save(outcome)
-    save = time.perf_counter() - t
-    timings.update(outcome.timings())
-    timings["save"] = save
+    timings.add("save", time.perf_counter() - t)
     return _Tried(outcome, images, intermediates)
 
 
-def _timed_loader(loader: PipelineLoader, display: Display, timings: dict[str, Any]) -> Any:
-    """The loader's `get`, each model's load shown and its time added to `timings["load"]`."""
-
-    def pipe_for(model_type: Any) -> Any:
-        if loader.holds(model_type):
-            return loader.get(model_type)
-        display("load", 0, 1)
-        t = time.perf_counter()
-        pipe = loader.get(model_type, progress=display if display.enabled else None)  # a bar per component
-        timings["load"] = timings.get("load", 0.0) + time.perf_counter() - t
-        if not display.enabled:
-            display("load", 1, 1)
-        return pipe
-
-    return pipe_for
-
-
-def _summary(tried: _Tried, loader: PipelineLoader, timings: dict[str, Any], random_seed: bool,
+def _summary(tried: _Tried, models: Models, timings: Timings, total: float, random_seed: bool,
              explain: bool) -> dict[str, Any]:
     """`--json`: the files, the seed, what was tried on, where and how it ran, and the time each stage took."""
-    from ootd.app.tryon.outputs import peak_memory, rounded
+    from ootd.app.tryon.outputs import peak_memory
 
     outcome = tried.outcome
-    info = outcome.info
+    ran = outcome.ran
     summary = {"outputs": [str(p) for p in tried.images],
                "intermediates": {k: str(p) for k, p in tried.intermediates.items()},
                "seed": outcome.job.config.sampling.seed, "seed_random": random_seed, **outcome.describe(),
-               "device": info.get("device"), "precision": info.get("precision"), "attention": info.get("attention"),
-               "loads": dict(loader.loads), "timings": rounded(timings), "peak_memory": peak_memory(loader.current),
-               "plan": info.get("plan")}
+               "device": ran.device, "precision": ran.precision, "attention": ran.attention,
+               "loads": models.loads, "timings": timings.to_json(4, total=total),
+               "peak_memory": peak_memory(models.device), "plan": ran.plan}
     if explain:
-        summary["describe"] = info
+        summary["describe"] = ran.to_json()
     return summary
 
 
@@ -197,13 +182,13 @@ def _inputs(model: Path, cloth: list[Path], category: list[str], masks: list[Pat
                                 for i, (path, word) in enumerate(zip(cloth, words, strict=True))])
 
 
-def _report(outcome: Any, images: list[Path], intermediates: dict[str, Path], timings: dict[str, Any],
+def _report(outcome: JobOutcome, images: list[Path], intermediates: dict[str, Path], timings: Timings, total: float,
             random_seed: bool) -> None:
     """The summary as lines: paths, seed (and each pass's), what was classified or combined, and time."""
     from ootd.app.tryon.autocategory import category_words
     from ootd.app.tryon.outputs import attention_used
 
-    job, record, info = outcome.job, outcome.record(0), outcome.info
+    job, record, ran = outcome.job, outcome.record(0), outcome.ran
     for path in [*images, *intermediates.values()]:
         typer.echo(escaped(path))
     seed = job.config.sampling.seed
@@ -214,30 +199,30 @@ def _report(outcome: Any, images: list[Path], intermediates: dict[str, Path], ti
     for line in record.garment_lines(category_words):  # an outfit's passes, or a classified garment's category
         typer.echo(escaped(line))
     speed = record.speed_summary()
-    typer.echo(f"time: {timing_line(timings)} on {info.get('device')}, "
-               f"{info.get('precision_word') or info.get('precision')}, "
-               f"attention {attention_used(info.get('attention'))}" + (f", {speed}" if speed else ""))
+    typer.echo(f"time: {timing_line(timings, total)} on {ran.device}, {ran.precision_word or ran.precision}, "
+               f"attention {attention_used(ran.attention)}" + (f", {speed}" if speed else ""))
 
 
-def timing_line(timings: dict[str, Any]) -> str:
+def timing_line(timings: Timings, total: float) -> str:
     """`12.3 s (load 5.1 s, ..., other 0.1 s)`: every stage that took time, plus what no stage covers, so the
     parts add up to the total."""
     from ootd.app.tryon.outputs import format_seconds
 
-    parts = {name: value for name, value in timings.items() if name != "total" and isinstance(value, float)}
-    other = timings["total"] - sum(parts.values())
+    parts = dict(timings.stages)
+    other = total - sum(parts.values())
     if other >= 0.0005:
         parts["other"] = other
     stages = ", ".join(f"{name} {format_seconds(value)}" for name, value in parts.items())
-    return f"{format_seconds(timings['total'])} ({stages})"
+    return f"{format_seconds(total)} ({stages})"
 
 
-def _explain(pipe: Any, info: dict[str, Any], config: Any, auto: bool = False) -> None:
+def _explain(pipe: TryOnPipeline, ran: RunInfo, config: RunConfig, auto: bool = False) -> None:
     """--explain: what was chosen, and the memory plan for this call when the pipeline makes one."""
-    for key in ("device", "arch", "precision", "attention"):
-        if info.get(key):
-            typer.echo(f"{key}: {info[key]}")
-    plan = info.get("plan")
+    for key, value in (("device", ran.device), ("arch", ran.arch), ("precision", ran.precision),
+                       ("attention", ran.attention)):
+        if value:
+            typer.echo(f"{key}: {value}")
+    plan: Any = ran.plan
     make_plan = getattr(getattr(pipe, "residency", None), "make_plan", None)
     if callable(make_plan):
         sampling = config.sampling
@@ -257,7 +242,7 @@ def _explain(pipe: Any, info: dict[str, Any], config: Any, auto: bool = False) -
         _explain_classifier(config)
 
 
-def _explain_classifier(config: Any) -> None:
+def _explain_classifier(config: RunConfig) -> None:
     """--explain with --category auto: what the classifier's text tower costs, from the CLIP folder's config."""
     from transformers import CLIPConfig
 

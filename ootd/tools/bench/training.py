@@ -38,16 +38,18 @@ def _peak_rss() -> int:
 
 def bench_training(kind: str, resolution: Resolution, settings: TrainSettings, steps: int) -> TrainBench:
     """Build the `kind` architectures with random weights, add the adapters and time `steps` optimizer steps."""
-    from ootd.app.train.models import load_training_models
     from ootd.app.train.plan import training_estimate
-    from ootd.hardware.device import detect_device
-    from ootd.hardware.policy import choose_precision
+    from ootd.models import Models, ModelSource
+    from ootd.runtime import RuntimeRequest
+    from ootd.settings import PrecisionName
     from ootd.tools.bench.random_weights import build_random_components
     from ootd.training.objective import draw
 
-    precision = choose_precision(detect_device("cpu"), "fp32")
-    components = build_random_components(kind, precision)
-    models = load_training_models(None, ModelType.HD, settings, "cpu", components=components)
+    source = ModelSource(components=lambda model_type, precision, device: build_random_components(kind, precision,
+                                                                                                  device))
+    owner = Models(None, RuntimeRequest(device="cpu", precision=PrecisionName.FP32), source=source)
+    models = owner.trainable(ModelType.HD, settings)  # the random networks handed to the owner as a source
+    components = models.pipe.components
     baseline = _peak_rss()
     h, w = resolution.height // 8, resolution.width // 8
     b = settings.batch_size
