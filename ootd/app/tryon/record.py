@@ -30,6 +30,10 @@ SOFTWARE_PREFIX = "ootd"
 AUTO_MASK = "auto"  # the mask name of a mask made from pose and parsing
 # the keys of what is not a setting: what a pass was made of, where it ran, which picture it is
 MODEL_KEY, CATEGORY_KEY = "model_type", "category"
+# How the inputs' colours were read (ootd/imaging/icc.py): each input's embedded ICC profile applied, so the models
+# saw sRGB; the picture is sRGB, or in the ICC profile its PNG carries (a picture that is the person photo). Not a
+# pixel setting: an input without a profile gives the pixels it gave before this was recorded.
+COLOUR = {"colour": "sRGB (inputs through their ICC profiles)"}
 INPUT_KEYS = ("person", "garment", "mask")  # the keys that name a picture's inputs, not how it was made
 PERSON_KEY, GARMENT_KEY, MASK_KEY = INPUT_KEYS
 CATEGORY_SOURCE_KEY, CATEGORY_P_KEY = "category_source", "category_p"
@@ -145,8 +149,8 @@ class Record:
     def text(self) -> dict[str, str]:
         """The PNG text, in the order it is written."""
         ran = dict(zip(RAN_KEYS, (self.device, self.precision, self.attention, self.threads), strict=True))
-        text = {**software(), **self.picture.text(), **{key: value for key, value in ran.items()
-                                                        if value or key != RAN_KEYS[-1]}}
+        text = {**software(), **self.picture.text(), **COLOUR, **{key: value for key, value in ran.items()
+                                                                  if value or key != RAN_KEYS[-1]}}
         if self.sample is not None:
             text[SAMPLE_KEY] = str(self.sample)
         for one in self.passes:
@@ -223,7 +227,7 @@ def comparable(text: dict[str, str]) -> dict[str, str]:
 def mask_record(person: str, category: Category, model_type: ModelType, config: RunConfig) -> dict[str, str]:
     """The PNG text of `ootd mask` files: what made the mask (a try-on with these settings makes the same)."""
     return {**software(), PERSON_KEY: person, CATEGORY_KEY: category.value, MODEL_KEY: model_type.value,
-            **setting_text(config, MASK)}
+            **setting_text(config, MASK), **COLOUR}
 
 
 def _probability(p: float) -> str:
