@@ -1,7 +1,7 @@
 """The `ootd` command: a thin front end over ootd/app (options -> RunConfig -> pipeline -> try-on -> files).
 
     errors.py       one-line errors and exit codes, logging per -v/-q, the click group
-    options.py      every shared option declared once (defaults from RunConfig/SamplingSettings)
+    options.py      the settings' options (derived from ootd/app/tryon/settings.py) and the logging ones
     display.py      progress bars, JSON, tables
     run.py, batch.py, mask.py, classify.py, download.py, checkpoints.py, doctor.py, bench.py, serve.py, compare.py,
     eval.py, train.py, comfyui.py: one module per command

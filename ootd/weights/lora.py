@@ -35,10 +35,11 @@ MAX_HEADER = 1 << 24  # a safetensors header larger than this is not one of ours
 
 
 def check_lora_scale(value: float) -> float:
-    """--lora-scale: a finite number from 0 to MAX_LORA_SCALE."""
+    """The `lora_scale` setting: a finite number from 0 to MAX_LORA_SCALE."""
     scale = float(value)
     if not math.isfinite(scale) or not 0.0 <= scale <= MAX_LORA_SCALE:
-        raise UsageError(f"--lora-scale must be from 0 to {MAX_LORA_SCALE:g}, got {value}")
+        raise UsageError.about("lora_scale", "{@lora_scale} must be from 0 to {most:g}, got {value}", value=value,
+                               most=MAX_LORA_SCALE)
     return scale
 
 
@@ -52,19 +53,22 @@ class LoraChoice:
 
     @classmethod
     def parse(cls, path: str | Path | None, scale: float = 1.0) -> LoraChoice | None:
-        """`--lora FILE --lora-scale S` -> a checked choice, None without a file (a scale alone is an error)."""
+        """The `lora` and `lora_scale` settings -> a checked choice, None without a file (a scale alone is an
+        error)."""
         if path is None or not str(path).strip():
             if float(scale) != 1.0:
-                raise UsageError("--lora-scale needs --lora FILE")
+                raise UsageError.about("lora_scale", "{@lora_scale} needs {@lora} FILE", value=scale)
             return None
         file = Path(path).expanduser()
         if not file.is_file():
             problem = "is a folder" if file.is_dir() else "not found"
-            raise UsageError(f"--lora {printable(file)}: {problem}")
+            raise UsageError.about("lora", "{@lora} {file}: {problem}", value=file, file=printable(file),
+                                   problem=problem)
         try:
             sha256 = hashlib.sha256(file.read_bytes()).hexdigest()
         except OSError as exc:
-            raise UsageError(f"--lora {printable(file)}: cannot be read ({exc.strerror or exc})") from None
+            raise UsageError.about("lora", "{@lora} {file}: cannot be read ({why})", value=file,
+                                   file=printable(file), why=exc.strerror or exc) from None
         return cls(file, check_lora_scale(scale), sha256)
 
 

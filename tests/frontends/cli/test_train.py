@@ -32,6 +32,9 @@ def test_bad_input_is_one_line(tmp_path: Path, tiny_tree: Path) -> None:
                           "is not a training cache")
     assert_one_line_error(invoke("train", "run", tmp_path / "empty", "-o", tmp_path / "r", "--rank", "0"), 2,
                           "--rank must be 1 to 1024")
+    # the library names the setting (`learning_rate`); the command words it with its own flag
+    assert_one_line_error(invoke("train", "run", tmp_path / "empty", "-o", tmp_path / "r", "--lr", "5"), 2,
+                          "--lr must be above 0 and at most 1, got 5.0")
     assert_one_line_error(invoke("train", "run", tmp_path / "empty", "-o", tmp_path / "r", "--mixed-precision",
                                  "fp8"), 2, "unknown mixed precision")
 
