@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -25,9 +25,9 @@ ComfyDir = Annotated[Path, typer.Argument(metavar="COMFYUI_DIR", help="The Comfy
                                                                      "and custom_nodes/).", show_default=False)]
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
-def install_command(comfyui: ComfyDir, **logging: Any) -> None:
+@with_options(LOGGING_OPTIONS)
+def install_command(comfyui: ComfyDir) -> None:
     """Put ootd's nodes in COMFYUI_DIR/custom_nodes/ootd (a shim that imports them from the ootd installed in
     ComfyUI's Python, and the example workflows); run it again after upgrading ootd."""
     from ootd.comfyui.install import install
@@ -53,9 +53,9 @@ def checkout() -> str:
     return str(root) if (root / "pyproject.toml").is_file() else "PATH_TO_OOTD"
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
-def uninstall_command(comfyui: ComfyDir, **logging: Any) -> None:
+@with_options(LOGGING_OPTIONS)
+def uninstall_command(comfyui: ComfyDir) -> None:
     """Remove ootd's nodes from COMFYUI_DIR/custom_nodes (only the folder `ootd comfyui install` wrote)."""
     from ootd.comfyui.install import uninstall
 
