@@ -51,6 +51,7 @@ What needs the released weights (on these random ones each stops with one line; 
   automatic masks (ootd run without --mask, ootd mask, the page's "Automatic mask"): "no person detected";
     give the examples' masks: examples/person_mask_upper.png (the T-shirt), examples/person_mask_lower.png
   --category auto and ootd classify: every category p 0.33, refused; give --category upper or lower
+  preservation figures (the line after a try-on's files): "not measured: nobody found in the photo"
   a real picture: these weights give noise
 TINY
   NEXT="ootd run --model examples/person.png --cloth examples/tshirt.png --category upper --mask examples/person_mask_upper.png --checkpoints $CKPT --resolution 384x512 --steps 4 -o outputs/mine"

@@ -23,8 +23,11 @@ from ootd.cli.options import (
     OUTPUTS,
     RUN_OPTIONS,
     JsonOpt,
+    PreservationOpt,
+    ReviewAboveOpt,
     Shared,
     choices,
+    preservation_choice,
     with_options,
 )
 from ootd.errors import UsageError, escaped, worded
@@ -145,15 +148,6 @@ WorkersOpt = Annotated[int | None, _batch_opt("--workers", panel=HARDWARE, show_
 GpusOpt = Annotated[float | None, _batch_opt("--gpus-per-worker", panel=HARDWARE, show_default=False,
                                              help="--engine ray: GPUs per worker (default: 1 if the cluster has "
                                                   "GPUs, else 0).")]
-PreservationOpt = Annotated[bool, _batch_opt(
-    "--preservation/--no-preservation", panel=OUTPUTS,
-    help="Measure what each pair made changed of its person photo, region by region (face, hands, ...: "
-         "docs/preservation.md), into its report line, the summary and the contact sheet (worst first); needs the "
-         "pose and parsing models, no network.")]
-ReviewAboveOpt = Annotated[float | None, _batch_opt(
-    "--review-above", metavar="PERCENT", panel=OUTPUTS, show_default=False,
-    help="Mark for review the pairs where more than PERCENT of a region outside the mask changed (report line, "
-         "summary, contact sheet; the exit code is unchanged).")]
 TruthOpt = Annotated[Path | None, _batch_opt(
     "--truth", metavar="PHOTOS", panel=OUTPUTS, show_default=False,
     help="Folder of the real photos: when the batch ends, measure its results against them (SSIM, LPIPS, FID, "
@@ -194,7 +188,7 @@ def batch_command(
     from ootd.app.batch.cluster import ClusterOptions
 
     config = shared.config(overwrite=overwrite)
-    kept = _preservation(preservation, review_above)
+    kept = preservation_choice(preservation, review_above)
     given = _Given(csv_file, models, cloths, masks, category, pairing, shard)
     cluster = ClusterOptions(address=address, workers=workers, gpus_per_worker=gpus_per_worker)
     plan = _plan(config, given, engine, cluster, report, truth, kept)
@@ -317,15 +311,6 @@ def _finish(summary: BatchSummary, plan: _Plan, json_out: bool) -> None:
         typer.echo(escaped(line))
     if sheet is not None:
         typer.echo(escaped(f"contact sheet: {sheet}"))
-
-
-def _preservation(on: bool, review_above: float | None) -> PreservationChoice:
-    from ootd.app.tryon.preservation import PreservationChoice
-    from ootd.evaluation.settings import check_review_above
-
-    if review_above is not None and not on:
-        raise UsageError("--review-above marks pairs by their preservation figures: leave out --no-preservation")
-    return PreservationChoice(on, check_review_above(review_above))
 
 
 def _evaluate(summary: BatchSummary, plan: _Plan, display: Display) -> OotdError | None:

@@ -14,7 +14,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,14 +33,18 @@ from ootd.app.tryon.settings import (
     SETTINGS,
     Setting,
 )
+from ootd.errors import UsageError
 from ootd.hardware.spec import ENV_DEVICE
 from ootd.settings import AUTO_CATEGORY, Category, Choice, ModelType
+
+if TYPE_CHECKING:
+    from ootd.app.tryon.preservation import PreservationChoice
 
 LOGGING = "Logging"
 # what the commands read from here: the panels and front-end names of the declarations, with the options
 __all__ = ["BATCH", "BENCH", "CLASSIFY", "HARDWARE", "INPUTS", "MASK", "OUTPUTS", "RUN", "SAMPLING", "SERVE",
            "LOGGING_OPTIONS", "RUN_OPTIONS", "Shared", "choices", "options_of", "with_options", "checked_config",
-           "config_from"]
+           "config_from", "PreservationOpt", "ReviewAboveOpt", "preservation_choice"]
 
 
 def choices(words: type[Choice] | tuple[str, ...]) -> str:
@@ -95,6 +99,16 @@ JsonOpt = Annotated[bool, _opt("--json", panel=OUTPUTS, help="Print a machine-re
 VerboseOpt = Annotated[bool, _opt("--verbose", "-v", panel=LOGGING, help="Debug logging (also library warnings).")]
 QuietOpt = Annotated[bool, _opt("--quiet", "-q", panel=LOGGING, help="No progress display, errors only.")]
 DebugOpt = Annotated[bool, _opt("--debug", panel=LOGGING, help="Print tracebacks for errors.")]
+# what `ootd run` and `ootd batch` measure of each try-on (docs/preservation.md); `preservation_choice` checks them
+PreservationOpt = Annotated[bool, _opt(
+    "--preservation/--no-preservation", panel=OUTPUTS,
+    help="Measure what each try-on changed of its person photo, region by region (face, hands, ...: "
+         "docs/preservation.md), into --json and the summary (a batch: each pair's report line, the contact sheet, "
+         "worst first); needs the pose and parsing models, no network.")]
+ReviewAboveOpt = Annotated[float | None, _opt(
+    "--review-above", metavar="PERCENT", panel=OUTPUTS, default_shown=False,
+    help="Mark for review the try-ons where more than PERCENT of a region outside the mask changed (the "
+         "preservation line and JSON; a batch's summary and contact sheet too; the exit code is unchanged).")]
 
 # name -> (declaration, default). The names are build_config's keywords.
 RUN_OPTIONS = options_of(RUN)
@@ -154,6 +168,16 @@ def with_options(*groups: dict[str, tuple[Any, Any]], **defaults: Any) -> Callab
         return command
 
     return decorate
+
+
+def preservation_choice(on: bool, review_above: float | None) -> PreservationChoice:
+    """`--preservation/--no-preservation` and `--review-above PERCENT`, checked once (usage errors, exit 2)."""
+    from ootd.app.tryon.preservation import PreservationChoice
+    from ootd.evaluation.settings import check_review_above
+
+    if review_above is not None and not on:
+        raise UsageError("--review-above marks try-ons by their preservation figures: leave out --no-preservation")
+    return PreservationChoice(on, check_review_above(review_above))
 
 
 def config_from(options: Mapping[str, Any]) -> RunConfig:

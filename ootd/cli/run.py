@@ -24,7 +24,10 @@ from ootd.cli.options import (
     OUTPUTS,
     RUN_OPTIONS,
     JsonOpt,
+    PreservationOpt,
+    ReviewAboveOpt,
     Shared,
+    preservation_choice,
     with_options,
 )
 from ootd.errors import escaped
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
     from ootd.app.tryon.inputs import JobInputs
     from ootd.app.tryon.job import JobOutcome
+    from ootd.app.tryon.preservation import PairPreservation, PreservationChoice
     from ootd.models import Models
     from ootd.pipeline import TryOnPipeline
     from ootd.pipeline_types import RunInfo, Timings
@@ -70,6 +74,8 @@ def run_command(
     json_out: JsonOpt = False,
     explain: Annotated[bool, typer.Option("--explain", help="Print the device, precision, attention and memory "
                                           "plan before running.", rich_help_panel=OUTPUTS)] = False,
+    preservation: PreservationOpt = True,
+    review_above: ReviewAboveOpt = None,
     *,
     shared: Shared,
 ) -> None:
@@ -80,6 +86,7 @@ def run_command(
 
     started = time.perf_counter()
     config = shared.config()
+    measure = preservation_choice(preservation, review_above)
     inputs = _inputs(model, cloth, category, list(mask or []))
     models = models_for(config)  # every model of this run; the classifier goes when the try-on's pipeline loads
     timings = Timings()  # the run's stages in the order they happened, the job's among them
@@ -87,11 +94,13 @@ def run_command(
     with Display(show_progress(shared.quiet, json_out)) as display:
         tried = _try_on(config, resolved, models, display, timings, log_seed=not json_out,
                         explain=explain and not json_out, auto=resolved is not inputs)
+        kept = _measured(measure, tried, resolved, models, timings)
     total = time.perf_counter() - started
     if json_out:
-        print_json(_summary(tried, models, timings, total, shared.random_seed, explain))
+        summary = _summary(tried, models, timings, total, shared.random_seed, explain)
+        print_json({**summary, "preservation": kept.to_json()} if kept is not None else summary)
         return
-    _report(tried.outcome, tried.images, tried.intermediates, timings, total, shared.random_seed)
+    _report(tried.outcome, tried.images, tried.intermediates, timings, total, shared.random_seed, kept)
 
 
 def _classified(inputs: JobInputs, config: RunConfig, models: Models, timings: Timings) -> JobInputs:
@@ -143,6 +152,20 @@ def _try_on(config: RunConfig, inputs: JobInputs, models: Models, display: Displ
     return _Tried(outcome, images, intermediates)
 
 
+def _measured(measure: PreservationChoice, tried: _Tried, inputs: JobInputs, models: Models, timings: Timings
+              ) -> PairPreservation | None:
+    """What the results changed of the person photo (docs/preservation.md), with the owner's pose and parsing
+    models (those the masks came from), timed; None with --no-preservation. It never fails the run."""
+    from ootd.app.tryon.preservation import measure_made
+
+    if not measure.on:
+        return None
+    t = time.perf_counter()
+    kept = measure_made(tried.images, inputs, models.preprocessor, measure.review_above)
+    timings.add("preservation", time.perf_counter() - t)
+    return kept
+
+
 def _summary(tried: _Tried, models: Models, timings: Timings, total: float, random_seed: bool,
              explain: bool) -> dict[str, Any]:
     """`--json`: the files, the seed, what was tried on, where and how it ran, and the time each stage took."""
@@ -183,14 +206,17 @@ def _inputs(model: Path, cloth: list[Path], category: list[str], masks: list[Pat
 
 
 def _report(outcome: JobOutcome, images: list[Path], intermediates: dict[str, Path], timings: Timings, total: float,
-            random_seed: bool) -> None:
-    """The summary as lines: paths, seed (and each pass's), what was classified or combined, and time."""
+            random_seed: bool, kept: PairPreservation | None = None) -> None:
+    """The summary as lines: paths, what they changed of the photo, seed (and each pass's), what was classified or
+    combined, and time."""
     from ootd.app.tryon.autocategory import category_words
     from ootd.app.tryon.outputs import attention_used
 
     job, record, ran = outcome.job, outcome.record(0), outcome.ran
     for path in [*images, *intermediates.values()]:
         typer.echo(escaped(path))
+    if kept is not None:
+        typer.echo(escaped(f"preservation: {kept.line()}"))
     seed = job.config.sampling.seed
     note = f" (random; pass --seed {seed} to reproduce)" if random_seed else ""
     seeds = ", ".join(f"{p.name} seed {p.sampling.seed}" for p in record.passes)

@@ -1,5 +1,6 @@
 """What a try-on changed that it should have kept: a result file measured against the person photo it was made
-from (ootd/evaluation/preservation.py has the figures), as `ootd eval --preservation` and `ootd batch` do it.
+from (ootd/evaluation/preservation.py has the figures), as `ootd eval --preservation`, `ootd batch` and `ootd run`
+(`measure_made`) do it.
 
 The result's record (ootd/app/tryon/provenance.py `recorded_framing`) says how the photo was framed (working size,
 fit, mask growth), whether the picture is at the working size or the photo's (and kept outside the mask), and
@@ -20,10 +21,11 @@ was made from (another size), a mask not found, nobody found in the photo.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ import numpy as np
 from PIL import Image
 
 from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.inputs import JobInputs
 from ootd.app.tryon.provenance import is_intermediate_record, is_ours, read_record, recorded_framing
 from ootd.app.tryon.record import AUTO_MASK
 from ootd.errors import InputImageError, NoPersonError, OotdError, printable
@@ -47,6 +50,8 @@ from ootd.imaging.framing import FitInfo, frame_of, restore_framing
 from ootd.imaging.opener import open_image
 from ootd.imaging.photo import feather_pixels, in_photo_frame, photo_mask
 from ootd.settings import Category, FitMode, ModelType, OutputSize, PhotoOutput, Resolution, parse_resolution
+
+logger = logging.getLogger(__name__)
 
 PARSES_KEPT = 32  # distinct photos whose parse a ParseCache keeps (a batch's people cycle once per garment)
 Parser = Callable[[], Any]  # the pose + parsing models (a Preprocessor), loaded when first asked for
@@ -341,5 +346,25 @@ def measure_pair(results: list[Path], person: Path, cache: ParseCache, masks: Ma
     return PairPreservation(pair.results, review_above is not None and score is not None and score > review_above)
 
 
-__all__ = ["Measured", "PairPreservation", "ParseCache", "PreservationChoice", "PreservationError", "measure_pair",
-           "measure_result", "parser_for", "percent"]
+def measure_made(results: Sequence[Path], inputs: JobInputs, parser: Parser, review_above: float | None = None
+                 ) -> PairPreservation:
+    """What one job (`ootd run`) made changed of its person photo: `measure_pair` on its results, the photo and the
+    masks as the user gave them (paths), with `parser` (the pose and parsing models the job's model owner holds).
+    Never raises: the try-on is done and saved, so whatever stops the measuring is each result's `problem`."""
+    person = inputs.photo_source
+    if not isinstance(person, str | Path):
+        return _unmeasured(results, "the person photo was not given as a file, so it cannot be read again")
+    masks = {Path(g.mask).name: Path(g.mask) for g in inputs.garments if isinstance(g.mask, str | Path)}
+    try:
+        return measure_pair(list(results), Path(person), ParseCache(parser, 1), masks, review_above)
+    except Exception as exc:  # measuring must not fail a run whose pictures are written: said, not hidden
+        logger.warning("preservation: %s", exc, exc_info=True)
+        return _unmeasured(results, f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}")
+
+
+def _unmeasured(results: Sequence[Path], problem: str) -> PairPreservation:
+    return PairPreservation(tuple(Measured(str(path), problem=problem) for path in results))
+
+
+__all__ = ["Measured", "PairPreservation", "ParseCache", "PreservationChoice", "PreservationError", "measure_made",
+           "measure_pair", "measure_result", "parser_for", "percent"]

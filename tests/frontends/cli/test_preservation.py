@@ -1,7 +1,8 @@
 """Preservation as a user meets it: `ootd eval RESULTS --preservation` (lines, --json, the files, bad input in one
 line), `ootd batch` measuring each pair by default (report line, summary, --json, the contact sheet's cells and
 worst-first table, --review-above marking pairs without changing the exit code, --no-preservation), and
-`ootd compare` showing both sides' figures. Pose and parsing are the synthetic ones (tests/helpers/synthetic.py):
+`ootd compare` showing both sides' figures, and `ootd run` measuring its results by default (--json, its line,
+--no-preservation, a result it cannot measure). Pose and parsing are the synthetic ones (tests/helpers/synthetic.py):
 the tiny checkpoints' random ones find nobody."""
 
 from __future__ import annotations
@@ -143,3 +144,69 @@ def test_compare_shows_both_sides_preservation(tmp_path: Path, people: Path, exa
     data = json.loads(invoke("compare", exact, fast, "--json").stdout)
     assert data["overall"]["preservation"]["b_changed_more"] == 1
     assert data["images"][1]["preservation"]["b"]["summary"].startswith("face ")
+
+
+def run_args(example_images: dict[str, Path], tiny_tree: Path, out: Path) -> list:
+    return ["run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper", "--mask",
+            example_images["mask"], "--checkpoints", tiny_tree, "-o", out, *RUN]
+
+
+def test_run_json_and_line_carry_the_figures_eval_computes(models, tmp_path: Path, pipe_hd, tiny_tree: Path,  # noqa: ANN001
+                                                           example_images) -> None:
+    models.use(pipe_hd, preprocessor=synthetic_preprocessor())
+    out = tmp_path / "out"
+    args = run_args(example_images, tiny_tree, out)
+    result = invoke(*args, "--json", "--review-above", "5")
+    assert result.exit_code == 0, result.output  # marked for review, and still 0
+    data = json.loads(result.stdout)
+    kept = data["preservation"]
+    assert kept["review"] and kept["score"] > 0.05 and kept["summary"] == kept["summary"].strip()
+    assert kept["results"][0]["result"] == data["outputs"][0] and "preservation" in data["timings"]
+    assert kept["results"][0]["regions"]["legs"] == {"absent": True} and "face" in kept["results"][0]["regions"]
+    # the same figures `ootd eval --preservation` computes for the same result
+    folder = example_images["person"].parent
+    evaluated = invoke("eval", out, "--preservation", "--people", folder, "--masks", folder, "--checkpoints",
+                       tiny_tree, "--json")
+    assert evaluated.exit_code == 0, evaluated.output
+    (line,) = read_report(out / "preservation.jsonl")[1:]  # eval's line also names the photo and its own mark
+    assert line.pop("person") == str(example_images["person"]) and line.pop("review") is False
+    assert [line] == kept["results"]
+    shown = invoke(*args, "--overwrite")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines[0] == str(out / "person__tshirt__0.png"), lines
+    assert lines[1].startswith("preservation: ") and lines[2].startswith("seed: "), lines
+    assert lines[1].removeprefix("preservation: ") == kept["summary"]  # not marked: no --review-above
+
+
+def test_run_no_preservation_and_review_above_bounds(models, tmp_path: Path, pipe_hd, tiny_tree: Path,  # noqa: ANN001
+                                                     example_images) -> None:
+    models.use(pipe_hd, preprocessor=synthetic_preprocessor())
+    args = run_args(example_images, tiny_tree, tmp_path / "off")
+    off = invoke(*args, "--no-preservation", "--json")
+    assert off.exit_code == 0, off.output
+    data = json.loads(off.stdout)
+    assert "preservation" not in data and "preservation" not in data["timings"]
+    plain = invoke(*args, "--no-preservation", "--overwrite")
+    assert plain.exit_code == 0, plain.output
+    assert len(plain.stdout.splitlines()) == 3 and "preservation:" not in plain.stdout, plain.stdout
+    models.forbid()  # refused before anything loads
+    for words in (["--review-above", "100"], ["--review-above", "-1"], ["--no-preservation", "--review-above", "1"]):
+        assert_one_line_error(invoke(*run_args(example_images, tiny_tree, tmp_path / "x"), *words), 2,
+                              "--review-above")
+    assert not (tmp_path / "x").exists()
+
+
+def test_run_says_why_a_result_cannot_be_measured_and_exits_0(models, tmp_path: Path, pipe_hd,  # noqa: ANN001
+                                                              tiny_tree: Path, example_images) -> None:
+    models.use(pipe_hd)  # the tiny checkpoints' own pose and parsing: their random pose model finds nobody
+    out = tmp_path / "out"
+    result = invoke(*run_args(example_images, tiny_tree, out), "--json", "--review-above", "1")
+    assert result.exit_code == 0, result.output
+    kept = json.loads(result.stdout)["preservation"]
+    assert kept["score"] is None and not kept["review"]
+    assert kept["summary"].startswith("not measured: nobody found in the photo"), kept
+    assert kept["results"] == [{"result": str(out / "person__tshirt__0.png"), "problem": kept["summary"][14:]}]
+    shown = invoke(*run_args(example_images, tiny_tree, out), "--overwrite")
+    assert shown.exit_code == 0, shown.output
+    assert "preservation: not measured: nobody found in the photo" in shown.stdout.splitlines()[1]
