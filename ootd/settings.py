@@ -282,10 +282,22 @@ class SchedulerName(Choice):
     DPMPP = "dpmpp"  # DPM-Solver++ multistep
     DDIM = "ddim"
     EULER = "euler"
+    LCM = "lcm"  # latent consistency sampling: a few-step adapter's (`ootd train distill`)
+    TCD = "tcd"  # Trajectory Consistency Distillation's sampler, also for a few-step adapter
 
     @classmethod
     def parse(cls, value: str | SchedulerName, what: str | None = "scheduler") -> SchedulerName:
         return super().parse(value, what)
+
+    @property
+    def few_step(self) -> bool:
+        """A consistency sampler: its timesteps come from the distillation's grid of CONSISTENCY_GRID points."""
+        return self in (SchedulerName.LCM, SchedulerName.TCD)
+
+
+# The timestep grid a few-step adapter is distilled on and its samplers pick from (diffusers' LCMScheduler and
+# TCDScheduler `original_inference_steps`): every 20th of the 1000 training timesteps, so 1 to 50 steps.
+CONSISTENCY_GRID = 50
 
 
 GUIDANCE_ON = 1.0  # image guidance runs at scales from here up (as the original); below it is off
@@ -307,6 +319,9 @@ class SamplingSettings:
             raise UsageError(f"samples must be between 1 and 64, got {self.num_samples}")
         if not 1 <= self.steps <= 1000:
             raise UsageError(f"steps must be between 1 and 1000, got {self.steps}")
+        if self.scheduler.few_step and self.steps > CONSISTENCY_GRID:
+            raise UsageError(f"steps must be between 1 and {CONSISTENCY_GRID} with the {self.scheduler.value} "
+                             f"scheduler (its timesteps are a grid of {CONSISTENCY_GRID}), got {self.steps}")
         if not 0.0 <= self.guidance_scale <= 50.0:
             raise UsageError(f"scale must be between 0 and 50, got {self.guidance_scale}")
         if self.seed is not None and not 0 <= self.seed < 2**63:
@@ -316,6 +331,11 @@ class SamplingSettings:
     def guidance(self) -> bool:
         """Whether image guidance runs (a conditional and an unconditional half per step)."""
         return self.guidance_scale >= GUIDANCE_ON
+
+    @property
+    def unet_evaluations(self) -> int:
+        """Try-on UNet evaluations a picture takes: one per step, two with guidance (what a step count costs)."""
+        return self.steps * (2 if self.guidance else 1)
 
     @classmethod
     def from_words(cls, *, seed: int | None = None, resolution: str | tuple[int, int] | Resolution | None = None,

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ootd.app.console import echo_err
 from ootd.app.tryon.config import RunConfig, build_config
 from ootd.app.tryon.naming import NAME_FIELDS
 from ootd.hardware.spec import ENV_DEVICE
@@ -39,7 +40,7 @@ from ootd.settings import (
     SpeedPreset,
 )
 from ootd.speedups.modes import FeatureCache, TokenMerge
-from ootd.weights.lora import MAX_LORA_SCALE, LoraChoice
+from ootd.weights.lora import MAX_LORA_SCALE, LoraChoice, read_choice
 
 SAMPLING = "Sampling"
 HARDWARE = "Hardware"
@@ -73,14 +74,19 @@ MaskGrowOpt = Annotated[int, _opt("--mask-grow", panel=INPUTS, metavar="N",
                                    help="Grow the mask by N pixels (at 512 px height).")]
 SamplesOpt = Annotated[int, _opt("--samples", "-n", panel=SAMPLING, metavar="N",
                                   help="Images per pair, each from its own noise.")]
-StepsOpt = Annotated[int, _opt("--steps", panel=SAMPLING, metavar="N", help="Denoising steps.")]
-ScaleOpt = Annotated[float, _opt("--scale", panel=SAMPLING, help="Image guidance scale (off below 1.0).")]
+StepsOpt = Annotated[int | None, _opt("--steps", panel=SAMPLING, metavar="N", default_shown=False, help=(
+    f"Denoising steps. Default: {SamplingSettings.steps}, or a few-step adapter's own (--lora)."))]
+ScaleOpt = Annotated[float | None, _opt("--scale", panel=SAMPLING, default_shown=False, help=(
+    f"Image guidance scale (off below 1.0). Default: {SamplingSettings.guidance_scale:g}, or a few-step "
+    "adapter's own (guidance off)."))]
 SeedOpt = Annotated[int | None, _opt("--seed", panel=SAMPLING, default_shown=False, metavar="N",
                                      help="Random seed; drawn at random (and printed) when absent.")]
 ResolutionOpt = Annotated[str, _opt("--resolution", panel=SAMPLING, metavar="WxH",
                                     help="Working resolution, width x height: 384x512 or 768x1024.")]
-SchedulerOpt = Annotated[str, _opt("--scheduler", metavar=choices(SchedulerName), panel=SAMPLING,
-                                   help="Sampler (unipc: the original's).")]
+SchedulerOpt = Annotated[str | None, _opt("--scheduler", metavar=choices(SchedulerName), panel=SAMPLING,
+                                          default_shown=False, help=(
+    f"Sampler. Default: {SamplingSettings.scheduler.value} (the original's), or a few-step adapter's own (lcm or "
+    "tcd: consistency sampling, 1 to 50 steps)."))]
 SPEED = "Speed (exact by default; the modes change the images: judge them with `ootd compare`)"
 SpeedOpt = Annotated[str | None, _opt(
     "--speed", metavar=choices(SpeedPreset), panel=SPEED, default_shown=False,
@@ -172,11 +178,11 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "mask_grow": (MaskGrowOpt, RunConfig.mask_grow),
     "checkpoints": (CheckpointsOpt, None),
     "samples": (SamplesOpt, SamplingSettings.num_samples),
-    "steps": (StepsOpt, SamplingSettings.steps),
-    "scale": (ScaleOpt, SamplingSettings.guidance_scale),
+    "steps": (StepsOpt, None),  # None: SamplingSettings' default or a few-step adapter's (build_config)
+    "scale": (ScaleOpt, None),
     "seed": (SeedOpt, SamplingSettings.seed),
     "resolution": (ResolutionOpt, str(SamplingSettings.resolution)),
-    "scheduler": (SchedulerOpt, SamplingSettings.scheduler.value),
+    "scheduler": (SchedulerOpt, None),
     "speed": (SpeedOpt, None),
     "cache_interval": (CacheIntervalOpt, None),
     "token_merge": (TokenMergeOpt, None),
@@ -225,8 +231,15 @@ def with_options(*groups: dict[str, tuple[Any, Any]], **defaults: Any) -> Callab
 
 
 def config_from(options: dict[str, Any]) -> RunConfig:
-    """The RunConfig from a command's shared options (the other entries are left alone)."""
-    return build_config(**{name: options[name] for name in RUN_OPTIONS if name in options})
+    """The RunConfig from a command's shared options (the other entries are left alone); says in one line when a
+    few-step adapter's own sampling applies."""
+    config = build_config(**{name: options[name] for name in RUN_OPTIONS if name in options})
+    notice = config.lora_notice()
+    if notice is not None:
+        read_choice(config.lora, config.checkpoints)  # refused in one line first, on other base weights
+        if not options.get("quiet"):
+            echo_err(notice)
+    return config
 
 
 def option_source(name: str) -> str | None:

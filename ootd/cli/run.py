@@ -193,6 +193,7 @@ def _explain(pipe: Any, info: dict[str, Any], config: Any, auto: bool = False) -
     for key in ("device", "arch", "precision", "attention"):
         if info.get(key):
             typer.echo(f"{key}: {info[key]}")
+    typer.echo(evaluations_line(config.sampling))
     plan = info.get("plan")
     make_plan = getattr(getattr(pipe, "residency", None), "make_plan", None)
     if callable(make_plan):
@@ -211,6 +212,13 @@ def _explain(pipe: Any, info: dict[str, Any], config: Any, auto: bool = False) -
         typer.echo("memory plan: not available (this build's pipeline does not describe one)")
     if auto:
         _explain_classifier(config)
+
+
+def evaluations_line(sampling: Any) -> str:
+    """What a picture costs in try-on UNet evaluations: the steps, times two with image guidance."""
+    per_step = "2 (image guidance: a conditional and an unconditional pass)" if sampling.guidance else "1 (no guidance)"
+    return (f"denoising: {sampling.steps} {sampling.scheduler.value} steps x {per_step} = "
+            f"{sampling.unet_evaluations} try-on UNet evaluations a picture")
 
 
 def _explain_classifier(config: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,9 +22,12 @@ from typing import TYPE_CHECKING
 
 from ootd.errors import CheckpointError, UsageError, printable
 from ootd.settings import ModelType
+from ootd.weights.fewstep import FewStep, check_base, notice
 
 if TYPE_CHECKING:
     import torch
+
+logger = logging.getLogger(__name__)
 
 ADAPTER_FORMAT = "ootd-lora"
 ADAPTER_VERSION = "1"
@@ -49,6 +53,7 @@ class LoraChoice:
     path: Path
     scale: float = 1.0
     sha256: str = ""  # of the file when it was chosen: what a resumed batch compares
+    few_step: FewStep | None = None  # a distilled adapter's own sampling (ootd/weights/fewstep.py)
 
     @classmethod
     def parse(cls, path: str | Path | None, scale: float = 1.0) -> LoraChoice | None:
@@ -62,10 +67,10 @@ class LoraChoice:
             problem = "is a folder" if file.is_dir() else "not found"
             raise UsageError(f"--lora {printable(file)}: {problem}")
         try:
-            sha256 = hashlib.sha256(file.read_bytes()).hexdigest()
+            data = file.read_bytes()
         except OSError as exc:
             raise UsageError(f"--lora {printable(file)}: cannot be read ({exc.strerror or exc})") from None
-        return cls(file, check_lora_scale(scale), sha256)
+        return cls(file, check_lora_scale(scale), hashlib.sha256(data).hexdigest(), _few_step_of(file, data))
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class LoraAdapter:
     rank: int
     alpha: float
     tensors: Mapping[str, Mapping[str, torch.Tensor]]
+    few_step: FewStep | None = None  # a distilled adapter's own sampling and base weights
 
     @property
     def name(self) -> str:
@@ -89,14 +95,16 @@ class LoraAdapter:
 
 
 def adapter_bytes(tensors: Mapping[str, Mapping[str, torch.Tensor]], model_type: ModelType, rank: int,
-                  alpha: float) -> bytes:
-    """The adapter file's bytes: every UNet's peft state dict under its name, and the header read back below."""
+                  alpha: float, few_step: FewStep | None = None) -> bytes:
+    """The adapter file's bytes: every UNet's peft state dict under its name, and the header read back below
+    (with a distilled adapter's sampling and base, `few_step`)."""
     from safetensors.torch import save
 
     flat = {f"{unet}.{key}": tensor.detach().to("cpu").contiguous()
             for unet, state in tensors.items() for key, tensor in state.items()}
     header = {"format": ADAPTER_FORMAT, "version": ADAPTER_VERSION, "model_type": model_type.value,
-              "rank": str(rank), "alpha": repr(float(alpha)), "unets": ",".join(tensors)}
+              "rank": str(rank), "alpha": repr(float(alpha)), "unets": ",".join(tensors),
+              **(few_step.header() if few_step is not None else {})}
     # one metadata key: safetensors writes several in no fixed order, and the same adapter must hash the same
     return save(flat, metadata={HEADER_KEY: json.dumps(header, sort_keys=True)})
 
@@ -144,6 +152,7 @@ def read_adapter(path: str | Path) -> LoraAdapter:
         flat = load(data)
         model_type = ModelType.parse(metadata.get("model_type", ""))
         rank, alpha = int(metadata["rank"]), float(metadata["alpha"])
+        few_step = FewStep.from_header(metadata)
     except (KeyError, ValueError, UsageError) as exc:
         raise _damaged(path, f"has a bad header or tensors ({str(exc).splitlines()[0][:200]})") from None
     except Exception as exc:  # noqa: BLE001 - safetensors' own errors for a damaged body
@@ -159,7 +168,30 @@ def read_adapter(path: str | Path) -> LoraAdapter:
     if "unet_vton" not in tensors or rank < 1:
         raise _damaged(path, "holds no try-on UNet weights")
     sha256 = hashlib.sha256(data).hexdigest()
-    return LoraAdapter(path, sha256, model_type, rank, alpha, tensors)
+    return LoraAdapter(path, sha256, model_type, rank, alpha, tensors, few_step)
+
+
+def _few_step_of(path: Path, data: bytes) -> FewStep | None:
+    """A chosen file's few-step entry, if it has a good one; anything wrong with the file is read_adapter's to say
+    when the models load (one message for every kind of damage)."""
+    try:
+        return FewStep.from_header(_header(path, data))
+    except (CheckpointError, ValueError):
+        return None
+
+
+def read_choice(choice: LoraChoice | None, checkpoints: Path,
+                model_type: ModelType | None = None) -> LoraAdapter | None:
+    """The chosen adapter read and checked before any model loads; a few-step adapter also against the base
+    weights it was distilled from (ootd/weights/fewstep.py; those of `model_type`, None: the adapter's own), and
+    its sampling said in one log line."""
+    if choice is None:
+        return None
+    adapter = read_adapter(choice.path)
+    if adapter.few_step is not None:
+        check_base(adapter.path, adapter.few_step, checkpoints, model_type or adapter.model_type)
+        logger.info("%s (unless a call sets them)", notice(adapter.name, adapter.few_step, ()))
+    return adapter
 
 
 def check_adapter(adapter: LoraAdapter, unets: Mapping[str, torch.nn.Module], model_type: ModelType) -> None:

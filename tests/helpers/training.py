@@ -9,8 +9,10 @@ from pathlib import Path
 from PIL import Image, ImageOps
 
 from ootd.settings import ModelType
+from ootd.weights.fewstep import FewStep
 
 RESOLUTION = "384x512"
+SD15_BETAS = (0.00085, 0.012, 1000)  # the released scheduler's scaled-linear betas: start, end, steps
 
 
 def photos(folder: Path, example_images: dict[str, Path]) -> dict[str, Path]:
@@ -77,8 +79,19 @@ def prepared_cache(root: Path, tiny_tree: Path, example_images: dict[str, Path],
     return cache
 
 
-def write_adapter(tree: Path, path: Path, trained: bool, model_type: ModelType = ModelType.HD, rank: int = 4) -> Path:
-    """An adapter for the tree's try-on and garment UNets: fresh (B zero) or with random B (a trained stand-in)."""
+def few_step(tree: Path, model_type: ModelType = ModelType.HD, base: str | None = None, steps: int = 4,
+             scheduler: str = "lcm") -> FewStep:
+    """A few-step adapter's header entry: distilled from `tree`'s weights (or the `base` given)."""
+    from ootd.settings import SchedulerName
+    from ootd.weights.fewstep import weights_sha256
+
+    return FewStep(SchedulerName(scheduler), steps, 0.0, 2.0, base or weights_sha256(tree, model_type))
+
+
+def write_adapter(tree: Path, path: Path, trained: bool, model_type: ModelType = ModelType.HD, rank: int = 4,
+                  sampling: FewStep | None = None) -> Path:
+    """An adapter for the tree's try-on and garment UNets: fresh (B zero) or with random B (a trained stand-in);
+    with `sampling`, a few-step adapter's header (the tensors are a stand-in: nothing was distilled)."""
     import torch
     from diffusers import UNet2DConditionModel
 
@@ -96,5 +109,5 @@ def write_adapter(tree: Path, path: Path, trained: bool, model_type: ModelType =
                 if ".lora_B." in key:
                     param.data.normal_(0, 0.5)
         state[name] = lora_state(unet)
-    path.write_bytes(adapter_bytes(state, model_type, rank, rank))
+    path.write_bytes(adapter_bytes(state, model_type, rank, rank, sampling))
     return path

@@ -33,6 +33,7 @@ from ootd.settings import (
     default_model_type,
 )
 from ootd.speedups.modes import SpeedModes, resolve_speed
+from ootd.weights.fewstep import fill_sampling, notice
 from ootd.weights.lora import LoraChoice
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class RunConfig:
     category_margin: float = DEFAULT_CATEGORY_MARGIN  # `auto`: the lead over the 2nd category it needs, 0..1
     seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
     lora: LoraChoice | None = None  # an adapter `ootd train` wrote, merged at its scale when the models load
+    # -- few-step adapters (`ootd train distill`): the sampling settings taken from the adapter, not given ------
+    lora_sampling: tuple[str, ...] = ()
     photo: PhotoOutput = field(default_factory=PhotoOutput)  # working-size pictures, or the photo's (--keep-unmasked)
     # CPU threads of torch and ONNX Runtime. build_config fixes the number where the command starts, and every
     # engine's processes apply it, so a Ray worker sums floats in the same order as a local run (same bytes).
@@ -77,6 +80,12 @@ class RunConfig:
         return RuntimeRequest(device=self.device, precision=self.precision, attention=self.attention,
                               quantize=speed.quantize, channels_last=speed.channels_last, compile=speed.compile,
                               threads=self.threads)
+
+    def lora_notice(self) -> str | None:
+        """The one line a front end says when a few-step adapter's own sampling applies (None otherwise)."""
+        if self.lora is None or self.lora.few_step is None:
+            return None
+        return notice(self.lora.path.name, self.lora.few_step, self.lora_sampling)
 
     def model_type_for(self, category: Category) -> ModelType:
         """The model for a category: the forced one (if compatible) or the default (hd upper, dc otherwise)."""
@@ -138,9 +147,8 @@ def parse_size(value: str | None) -> ByteSize | None:
 
 def build_config(
     *, checkpoints: Path | str | None = None, output: Path | str = RunConfig.output, model_type: str | None = None,
-    samples: int = SamplingSettings.num_samples, steps: int = SamplingSettings.steps,
-    scale: float = SamplingSettings.guidance_scale, seed: int | None = None,
-    resolution: str = str(SamplingSettings.resolution), scheduler: str = SamplingSettings.scheduler,
+    samples: int = SamplingSettings.num_samples, steps: int | None = None, scale: float | None = None,
+    seed: int | None = None, resolution: str = str(SamplingSettings.resolution), scheduler: str | None = None,
     speed: str | None = None, token_merge: float | None = None, cache_interval: int | None = None,
     quantize: str | None = None,
     precision: str = RunConfig.precision, attention: str = RunConfig.attention, device: str | None = None,
@@ -155,7 +163,8 @@ def build_config(
     """Validate every option (cheap, before anything is loaded) into one RunConfig; a random seed is drawn here.
 
     Takes the words a user typed (as front ends receive them); each bad one is a one-line UsageError. The speed
-    options left as None follow the `speed` preset (ootd/speedups/modes.py; None: exact). `threads` None: the
+    options left as None follow the `speed` preset (ootd/speedups/modes.py; None: exact). `steps`, `scale` and
+    `scheduler` None: a few-step adapter's own (ootd/weights/fewstep.py), else SamplingSettings'. `threads` None: the
     CPU threads torch uses in this process now (its physical cores, or $OMP_NUM_THREADS), fixed here so that
     the processes of every engine apply the same number.
     """
@@ -169,8 +178,11 @@ def build_config(
     forced = ModelType.parse(model_type) if model_type is not None else None
     modes = resolve_speed(speed, token_merge=token_merge, cache_interval=cache_interval, quantize=quantize,
                           channels_last=channels_last, compile=compile)
-    sampling = SamplingSettings.from_words(num_samples=samples, steps=steps, guidance_scale=scale, seed=seed,
-                                           resolution=resolution, scheduler=scheduler)
+    lora_choice = LoraChoice.parse(lora, lora_scale)
+    words, taken = fill_sampling(lora_choice.few_step if lora_choice is not None else None,
+                                 {"steps": steps, "scale": scale, "scheduler": scheduler})
+    sampling = SamplingSettings.from_words(num_samples=samples, steps=words["steps"], guidance_scale=words["scale"],
+                                           seed=seed, resolution=resolution, scheduler=words["scheduler"])
     return RunConfig(
         checkpoints=Path(checkpoints) if checkpoints is not None else default_checkpoints_dir(),
         output=Path(output), sampling=sampling, speed=modes,
@@ -182,7 +194,7 @@ def build_config(
         max_memory=parse_size(max_memory), fit=FitMode.parse(fit, "fit mode"), mask_grow=check_mask_grow(mask_grow),
         save_intermediates=save_intermediates, overwrite=overwrite,
         name_template=check_template(name), grid=grid, seed_random=seed is None,
-        category_margin=check_category_margin(category_margin), lora=LoraChoice.parse(lora, lora_scale),
+        category_margin=check_category_margin(category_margin), lora=lora_choice, lora_sampling=taken,
         photo=PhotoOutput.from_words(output_size, keep_unmasked, feather),
         threads=check_threads(threads) if threads is not None else torch.get_num_threads(),
     )

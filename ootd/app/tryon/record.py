@@ -93,8 +93,8 @@ class PassRecord:
                 "steps": s.steps, "scale": float(s.guidance_scale), "seed": s.seed, "resolution": str(s.resolution),
                 "scheduler": s.scheduler.value, "speed": m.label(), "token_merge": m.token_merge.ratio,
                 "cache_interval": m.feature_cache.interval, "quantize": m.quantize.value,
-                **({"lora": self.lora.path.name, "lora_sha256": self.lora.sha256, "lora_scale": self.lora.scale}
-                   if self.lora is not None else {})}
+                **({"lora": self.lora.path.name, "lora_sha256": self.lora.sha256, "lora_scale": self.lora.scale,
+                    **_few_step_settings(self.lora)} if self.lora is not None else {})}
 
     def pass_words(self) -> dict[str, str]:
         """What an outfit records of this pass (PASS_KEYS), as written."""
@@ -217,7 +217,17 @@ def _lora_words(lora: LoraChoice | None) -> dict[str, str]:
     """A merged adapter's keys (none without one: a record without them means no adapter, NO_LORA)."""
     if lora is None:
         return {}
-    return {"lora": lora.path.name, "lora_sha256": lora.sha256, "lora_scale": f"{lora.scale:g}"}
+    return {"lora": lora.path.name, "lora_sha256": lora.sha256, "lora_scale": f"{lora.scale:g}",
+            **{key: str(value) for key, value in _few_step_settings(lora).items()}}
+
+
+# -- few-step adapters (`ootd train distill`): the sampling the adapter carries, recorded beside what was used --
+def _few_step_settings(lora: LoraChoice) -> dict[str, Any]:
+    """A few-step adapter's own steps, scheduler and guidance (none for a plain adapter)."""
+    few = lora.few_step
+    if few is None:
+        return {}
+    return {"lora_steps": few.steps, "lora_scheduler": few.scheduler.value, "lora_guidance": few.guidance}
 
 
 def _photo_words(photo: PhotoOutput) -> dict[str, str]:
