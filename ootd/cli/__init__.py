@@ -4,7 +4,7 @@
     options.py      every shared option declared once (defaults from RunConfig/SamplingSettings)
     display.py      progress bars, JSON, tables
     run.py, batch.py, mask.py, classify.py, download.py, checkpoints.py, doctor.py, bench.py, serve.py, compare.py,
-    eval.py, train.py: one module per command
+    eval.py, train.py, distill.py (`ootd train distill`): one module per command
 
 Heavy modules (torch, diffusers) are imported only inside the commands that need them, so --help is instant.
 """
@@ -22,6 +22,7 @@ from ootd.cli import (
     checkpoints,
     classify,
     compare,
+    distill,
     doctor,
     download,
     eval,
@@ -50,7 +51,8 @@ app = typer.Typer(
 checkpoints_app = typer.Typer(help="Inspect the checkpoints folder.", no_args_is_help=True, rich_markup_mode="rich",
                               context_settings=HELP_OPTIONS, epilog=checkpoints.GROUP_EPILOG)
 app.add_typer(checkpoints_app, name="checkpoints")
-train_app = typer.Typer(help="Fine-tune the try-on model on your own pairs (LoRA): prepare, run, bench.",
+train_app = typer.Typer(help="Fine-tune the try-on model on your own pairs (LoRA): prepare, run, bench; distil it "
+                        "into a few-step adapter.",
                         no_args_is_help=True, rich_markup_mode="rich", context_settings=HELP_OPTIONS)
 app.add_typer(train_app, name="train")
 
@@ -68,6 +70,7 @@ app.command("eval", epilog=eval.EPILOG)(eval.eval_command)
 train_app.command("prepare", epilog=train.PREPARE_EPILOG)(train.prepare_command)
 train_app.command("run", epilog=train.RUN_EPILOG)(train.run_command)
 train_app.command("bench")(train.bench_command)
+train_app.command("distill", epilog=distill.EPILOG)(distill.distill_command)
 
 
 def _version_callback(value: bool) -> None:

@@ -160,17 +160,25 @@ def run_command(
         seed=seed, mixed_precision=mixed_precision, gradient_checkpointing=gradient_checkpointing,
         checkpoint_every=checkpoint_every, validate_every=validate_every, validation_steps=validation_steps,
         validation_pairs=validation_pairs)
-    chosen_engine = EngineName.parse(engine, "engine")
     check_mixed_precision(settings.mixed_precision, device)
     train = TrainOptions(cache, output, checkpoints or default_checkpoints_dir(), settings,
                          check_device_spec(device), AttentionName.parse(attention, "attention backend"), resume)
-    with Display(show_progress(options["quiet"], json_out)) as display:
+    run_training(train, engine, workers, gpus, explain=explain, json_out=json_out, quiet=options["quiet"])
+
+
+def run_training(train: Any, engine: str, workers: int, gpus: bool, *, explain: bool, json_out: bool,
+                 quiet: bool) -> None:
+    """A fine-tune's or a distillation's run (`train`: its checked options) on the engine asked for, and its
+    summary: one line, or --json."""
+    chosen_engine = EngineName.parse(engine, "engine")
+    with Display(show_progress(quiet, json_out)) as display:
         if chosen_engine is EngineName.RAY:
             from ootd.app.train.ray_engine import train_ray
 
             report = train_ray(train, workers, gpus, explain=explain and not json_out, echo=display.print)
         else:
             report = _train_local(train, explain and not json_out, display)
+    output = train.output
     summary = {"run": str(output), "adapter": str(report.adapter), "steps": report.steps,
                "from_step": report.first_step, "loss_first": report.losses[0] if report.losses else None,
                "loss_last": report.losses[-1] if report.losses else None, "validation": report.validation,
@@ -182,20 +190,19 @@ def run_command(
                + (f", loss {report.losses[0]:.4f} -> {report.losses[-1]:.4f}" if report.losses else ""))
     if report.validation:
         last = report.validation[-1]
-        typer.echo(f"validation at step {last['step']}: SSIM {last['ssim_mean']} ({output}/validation/"
-                   f"{last['sheet']})")
+        scores = (f"SSIM to the teacher at 20 steps, by student steps: {last['ssim_to_teacher']}"
+                  if "ssim_to_teacher" in last else f"SSIM {last['ssim_mean']}")
+        typer.echo(f"validation at step {last['step']}: {scores} ({output}/validation/{last['sheet']})")
 
 
 def _train_local(train: Any, explain: bool, display: Display) -> Any:
     from ootd.app.train.loop import train_local
-    from ootd.app.train.models import load_training_models
     from ootd.app.train.plan import explain_lines
-    from ootd.settings import ModelType, parse_resolution
+    from ootd.settings import parse_resolution
     from ootd.training.cache import read_index
 
     index = read_index(train.cache)
-    models = load_training_models(train.checkpoints, ModelType.parse(index.model_type), train.settings,
-                                  train.device, train.attention)
+    models = train.load_models(index)
     if explain:
         for line in explain_lines(models, parse_resolution(index.resolution), train.settings):
             display.print(line)
@@ -214,12 +221,16 @@ def bench_command(
     train_garment: Annotated[bool, _opt("--train-garment", panel=TRAIN, help="Also adapt the garment UNet.")
                              ] = False,
     steps: Annotated[int, _opt("--steps", panel=TRAIN, metavar="N", help="Steps to time.")] = 3,
+    distill: Annotated[bool, _opt("--distill", panel=TRAIN, help="Time `ootd train distill`'s step instead (its "
+                                  "defaults: rank 64, a target network).")] = False,
     **options: Any,
 ) -> None:
     """Seconds per training step and peak memory on this CPU, random weights, one configuration per run."""
     from ootd.settings import parse_resolution
     from ootd.tools.bench.training import bench_training
+    from ootd.training.settings import DistillSettings
 
-    settings = TrainSettings.from_words(batch_size=batch_size, gradient_checkpointing=gradient_checkpointing,
-                                        train_garment=train_garment)
+    kind = DistillSettings if distill else TrainSettings
+    settings = kind.from_words(batch_size=batch_size, gradient_checkpointing=gradient_checkpointing,
+                               train_garment=train_garment)
     print_json(bench_training(random_weights, parse_resolution(resolution), settings, steps).to_json())

@@ -21,7 +21,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from ootd.errors import UsageError, printable
 from ootd.imaging.atomic import write_atomic, write_text_atomic
 from ootd.settings import ModelType
 from ootd.training.settings import TrainSettings
+from ootd.weights.fewstep import FewStep
 from ootd.weights.lora import adapter_bytes, read_adapter
 
 STEP_DIGITS = 8
@@ -97,15 +98,19 @@ def _optimizer_state(tensors: dict[str, Any], meta: dict[str, Any]) -> dict[str,
 
 
 def save_checkpoint(run: Path, step: int, adapter: dict[str, dict[str, Any]], model_type: ModelType,
-                    settings: TrainSettings, optimizer_state: dict[str, Any], extra: dict[str, Any]) -> Checkpoint:
-    """Write checkpoint `step` whole (hidden folder, renamed into place) and point RUN/lora.safetensors at it."""
+                    settings: TrainSettings, optimizer_state: dict[str, Any], extra: dict[str, Any], *,
+                    few_step: FewStep | None = None, files: Mapping[str, bytes] | None = None,
+                    published: bytes | None = None) -> Checkpoint:
+    """Write checkpoint `step` whole (hidden folder, renamed into place) and point RUN/lora.safetensors at it.
+    A distillation adds its adapter's sampling (`few_step`), its own files (the target network) and, when
+    RUN/lora.safetensors is not the checkpoint's adapter alone (a teacher adapter folded in), its bytes."""
     from safetensors.torch import save
 
     root = run / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_name(step)
     tmp = root / f".{step_name(step)}.{os.getpid()}.tmp"
-    lora = adapter_bytes(adapter, model_type, settings.rank, settings.alpha)
+    lora = adapter_bytes(adapter, model_type, settings.rank, settings.alpha, few_step)
     tensors, meta = _optimizer_files(optimizer_state)
     with signals_deferred():
         shutil.rmtree(tmp, ignore_errors=True)
@@ -115,13 +120,15 @@ def save_checkpoint(run: Path, step: int, adapter: dict[str, dict[str, Any]], mo
             data = save(tensors)
             write_atomic(tmp / "optimizer.safetensors", lambda handle: handle.write(data), overwrite=True)
             state = {"step": step, "settings": settings.to_json(), "optimizer": meta, **extra}
+            for name, data in (files or {}).items():
+                write_atomic(tmp / name, lambda handle, data=data: handle.write(data), overwrite=True)
             write_text_atomic(tmp / "state.json", json.dumps(state, indent=1) + "\n")
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        write_atomic(run / ADAPTER_FILE, lambda handle: handle.write(lora), overwrite=True)
+        write_atomic(run / ADAPTER_FILE, lambda handle: handle.write(published or lora), overwrite=True)
     return Checkpoint(step, final)
 
 
@@ -153,7 +160,7 @@ def check_resumable(restored: Restored, settings: TrainSettings) -> None:
     """A resume continues the same run: the settings that shape its numbers must not change."""
     saved = restored.state.get("settings", {})
     changed = [f"--{name.replace('_', '-')} {saved.get(name)} (now {getattr(settings, name)})"
-               for name in TrainSettings.RESUME_FIXED if saved.get(name) != getattr(settings, name)]
+               for name in type(settings).RESUME_FIXED if saved.get(name) != getattr(settings, name)]
     if changed:
         raise UsageError(f"--resume continues a run with other settings: {', '.join(changed[:3])}; start a new "
                          "run (-o another folder) to change them")

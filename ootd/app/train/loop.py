@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,14 +31,13 @@ from ootd.app.train.checkpoints import (
     signals_deferred,
 )
 from ootd.app.train.logs import LossLog, plot_losses
-from ootd.app.train.models import TrainingModels
+from ootd.app.train.models import TrainingModels, load_training_models
 from ootd.app.train.validation import validate
 from ootd.errors import NumericalError, OutputError, UsageError, printable
 from ootd.imaging.atomic import write_text_atomic
 from ootd.settings import AttentionName, ModelType
 from ootd.training.cache import CacheIndex, read_index
 from ootd.training.data import Layout, load_batch, step_batches
-from ootd.training.objective import draw
 from ootd.training.settings import MixedPrecision, TrainSettings
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,16 @@ class TrainOptions:
     device: str | None = None  # a checked device word (ootd/hardware/spec.py)
     attention: AttentionName = AttentionName.AUTO
     resume: bool = False
+
+    def load_models(self, index: CacheIndex, device: str | None = None) -> TrainingModels:
+        """The models this run trains (`device`: a Ray worker's; None: the options' own)."""
+        return load_training_models(self.checkpoints, ModelType.parse(index.model_type), self.settings,
+                                    device if device is not None else self.device, self.attention)
+
+    def make_trainer(self, models: TrainingModels, index: CacheIndex, *, rank: int = 0, workers: int = 1,
+                     model: torch.nn.Module | None = None) -> Trainer:
+        """The loop's state for one worker (`model`: the objective's DDP wrapper on a Ray worker)."""
+        return Trainer(self, models, index, rank=rank, workers=workers, model=model)
 
 
 @dataclass
@@ -139,8 +149,7 @@ class Trainer:
         total = torch.zeros((), device=self.models.device)
         for i, batch in enumerate(batches):
             tensors = load_batch(self.options.cache, [self.train_keys[n] for n, _ in batch], self.models.device)
-            draws = draw([j for _, j in batch], tensors["target"].shape[1:], objective.num_timesteps, s.dropout,
-                         s.seed, self.step)
+            draws = objective.draw([j for _, j in batch], tensors["target"].shape[1:], s.seed, self.step, s.dropout)
             with self._sync(i == len(batches) - 1):
                 with self._autocast():
                     loss = self.model(tensors["target"], tensors["masked"], tensors["garment"], tensors["prompt"],
@@ -162,9 +171,13 @@ class Trainer:
                 self.scaler.update()
             else:
                 self.optimizer.step()
+            self.after_update()
             self.lr.step()
             self.step += 1
         return value
+
+    def after_update(self) -> None:
+        """What follows each optimizer update in the same unit against signals (a distillation's target network)."""
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         dtype = self.models.autocast
@@ -179,8 +192,15 @@ class Trainer:
 
         adapter = {name: lora_state(unet) for name, unet in self.models.unets.items()}
         save_checkpoint(self.options.output, self.step, adapter, ModelType.parse(self.index.model_type),
-                        self.options.settings, self.optimizer.state_dict(), {"validation": self.validations})
-        plot_losses(self.log.read(), self.options.output / "loss.png", self.validations)
+                        self.options.settings, self.optimizer.state_dict(), {"validation": self.validations},
+                        **self.checkpoint_extras(adapter))
+        plot_losses(self.log.read(), self.options.output / "loss.png", self.validations, **self.PLOT_LABELS)
+
+    PLOT_LABELS: dict[str, str] = {}  # the loss plot's axis labels, where they are not a fine-tune's
+
+    def checkpoint_extras(self, adapter: dict[str, dict[str, torch.Tensor]]) -> dict[str, Any]:
+        """What a checkpoint holds beyond a fine-tune's (save_checkpoint's keywords): a distillation's."""
+        return {}
 
     def run_validation(self) -> None:
         result = validate(self.models.pipe, self.options.cache, self.index, self.options.settings, self.step,
@@ -233,13 +253,10 @@ def run_loop(trainer: Trainer, progress: Progress | None = None, stop: Callable[
 def train_local(options: TrainOptions, progress: Progress | None = None, models: TrainingModels | None = None,
                 index: CacheIndex | None = None) -> TrainReport:
     """The whole fine-tune in this process (`models`: already loaded ones, e.g. by --explain or a test)."""
-    from ootd.app.train.models import load_training_models
-
     index = index or read_index(options.cache)
     open_run(options, index)
-    models = models or load_training_models(options.checkpoints, ModelType.parse(index.model_type),
-                                            options.settings, options.device, options.attention)
-    trainer = Trainer(options, models, index)
+    models = models or options.load_models(index)
+    trainer = options.make_trainer(models, index)
     if options.resume:
         trainer.restore()
     return run_loop(trainer, progress)

@@ -7,6 +7,7 @@ The CLIP encoders are not loaded: every prompt embedding is in the cache. Their 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,11 @@ def check_mixed_precision(mixed: MixedPrecision, device: str | None) -> None:
 
 
 def load_training_models(checkpoints: Path, model_type: ModelType, settings: TrainSettings, device: str | None,
-                         attention: AttentionName = AttentionName.AUTO, components: Any = None) -> TrainingModels:
+                         attention: AttentionName = AttentionName.AUTO, components: Any = None,
+                         before_adapters: Callable[[Any], None] | None = None) -> TrainingModels:
     """Load (or take `components`), build the pipeline, add the adapters. The pipeline comes first: it freezes
-    every model it holds; the adapters' parameters are the only trainable ones after."""
+    every model it holds; the adapters' parameters are the only trainable ones after. `before_adapters` sees the
+    loaded components first (a distillation merges its teacher's adapter into them)."""
     from ootd.hardware.dtypes import dtype_name
     from ootd.pipeline import TryOnPipeline
     from ootd.runtime import RuntimeRequest, resolve_runtime
@@ -75,6 +78,8 @@ def load_training_models(checkpoints: Path, model_type: ModelType, settings: Tra
             unet_garm=loading.load_unet(layout.unet_garm(model_type), layout, dtype, "garment UNet"),
             unet_vton=loading.load_unet(layout.unet_vton(model_type), layout, dtype, "try-on UNet"),
             scheduler_config=loading.load_scheduler_config(layout))
+    if before_adapters is not None:
+        before_adapters(components)
     pipe = TryOnPipeline(components, model_type, runtime.device, runtime.precision, runtime.attention_fn(), checkpoints,
                          profile=runtime.profile)
     unets = {"unet_vton": components.unet_vton}

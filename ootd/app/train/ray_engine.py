@@ -41,19 +41,15 @@ def _worker(config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
 
-    from ootd.app.train.loop import Trainer, run_loop
-    from ootd.app.train.models import load_training_models
-    from ootd.settings import ModelType
+    from ootd.app.train.loop import run_loop
 
-    options: TrainOptions = config["options"]
+    options: TrainOptions = config["options"]  # a fine-tune's, or a distillation's (DistillOptions)
     context = ray.train.get_context()
     rank, workers = context.get_world_rank(), context.get_world_size()
     index = read_index(options.cache)
-    device = options.device if config["gpus"] else "cpu"
-    models = load_training_models(options.checkpoints, ModelType.parse(index.model_type), options.settings, device,
-                                  options.attention)
+    models = options.load_models(index, options.device if config["gpus"] else "cpu")
     model = ray.train.torch.prepare_model(models.objective, move_to_device=False)
-    trainer = Trainer(options, models, index, rank=rank, workers=workers, model=model)
+    trainer = options.make_trainer(models, index, rank=rank, workers=workers, model=model)
     if options.resume:
         trainer.restore()
     try:

@@ -41,8 +41,9 @@ class ValidationResult:
                 "ssim_mean": round(float(np.mean(self.ssim)), 5) if self.ssim else None}
 
 
-def _inputs(pipe: Any, cache: Path, entry: CacheEntry, index: CacheIndex) -> tuple[PersonInputs, GarmentInputs,
-                                                                                   Image.Image]:
+def held_out_inputs(pipe: Any, cache: Path, entry: CacheEntry, index: CacheIndex) -> tuple[
+        PersonInputs, GarmentInputs, Image.Image]:
+    """A held-out pair as the pipeline takes it (from its cache entry), and its real photo."""
     tensors = read_entry(cache, entry.key)
     person_png, garment_png = image_paths(cache, entry.key)
     with Image.open(person_png) as im:
@@ -71,12 +72,18 @@ def validate(pipe: Any, cache: Path, index: CacheIndex, settings: TrainSettings,
                                 seed=settings.seed, resolution=parse_resolution(index.resolution))
     rows, scores = [], []
     for entry in entries:
-        person_in, garment_in, real = _inputs(pipe, cache, entry, index)
+        person_in, garment_in, real = held_out_inputs(pipe, cache, entry, index)
         result = pipe.generate(person_in, garment_in, sampling)
         tried = result.images[0].convert("RGB").resize(real.size)
         scores.append(ssim(np.asarray(real), np.asarray(tried)))
         rows.append(contact_sheet([real, garment_in.garment, tried]))
     pipe.residency.place("none")  # a validation plan may have offloaded a model the training needs on the device
+    return ValidationResult(step, write_sheet(rows, folder, step, {"ssim": json.dumps([round(s, 5) for s in scores])}),
+                            scores)
+
+
+def write_sheet(rows: list[Image.Image], folder: Path, step: int, text: dict[str, str]) -> Path:
+    """The rows one under another, as RUN/validation/step-N.png (complete or absent)."""
     width = max(r.width for r in rows)
     sheet = Image.new("RGB", (width, sum(r.height for r in rows) + GAP * (len(rows) - 1)), (255, 255, 255))
     y = 0
@@ -84,7 +91,5 @@ def validate(pipe: Any, cache: Path, index: CacheIndex, settings: TrainSettings,
         sheet.paste(row, (0, y))
         y += row.height + GAP
     folder.mkdir(parents=True, exist_ok=True)
-    path = save_png_atomic(sheet, folder / f"step-{step:08d}.png",
-                           {"software": "ootd", "validation_step": str(step),
-                            "ssim": json.dumps([round(s, 5) for s in scores])}, overwrite=True)
-    return ValidationResult(step, path, scores)
+    return save_png_atomic(sheet, folder / f"step-{step:08d}.png",
+                           {"software": "ootd", "validation_step": str(step), **text}, overwrite=True)
