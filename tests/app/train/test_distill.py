@@ -95,6 +95,7 @@ def test_a_signal_during_the_optimizer_step_checkpoints_the_step_and_its_target(
     assert [json.loads(line)["step"] for line in (run / "loss.jsonl").read_text().splitlines()] == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_teacher_adapter_is_folded_into_the_published_adapter(cache: Path, tiny_tree: Path, tmp_path: Path) -> None:
     """The student learns on top of base + teacher adapter: RUN/lora.safetensors (rank 4 + 4) changes the released
     weights by both, so it fits them; the checkpoint's own adapter (the student's alone) fits base + teacher only."""
@@ -132,6 +133,7 @@ def test_a_teacher_adapter_is_folded_into_the_published_adapter(cache: Path, tin
                                    teacher=LoraChoice.parse(run / "lora.safetensors")))
 
 
+@pytest.mark.slow
 def test_the_sheets_show_the_student_beside_the_teacher(tiny_tree: Path, example_images: dict,
                                                        tmp_path: Path) -> None:
     from PIL import Image

@@ -13,16 +13,12 @@ from ootd.app.tryon.config import build_config
 from ootd.settings import SamplingSettings
 from tests.helpers.cli import assert_one_line_error, invoke
 from tests.helpers.images import text
-from tests.helpers.training import few_step, write_adapter
+from tests.helpers.training import few_step_adapters
 
 
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory: pytest.TempPathFactory, tiny_tree: Path) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("few-step-cli")
-    return {"few": write_adapter(tiny_tree, folder / "few.safetensors", True, sampling=few_step(tiny_tree)),
-            "other": write_adapter(tiny_tree, folder / "other.safetensors", True,
-                                   sampling=few_step(tiny_tree, base="0" * 64)),
-            "plain": write_adapter(tiny_tree, folder / "plain.safetensors", True)}
+    return few_step_adapters(tiny_tree, tmp_path_factory.mktemp("few-step-cli"))
 
 
 def _run(tiny_tree: Path, example_images: dict, out: Path, *extra: object):  # noqa: ANN202

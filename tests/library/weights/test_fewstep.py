@@ -13,21 +13,17 @@ import pytest
 
 from ootd import TryOnPipeline
 from ootd.errors import CheckpointError, UsageError
-from ootd.settings import SamplingSettings, SchedulerName
+from ootd.settings import ModelType, SamplingSettings, SchedulerName
 from ootd.weights.fewstep import FewStep, fill_sampling
-from ootd.weights.lora import LoraChoice, read_adapter
-from tests.helpers.training import few_step, write_adapter
+from ootd.weights.lora import LoraChoice, read_adapter, read_choice
+from tests.helpers.training import few_step, few_step_adapters
 
 RES = "384x512"
 
 
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory: pytest.TempPathFactory, tiny_tree: Path) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("few-step")
-    return {"few": write_adapter(tiny_tree, folder / "few.safetensors", True, sampling=few_step(tiny_tree)),
-            "other": write_adapter(tiny_tree, folder / "other.safetensors", True,
-                                   sampling=few_step(tiny_tree, base="0" * 64)),
-            "plain": write_adapter(tiny_tree, folder / "plain.safetensors", True)}
+    return few_step_adapters(tiny_tree, tmp_path_factory.mktemp("few-step"))
 
 
 def _call(pipe: TryOnPipeline, example_images: dict, **kwargs: object):  # noqa: ANN202
@@ -42,16 +38,21 @@ def test_the_file_records_its_sampling_and_base(adapters: dict, tiny_tree: Path)
     assert read_adapter(adapters["plain"]).few_step is None and LoraChoice.parse(adapters["plain"]).few_step is None
 
 
+@pytest.fixture(scope="module")
+def few_pipe(adapters: dict, tiny_tree: Path) -> TryOnPipeline:
+    return TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["few"])
+
+
 def test_the_api_samples_with_the_adapters_settings_unless_told(adapters: dict, tiny_tree: Path,
-                                                                example_images: dict,
+                                                                example_images: dict, few_pipe: TryOnPipeline,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="ootd.weights.lora"):
-        pipe = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["few"])
+        read_choice(LoraChoice.parse(adapters["few"]), tiny_tree, ModelType.HD)  # what a load says
     assert "few-step adapter few.safetensors: sampling with its own 4 steps, lcm scheduler, guidance off" in caplog.text
-    own = _call(pipe, example_images).sampling
+    own = _call(few_pipe, example_images).sampling
     assert (own.steps, own.scheduler, own.guidance_scale, own.guidance) == (4, SchedulerName.LCM, 0.0, False)
-    told = _call(pipe, example_images, steps=2, scheduler="tcd").sampling
-    assert (told.steps, told.scheduler, told.guidance_scale) == (2, SchedulerName.TCD, 0.0)
+    told = _call(few_pipe, example_images, steps=1, scheduler="tcd").sampling
+    assert (told.steps, told.scheduler, told.guidance_scale) == (1, SchedulerName.TCD, 0.0)
     plain = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["plain"])
     assert _call(plain, example_images, steps=1).sampling.scheduler is SchedulerName.UNIPC  # as before: no defaults
 
@@ -62,24 +63,23 @@ def test_an_adapter_from_other_base_weights_is_refused(adapters: dict, tiny_tree
 
 
 def test_consistency_schedulers_run_one_to_eight_steps(pipe_hd: TryOnPipeline, example_images: dict) -> None:
-    """Their steps draw fresh noise: from the seed's generator, so a call gives the same pixels twice."""
-    for scheduler in ("lcm", "tcd"):
-        for steps in (1, 8):
-            first = _call(pipe_hd, example_images, steps=steps, scheduler=scheduler, guidance_scale=0.0)
-            again = _call(pipe_hd, example_images, steps=steps, scheduler=scheduler, guidance_scale=0.0)
-            assert len(first.timings["steps"]) == steps
-            assert np.array_equal(np.asarray(first.images[0]), np.asarray(again.images[0]))
+    """Their steps draw fresh noise: from the seed, so a call gives the same pixels twice."""
+    for scheduler, steps in (("lcm", 1), ("tcd", 8)):
+        assert len(_call(pipe_hd, example_images, steps=steps, scheduler=scheduler,
+                         guidance_scale=0.0).timings["steps"]) == steps
+    first, again = (_call(pipe_hd, example_images, steps=8, scheduler="lcm", guidance_scale=0.0) for _ in range(2))
+    assert np.array_equal(np.asarray(first.images[0]), np.asarray(again.images[0]))
     with pytest.raises(UsageError, match="between 1 and 50 with the lcm scheduler"):
         SamplingSettings.from_words(steps=51, scheduler="lcm")
 
 
 def test_scale_zero_gives_the_base_picture_bit_for_bit(adapters: dict, tiny_tree: Path, example_images: dict,
-                                                       pipe_hd: TryOnPipeline) -> None:
+                                                       pipe_hd: TryOnPipeline, few_pipe: TryOnPipeline) -> None:
     pipe = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["few"], lora_scale=0.0)
     zero = _call(pipe, example_images)
     base = _call(pipe_hd, example_images, steps=4, scheduler="lcm", guidance_scale=0.0)
     assert np.array_equal(np.asarray(zero.images[0]), np.asarray(base.images[0]))
-    one = _call(TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["few"]), example_images)
+    one = _call(few_pipe, example_images)
     assert not np.array_equal(np.asarray(one.images[0]), np.asarray(base.images[0]))  # the adapter does something
 
 
