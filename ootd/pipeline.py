@@ -33,7 +33,7 @@ from ootd.method.conditioning import prompt_embeddings
 from ootd.method.fusion import TryOnFusion, capture_block_inputs
 from ootd.method.guidance import guided_model, initial_noise, latent_mask, sample_index
 from ootd.method.sampling import Inpaint, StepCallback, StepTimer, chain, sample
-from ootd.method.schedulers import build_scheduler
+from ootd.method.schedulers import build_scheduler, set_timesteps
 from ootd.pipeline_types import GarmentInputs, PersonInputs, Progress, TryOnResult
 from ootd.preprocessing import PersonMask, Preprocessor, mask_person
 from ootd.runtime import Runtime, RuntimeRequest, resolve_runtime
@@ -353,7 +353,7 @@ class TryOnPipeline:
 
         def denoise() -> tuple[torch.Tensor, list[float]]:
             sched = build_scheduler(settings.scheduler, self.components.scheduler_config)
-            sched.set_timesteps(settings.steps, device=self.device.torch_device)
+            set_timesteps(sched, settings.steps, self.device.torch_device)
             noise = initial_noise(settings.seed, settings.num_samples, latent_hw, device, dtype)
             inpaint = Inpaint(person.original_latents, noise, mask)
             return self._denoise(sched, noise * sched.init_noise_sigma, inpaint, garment, person.person_latents,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from PIL import Image
 
 from ootd.errors import UsageError
@@ -19,6 +20,8 @@ from ootd.weights.lora import LoraChoice
 
 if TYPE_CHECKING:
     import torch
+
+    from ootd.evaluation.preservation import Preservation
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total): how every stage reports progress
 
@@ -62,6 +65,29 @@ class TryOnResult:
         pictures, _ = photo_pictures(loaded, self.images, info, repainted.resize(self.images[0].size, Image.NEAREST),
                                      output.keep_unmasked, output.feather)
         return pictures[:]  # by index: each stays open (iterating would stream them, closing each in turn)
+
+    def preservation(self, photo: ImageInput | bytes, parser: Any) -> list[Preservation]:
+        """What each image changed of the person `photo` it was made from (its path, bytes or image), region by
+        region, outside and inside the mask (docs/preservation.md): the photo framed as the images were, parsed
+        by `parser` (the pose and parsing models: `pipe.preprocessor`). The figures `ootd eval --preservation`
+        gives for the same images saved at the working size."""
+        from ootd.evaluation.preservation import SEAM_LATENT, measure_preservation, regions_at_working_size
+        from ootd.imaging.framing import fit_to_aspect
+
+        if self.fit is None or self.model_type is None:
+            raise UsageError("this result does not say how its photo was framed (made by TryOnPipeline)")
+        label = str(photo) if isinstance(photo, str | Path) else "photo"
+        loaded = load_photo(photo, label).convert("RGB")
+        if loaded.size != self.fit.original_size:
+            raise UsageError(f"person image {label}: {loaded.size[0]}x{loaded.size[1]} upright, the result was "
+                             f"made from a {self.fit.original_size[0]}x{self.fit.original_size[1]} photo")
+        framed, fit = fit_to_aspect(loaded, self.fit.size, self.fit.mode, pad_color="edge")
+        _, keypoints, labels = parser.parse(framed)
+        regions = regions_at_working_size(labels, keypoints, self.model_type.value, fit)
+        reference = np.asarray(restore_framing(framed, fit, keep_scale=True))
+        mask = np.asarray(restore_framing(self.mask.convert("L"), fit, keep_scale=True)) >= 128
+        return [measure_preservation(np.asarray(image.convert("RGB")), reference, regions, mask, SEAM_LATENT)
+                for image in self.images]
 
 
 @dataclass

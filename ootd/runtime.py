@@ -30,6 +30,7 @@ from ootd.hardware.policy import (
     runtime_environment,
 )
 from ootd.hardware.profiles import DeviceProfile, load_profile
+from ootd.hardware.torch_builds import require_usable_torchvision
 from ootd.settings import AttentionName, PrecisionName, QuantizeName
 
 
@@ -79,7 +80,9 @@ class Runtime:
 
 def choose_hardware(request: RuntimeRequest) -> HardwareChoice:
     """The device (peeked), its profile, precision and quantization for `request`; an UnsupportedError when this
-    machine cannot run them (fp16 on the CPU, fp8 without float8 units)."""
+    machine cannot run them (fp16 on the CPU, fp8 without float8 units) or when an installed torchvision does not
+    fit torch (transformers and diffusers import it whenever it is there: every model would fail)."""
+    require_usable_torchvision()
     info = peek_device(request.device)
     profile = load_profile(info, request.profile)
     precision = choose_precision(info, request.precision, profile)
@@ -89,6 +92,7 @@ def choose_hardware(request: RuntimeRequest) -> HardwareChoice:
 def resolve_runtime(request: RuntimeRequest, attention: AttentionFn | None = None) -> Runtime:
     """The runtime of `request`: environment applied, device detected, the choices made on it. `attention`: a
     function to run instead of the chosen backend (tests, experiments)."""
+    require_usable_torchvision()
     # runtime settings (allocator, kernels) must be in place before torch initialises the device
     apply_environment(runtime_environment(peek_device(request.device), torch.__version__))
     info = detect_device(request.device)

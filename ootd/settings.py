@@ -303,6 +303,9 @@ CONSISTENCY_GRID = 50
 GUIDANCE_ON = 1.0  # image guidance runs at scales from here up (as the original); below it is off
 
 
+MAX_SAMPLES, MAX_STEPS = 64, 1000  # what one call may ask for (a server may allow less: ootd/serve/limits.py)
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """What one call of the pipeline does besides its inputs (the speed modes are ootd.speedups.modes)."""
@@ -315,10 +318,10 @@ class SamplingSettings:
     scheduler: SchedulerName = SchedulerName.UNIPC
 
     def validate(self) -> None:
-        if not 1 <= self.num_samples <= 64:
-            raise UsageError(f"samples must be between 1 and 64, got {self.num_samples}")
-        if not 1 <= self.steps <= 1000:
-            raise UsageError(f"steps must be between 1 and 1000, got {self.steps}")
+        if not 1 <= self.num_samples <= MAX_SAMPLES:
+            raise UsageError(f"samples must be between 1 and {MAX_SAMPLES}, got {self.num_samples}")
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise UsageError(f"steps must be between 1 and {MAX_STEPS}, got {self.steps}")
         if self.scheduler.few_step and self.steps > CONSISTENCY_GRID:
             raise UsageError(f"steps must be between 1 and {CONSISTENCY_GRID} with the {self.scheduler.value} "
                              f"scheduler (its timesteps are a grid of {CONSISTENCY_GRID}), got {self.steps}")

@@ -126,7 +126,8 @@ def _dilate(mask: np.ndarray, iterations: int) -> np.ndarray:
     return cv2.dilate(mask.astype(np.uint8), _KERNEL, iterations=iterations) > 0
 
 
-def _prepare_labels(labels: np.ndarray) -> np.ndarray:
+def prepare_labels(labels: np.ndarray) -> np.ndarray:
+    """An (H, W) label map as uint8 at 384x512 (resized NEAREST when it has another size)."""
     labels = np.asarray(labels)
     if labels.ndim != 2:
         raise ValueError(f"labels must be an (H, W) label map, got shape {labels.shape}")
@@ -135,6 +136,20 @@ def _prepare_labels(labels: np.ndarray) -> np.ndarray:
         resized = Image.fromarray(labels).resize((MASK_WIDTH, MASK_HEIGHT), Image.Resampling.NEAREST)
         labels = np.asarray(resized)
     return labels
+
+
+def _prepare_keypoints(keypoints: np.ndarray) -> np.ndarray:
+    keypoints = np.asarray(keypoints, dtype=np.float64)
+    if keypoints.ndim != 2 or keypoints.shape[0] < 18 or keypoints.shape[1] < 2:
+        raise ValueError(f"keypoints must be (18, 2) pixel coordinates, got shape {keypoints.shape}")
+    return np.nan_to_num(keypoints[:18, :2], nan=0.0)  # NaN = not found, like (0, 0)
+
+
+def hand_pixels(labels: np.ndarray, keypoints: np.ndarray, model_type: str) -> np.ndarray:
+    """Boolean 512x384 map of the hands as the upper-body and dress masks keep them: the parsed arm pixels
+    outside each arm drawn from the pose (`_arm_regions`); none for an arm whose wrist was not found."""
+    arm_line_width(model_type)  # validates model_type
+    return _arm_regions(prepare_labels(labels), _prepare_keypoints(keypoints), model_type)[2]
 
 
 def _arm_regions(
@@ -169,11 +184,8 @@ def mask_array(labels: np.ndarray, keypoints: np.ndarray, category: str, model_t
     if category not in CATEGORIES:
         raise UsageError(f"category must be one of {', '.join(CATEGORIES)}, not {category!r}")
     arm_line_width(model_type)  # validates model_type
-    labels = _prepare_labels(labels)
-    keypoints = np.asarray(keypoints, dtype=np.float64)
-    if keypoints.ndim != 2 or keypoints.shape[0] < 18 or keypoints.shape[1] < 2:
-        raise ValueError(f"keypoints must be (18, 2) pixel coordinates, got shape {keypoints.shape}")
-    keypoints = np.nan_to_num(keypoints[:18, :2], nan=0.0)  # NaN = not found, like (0, 0)
+    labels = prepare_labels(labels)
+    keypoints = _prepare_keypoints(keypoints)
 
     head = np.isin(labels, (HAT, SUNGLASSES, FACE))
     fixed = np.isin(labels, (LEFT_SHOE, RIGHT_SHOE, HAT, SUNGLASSES, BAG))

@@ -122,11 +122,13 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     from ootd.app.console import console_logging, run_guarded
 
+    flags = {flag for action in parser._actions for flag in action.option_strings}
     with console_logging(verbose=args.debug, quiet=False):
-        return run_guarded(lambda: run(args), debug=args.debug)
+        return run_guarded(lambda: run(args), debug=args.debug, options=flags)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 #   OOTD_CHECKPOINTS  the released checkpoints folder to look for (default ./checkpoints)
 #   OOTD_VENV         the virtual environment to make or use (default ./.venv)
 #   OOTD_NO_INSTALL=1 use that environment as it is: no pip (offline, or installed already)
+#   OOTD_TORCH        cpu, cuda or rocm: that PyTorch build, whatever GPU the machine has (scripts/setup_env.sh)
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -33,8 +34,12 @@ if ootd checkpoints verify "$CKPT" --models hd --quiet >/dev/null 2>&1; then
 else
   CKPT=.tiny-checkpoints
   echo "No complete checkpoints in ${OOTD_CHECKPOINTS:-checkpoints} (run 'ootd download' to fetch them)."
-  echo "Generating tiny RANDOM-WEIGHT checkpoints in $CKPT: the picture will be noise, not a try-on."
-  [ -f "$CKPT/ootd/model_index.json" ] || python scripts/make_tiny_checkpoints.py "$CKPT"
+  if [ -f "$CKPT/ootd/model_index.json" ]; then
+    echo "Using the tiny RANDOM-WEIGHT checkpoints in $CKPT (made by an earlier run): the picture will be noise, not a try-on."
+  else
+    echo "Generating tiny RANDOM-WEIGHT checkpoints in $CKPT: the picture will be noise, not a try-on."
+    python scripts/make_tiny_checkpoints.py "$CKPT"
+  fi
   # random pose weights find no person, so the example's own mask is given
   ootd run --model examples/person.png --cloth examples/tshirt.png --category upper \
     --mask examples/person_mask_upper.png --checkpoints "$CKPT" --output outputs/quickstart \

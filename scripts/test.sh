@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install everything into a virtual environment, then run the linter and the test suite's everyday group: every
-# test not marked slow. On a quiet 2-core machine: about 3 minutes to install (torch's CPU build, the extras
-# below) and under 10 minutes of tests. As root it also installs Debian's chromium and chromium-driver when they
-# are missing (scripts/install_browser.sh), for the page's browser tests.
+# test not marked slow. The install is scripts/setup_env.sh's: the PyTorch build for this machine, then the extras
+# below at the tested versions of constraints.txt (OOTD_DEPS=newest: the newest releases instead, to try an
+# upgrade), nothing when nothing changed since the last one; the tests take under 10 minutes on a quiet 2-core
+# machine. As root it also installs Debian's chromium and chromium-driver when they are missing
+# (scripts/install_browser.sh), for the page's browser tests.
 #   bash scripts/test.sh [pytest args...]           # the everyday group (the README's test command)
 #   bash scripts/test.sh --slow [pytest args...]    # the slow group: Ray instances, the browser, signals to real
 #                                                   # processes, whole scripts (CI runs it too: .ci/run)

@@ -32,6 +32,7 @@ from ootd.settings import EngineName, Pairing
 if TYPE_CHECKING:
     from ootd.app.batch.report import BatchSummary
     from ootd.app.evaluate.run import EvalOptions
+    from ootd.app.tryon.preservation import PreservationChoice
     from ootd.errors import OotdError
 
 logger = logging.getLogger("ootd.cli")
@@ -62,7 +63,8 @@ def pair_line(entry: Any, done: int, total: int) -> str:
     seconds = entry.timings.get("wall") if entry.timings else None
     took = f" in {format_seconds(seconds)}" if isinstance(seconds, float | int) else ""
     what = error_text(entry) if entry.status == "error" else f"{entry.pair.describe()}: {', '.join(entry.outputs)}"
-    return escaped(f"[{done}/{total}] {entry.status}{took} {what}")
+    kept = f" · preservation: {entry.preservation.line()}" if getattr(entry, "preservation", None) else ""
+    return escaped(f"[{done}/{total}] {entry.status}{took} {what}{kept}")
 
 
 class PairLog:
@@ -145,6 +147,15 @@ def batch_command(
                                                "FID, KID, as `ootd eval`) into the summary, eval.json, eval.html "
                                                "and index.html.", rich_help_panel=OUTPUTS,
                                                show_default=False)] = None,
+    preservation: Annotated[bool, typer.Option(
+        "--preservation/--no-preservation", rich_help_panel=OUTPUTS,
+        help="Measure what each pair made changed of its person photo, region by region (face, hands, ...: "
+             "docs/preservation.md), into its report line, the summary and the contact sheet (worst first); "
+             "needs the pose and parsing models, no network.")] = True,
+    review_above: Annotated[float | None, typer.Option(
+        "--review-above", metavar="PERCENT", rich_help_panel=OUTPUTS, show_default=False,
+        help="Mark for review the pairs where more than PERCENT of a region outside the mask changed (report "
+             "line, summary, contact sheet; the exit code is unchanged).")] = None,
     json_out: JsonOpt = False,
     **options: Any,
 ) -> None:
@@ -164,6 +175,7 @@ def batch_command(
     from ootd.settings import parse_category_word
 
     config = checked_config({**options, "overwrite": overwrite})
+    kept = _preservation(preservation, review_above)
     engine_name = require_engine(engine)
     cluster = ClusterOptions(address=address, workers=workers, gpus_per_worker=gpus_per_worker)
     if engine_name is EngineName.LOCAL and cluster != ClusterOptions():
@@ -198,7 +210,8 @@ def batch_command(
 
         quiet = options["quiet"] or json_out
         engine_run = make_engine(engine_name, config, cluster=cluster, report_path=report, progress=display,
-                                 on_report=on_report, index_path=index, status=None if quiet else echo_err)
+                                 on_report=on_report, index_path=index, status=None if quiet else echo_err,
+                                 preservation=kept)
         try:
             summary = engine_run.run(pairs)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: what is kept, and how to go on (then "interrupted")
@@ -222,6 +235,15 @@ def batch_command(
         raise typer.Exit(failed.exit_code)
     if not summary.ok:
         raise typer.Exit(1)
+
+
+def _preservation(on: bool, review_above: float | None) -> PreservationChoice:
+    from ootd.app.tryon.preservation import PreservationChoice
+    from ootd.evaluation.settings import check_review_above
+
+    if review_above is not None and not on:
+        raise UsageError("--review-above marks pairs by their preservation figures: leave out --no-preservation")
+    return PreservationChoice(on, check_review_above(review_above))
 
 
 def _evaluate(summary: BatchSummary, output: Path, truth: Path, evaluation: EvalOptions, report: Path, index: Path,

@@ -51,7 +51,7 @@ def classify_command(
             typer.echo(f"{escaped(review.path)}: error: {escaped(review.error)}")
             continue
         found = review.classification
-        mark = "  REFUSED (give --category)" if review.refused else ""
+        mark = "  REFUSED (give it a category: `ootd run --category`, the batch CSV's column)" if review.refused else ""
         typer.echo(f"{escaped(review.path)}: {found.category.value} {found.probability:.2f} ({found.words()}){mark}")
     summary = ", ".join(f"{n} {what}" for what, n in counts.items())
     if json_out:

@@ -11,13 +11,15 @@ import typer
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import LOGGING_OPTIONS, JsonOpt, with_options
 from ootd.errors import escaped
+from ootd.evaluation.preservation import percent
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
     "  ootd run ... -o exact  &&  ootd run ... --cache-interval 3 -o fast  &&  ootd compare exact fast\n\n"
     "Pairs images by file name; compares results only, unless --include-intermediates (what was skipped is "
     "listed). Higher PSNR/SSIM = closer (PSNR inf and SSIM 1 = identical). Against real photos (LPIPS, FID, "
-    "KID): ootd eval."
+    "KID): ootd eval. Each side's preservation figures are shown where they were measured (a batch's report, "
+    "`ootd eval DIR --preservation`)."
 )
 
 
@@ -54,17 +56,32 @@ def compare_command(
         return
     for item in result.images:
         if item.problem is not None:
-            typer.echo(escaped(f"{item.name}: {item.problem}"))
+            typer.echo(escaped(f"{item.name}: {item.problem}") + _kept_text(item.kept))
         else:
             made = "; ".join(f"{k} {a} vs {b}" for k, (a, b) in item.settings.items())
             typer.echo(f"{escaped(item.name)}: PSNR {_psnr_text(item.psnr)}  SSIM {item.ssim:.4f}  "
-                       f"max |diff| {item.max_abs}  mean |diff| {item.mean_abs:.3f}" + (f"  ({made})" if made else ""))
+                       f"max |diff| {item.max_abs}  mean |diff| {item.mean_abs:.3f}" + (f"  ({made})" if made else "")
+                       + _kept_text(item.kept))
     if result.skipped:
         shown = ", ".join(result.skipped[:3]) + (f" and {len(result.skipped) - 3} more" if len(result.skipped) > 3
                                                  else "")
         typer.echo(escaped(f"skipped {len(result.skipped)} intermediate(s) and contact sheet(s), not results "
                            f"({shown}); --include-intermediates compares them too"))
-    typer.echo(overall_line(result.summary()))
+    overall = result.summary()
+    typer.echo(overall_line(overall))
+    kept = overall.get("preservation")
+    if isinstance(kept, dict):
+        typer.echo(f"preservation ({kept['measured']} measured on both sides): the worst region outside the mask "
+                   f"changed {percent(kept['score_a'])} in A, {percent(kept['score_b'])} in B (mean); B changed "
+                   f"more in {kept['b_changed_more']} of {kept['measured']}")
+
+
+def _kept_text(kept: tuple[Any, Any]) -> str:
+    """`  preservation A: face 0.2% changed | B: hands 6.1% changed` (`-`: not measured on that side)."""
+    if kept == (None, None):
+        return ""
+    a, b = (p.summary() if p is not None else "-" for p in kept)
+    return escaped(f"  preservation A: {a} | B: {b}")
 
 
 def overall_line(overall: dict[str, Any]) -> str:

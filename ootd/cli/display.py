@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -176,12 +178,32 @@ def plan_lines(plan: Any) -> list[str]:
     return [f"  {line}" for line in str(plan).splitlines()]
 
 
+PIPED_WIDTH = 200  # output to a file, with no terminal to fit: long paths stay on one line
+
+
+def piped_width(environ: Mapping[str, str] | None = None) -> int:
+    """The width of output that is not a terminal: $COLUMNS when set, else the terminal the command was typed
+    in (`ootd doctor | less`: stderr is still that terminal), else PIPED_WIDTH."""
+    environ = os.environ if environ is None else environ
+    columns = environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    for stream in (sys.stderr, sys.stdin):
+        try:
+            if stream is not None and stream.isatty():
+                return os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):
+            continue
+    return PIPED_WIDTH
+
+
 def console(stderr: bool = False) -> Any:
-    """A rich console that does not wrap long paths when output is piped."""
+    """A rich console: a terminal's own width; piped, the width `piped_width` finds (long paths unwrapped)."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=None if stream.isatty() else 200, soft_wrap=not stream.isatty())
+    tty = stream.isatty()
+    return Console(file=stream, width=None if tty else piped_width(), soft_wrap=not tty)
 
 
 def size_text(value: int | None) -> str:

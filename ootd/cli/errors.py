@@ -19,8 +19,10 @@ from typer.core import TyperGroup
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    from typer._click.globals import get_current_context
 except ImportError:  # pragma: no cover - older typer on top of click
     from click.exceptions import ClickException, NoArgsIsHelpError
+    from click.globals import get_current_context
 
 from ootd.app.console import EXIT_INTERRUPTED, console_logging, echo_err, one_line, run_guarded
 
@@ -37,7 +39,16 @@ def guarded(fn: Callable[[], Any], *, debug: bool = False) -> int:
             return exc.exit_code
         return 0
 
-    return run_guarded(call, debug=debug, passthrough=(ClickException, typer.Abort))
+    return run_guarded(call, debug=debug, passthrough=(ClickException, typer.Abort), options=command_options())
+
+
+def command_options() -> set[str] | None:
+    """The flags of the command running now (None outside a command): what its hints may name."""
+    context = get_current_context(silent=True)
+    if context is None:
+        return None
+    return {name for param in context.command.params for name in (*param.opts, *param.secondary_opts)
+            if name.startswith("-")}
 
 
 def guarded_command(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -67,8 +78,10 @@ class OotdGroup(TyperGroup):
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
                               **extra)
             code = rv if isinstance(rv, int) else 0
-        except NoArgsIsHelpError as exc:
-            typer.echo(exc.ctx.get_help())
+        except NoArgsIsHelpError as exc:  # a group without a command: its help, once (rich printed it already)
+            text = exc.format_message()
+            if text.strip():
+                typer.echo(text)
             code = 0
         except ClickException as exc:
             where = getattr(getattr(exc, "ctx", None), "command_path", None) or "ootd"

@@ -84,16 +84,20 @@ def prepare_command(
         report = prepare(chosen, progress=display)
         for problem in report.problems:
             display.print(f"skipped {problem}")
+        for duplicate in report.duplicates:
+            display.print(f"duplicate {duplicate}")
     index = report.index
     summary = {"cache": str(output), "layout": report.layout, "model_type": index.model_type,
                "resolution": index.resolution, "prepared": report.prepared, "reused": report.reused,
-               "train": len(index.split("train")), "val": len(index.split("val")), "skipped": report.problems}
+               "train": len(index.split("train")), "val": len(index.split("val")), "skipped": report.problems,
+               "duplicates": report.duplicates}
     if json_out:
         print_json(summary)
         return
+    duplicates = f", duplicates {len(report.duplicates)}" if report.duplicates else ""
     typer.echo(f"{output}: {summary['train']} training and {summary['val']} held-out pairs ({report.layout}, "
                f"{index.model_type}, {index.resolution}); prepared {report.prepared}, already there "
-               f"{report.reused}, skipped {len(report.problems)}")
+               f"{report.reused}{duplicates}, skipped {len(report.problems)}")
 
 
 @with_options(LOGGING_OPTIONS)
@@ -178,16 +182,27 @@ def run_training(train: Any, engine: str, workers: int, gpus: bool, *, explain: 
             report = train_ray(train, workers, gpus, explain=explain and not json_out, echo=display.print)
         else:
             report = _train_local(train, explain and not json_out, display)
-    output = train.output
+    _run_summary(report, train.output, json_out)
+
+
+def _run_summary(report: Any, output: Path, json_out: bool) -> None:
+    """What a run ends with: the adapter, the steps, the loss, the last validation, and why there is no
+    loss.png where there is none."""
+    from ootd.app.train.logs import plot_unavailable
+
+    plot = output / "loss.png"
     summary = {"run": str(output), "adapter": str(report.adapter), "steps": report.steps,
                "from_step": report.first_step, "loss_first": report.losses[0] if report.losses else None,
                "loss_last": report.losses[-1] if report.losses else None, "validation": report.validation,
+               "loss_plot": str(plot) if plot.is_file() else None, "no_loss_plot": plot_unavailable(),
                "seconds": round(report.seconds, 2)}
     if json_out:
         print_json(summary)
         return
     typer.echo(f"{report.adapter}: {report.steps} steps (from {report.first_step}) in {report.seconds:.1f} s"
                + (f", loss {report.losses[0]:.4f} -> {report.losses[-1]:.4f}" if report.losses else ""))
+    if summary["no_loss_plot"]:
+        typer.echo(summary["no_loss_plot"])
     if report.validation:
         last = report.validation[-1]
         scores = (f"SSIM to the teacher at 20 steps, by student steps: {last['ssim_to_teacher']}"

@@ -2,9 +2,10 @@
 features, the standard FID/KID features) and LPIPS v0.1 with its AlexNet (the lpips package), from the published
 weights (ootd/evaluation/weights.py) or, when asked, randomly initialised stand-ins.
 
-Both need the `eval` extra; without it (or with a torchvision that does not match this torch) `require_stack` is
-one line naming the extra. `use_networks` is the seam to hand in other networks (tests, an embedding
-application): every `load_networks` inside it returns those.
+Both need the `eval` extra; without it (or with a torchvision that does not match this torch) `stack_problem` is
+one line saying what is missing and the exact command that installs it for this torch, without changing torch
+(`install_command`); an evaluation then computes what needs no network (SSIM) and says so. `use_networks` is the
+seam to hand in other networks (tests, an embedding application): every `load_networks` inside it returns those.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ootd.errors import UnsupportedError
@@ -24,7 +26,8 @@ from ootd.evaluation.weights import ensure_weights, standard_weights
 if TYPE_CHECKING:
     import torch
 
-STACK_HINT = "pip install -e '.[eval]' after the torchvision built for this torch (docs/commands.md#ootd-eval)"
+EXTRA = "eval"
+STACK_PACKAGES = "torchmetrics, torch-fidelity, lpips"
 FEATURES = "2048"  # InceptionV3's pool features: what FID and KID are defined on
 FEATURE_NAME = "InceptionV3 pool features, 2048 (torch-fidelity)"
 LPIPS_NAME = "LPIPS v0.1, AlexNet (lpips)"
@@ -61,35 +64,109 @@ def use_networks(factory: Factory) -> Iterator[None]:
         _SOURCE.reset(token)
 
 
-def require_stack() -> None:
-    """The eval extra's packages import here, or one line naming the extra (exit 3: another setup runs it)."""
+def checkout_root() -> Path | None:
+    """The source checkout this ootd is imported from (an editable install), or None (an installed wheel)."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "ootd" / "__init__.py").is_file() else None
+
+
+def _extra_target(extra: str) -> list[str]:
+    """What pip installs for `extra`: this checkout's own extra (with its lock, when it pins this torch), or the
+    extra's requirements as the installed ootd declares them."""
+    import os
+    import re
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from ootd.hardware.torch_builds import installed_torch, public_version
+
+    checkout = checkout_root()
+    if checkout is not None:
+        where = "." if checkout == Path.cwd().resolve() else os.fspath(checkout)
+        lock = checkout / "constraints.txt"
+        torch = installed_torch()
+        pinned = lock.is_file() and torch is not None and f"torch=={public_version(torch.version)}" in \
+            lock.read_text().splitlines()
+        return [*(["-c", lock.name if where == "." else os.fspath(lock)] if pinned else []), "-e", f"{where}[{extra}]"]
+    try:
+        declared = requires("ootd") or []
+    except PackageNotFoundError:
+        declared = []
+    wanted, out = [extra], []
+    while wanted:
+        name = wanted.pop()
+        for line in declared:
+            found = re.match(r"\s*([^;]+?)\s*;.*extra\s*==\s*['\"]([^'\"]+)['\"]", line)
+            if not found or found.group(2) != name:
+                continue
+            own = re.fullmatch(r"ootd\[([^\]]+)\]", found.group(1))
+            if own:
+                wanted += [e.strip() for e in own.group(1).split(",")]
+            elif found.group(1).split(">")[0].split("=")[0].strip() != "torchvision":
+                out.append(found.group(1))
+    return out
+
+
+def install_command(extra: str = EXTRA) -> str:
+    """The one pip command that installs `extra` beside the installed torch: torch pinned as it is (build label
+    and all, so pip never replaces it), and the torchvision made for it from the index torch came from."""
+    from ootd.hardware.torch_builds import installed_torch, pip_command
+
+    torch = installed_torch()
+    if torch is None:
+        return pip_command(_extra_target(extra))
+    pins, index = torch.pair()
+    return pip_command([*_extra_target(extra), *pins, *(["--extra-index-url", index] if index else [])])
+
+
+def stack_problem() -> str | None:
+    """Why the eval extra's networks cannot run here, with the command that fixes it (None: they can)."""
+    from ootd.hardware.torch_builds import installed_torch, torchvision_problem
+
+    mismatch = torchvision_problem()
+    if mismatch is not None:
+        return mismatch
     try:
         import lpips  # noqa: F401
         import torch_fidelity  # noqa: F401
         import torchmetrics  # noqa: F401
         import torchvision  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - a missing package or a torchvision built for another torch
-        cause = " ".join(str(exc).split())[:160]
-        raise UnsupportedError(f"the metrics need the eval extra (torchmetrics, torch-fidelity, lpips, torchvision): "
-                               f"{STACK_HINT} ({type(exc).__name__}: {cause})") from None
+    except Exception as exc:  # noqa: BLE001 - a missing package (or one that fails to import)
+        torch = installed_torch()
+        made_for = f" and the torchvision made for {torch.describe()}" if torch is not None else ", torchvision"
+        cause = " ".join(str(exc).split())[:120]
+        return (f"they need the {EXTRA} extra ({STACK_PACKAGES}{made_for}; {type(exc).__name__}: {cause}): "
+                f"{install_command()}")
+    return None
 
 
-def check_networks(weights: MetricWeights) -> None:
-    """What `load_networks` needs, checked before any work (a batch's pre-flight): the packages, and for the
-    published weights their files (fetched when missing, else one line)."""
+def require_stack() -> None:
+    """The eval extra's packages import here, or one line saying what is missing and the command that installs it
+    (exit 3: another setup runs it)."""
+    problem = stack_problem()
+    if problem is not None:
+        raise UnsupportedError(f"the metric networks (LPIPS, FID, KID): {problem}")
+
+
+def check_networks(weights: MetricWeights) -> str | None:
+    """What `load_networks` needs, checked before any work (a batch's pre-flight): for the published weights
+    their files (fetched when missing, else one line). Returns why the networks cannot run here (None: they
+    can): the metrics that need them are then not computed, and the output says so with the fix."""
     if _SOURCE.get() is not None:
-        return
-    require_stack()
-    if weights is MetricWeights.STANDARD:
+        return None
+    problem = stack_problem()
+    if problem is None and weights is MetricWeights.STANDARD:
         ensure_weights()
+    return problem
 
 
-def load_networks(weights: MetricWeights, device: Any) -> Networks:
-    """The two networks on `device`, in eval mode, without gradients."""
+def load_networks(weights: MetricWeights, device: Any) -> Networks | None:
+    """The two networks on `device`, in eval mode, without gradients; None when the eval extra is not here
+    (`stack_problem` says why)."""
     factory = _SOURCE.get()
     if factory is not None:
         return factory(weights, device)
-    check_networks(weights)
+    if check_networks(weights) is not None:
+        return None
     import torch
 
     with warnings.catch_warnings():

@@ -5,9 +5,12 @@ The scorer holds at most `batch` pairs' pixels (and `batch` unpaired images per 
 through the networks at once and leaves only numbers behind: two floats a pair and the feature statistics
 (ootd/evaluation/sets.py). So memory stays flat and time grows with the number of images, whatever their count.
 
-SSIM is torchmetrics' `structural_similarity_index_measure`: Gaussian window sigma 1.5 (11x11), K1 0.01, K2 0.03,
-on RGB scaled to [0, 1], borders mirrored, averaged over pixels and channels (1 = identical). LPIPS is the lpips
-package's distance on RGB scaled to [-1, 1] (0 = identical). Both are computed at the result's resolution.
+SSIM is the project's own (ootd/imaging/similarity.py, as `ootd compare` and the training's validation sheets
+compute it): Gaussian window sigma 1.5 (11x11), K1 0.01, K2 0.03, per RGB channel on 8-bit levels and averaged,
+the window's 5-pixel border excluded (scikit-image's `gaussian_weights=True` form; 1 = identical); it needs no
+network, so it is computed on any install. LPIPS is the lpips package's distance on RGB scaled to [-1, 1]
+(0 = identical). Both are computed at the result's resolution. Without the networks (`networks` None: the eval
+extra is not installed) the scorer computes SSIM alone.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import torch
 
 from ootd.evaluation.networks import Networks
 from ootd.evaluation.sets import SetScores, SetStatistics
-from ootd.evaluation.settings import DEFAULT_BATCH, check_batch
+from ootd.evaluation.settings import DEFAULT_BATCH, NOT_COMPUTED, check_batch
+from ootd.imaging.similarity import ssim as image_ssim
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,7 @@ class PairScore:
 
     key: int
     ssim: float
-    lpips: float
+    lpips: float | None  # None: no network to compute it with
 
 
 def _tensor(images: list[np.ndarray], device: torch.device) -> torch.Tensor:
@@ -39,10 +43,13 @@ def _tensor(images: list[np.ndarray], device: torch.device) -> torch.Tensor:
 class Scorer:
     """Add pairs (or unpaired results and photos); `finish` gives every pair's scores and the sets' scores."""
 
-    def __init__(self, networks: Networks, batch: int = DEFAULT_BATCH) -> None:
+    def __init__(self, networks: Networks | None, batch: int = DEFAULT_BATCH, missing: str | None = None) -> None:
+        """`networks` None: SSIM alone; `missing` says why the rest is not computed."""
         self.networks = networks
         self.batch = check_batch(batch)
-        self.stats = SetStatistics(networks.feature_dim)
+        self.stats = SetStatistics(networks.feature_dim) if networks is not None else None
+        self.missing = missing
+        self.counts = {True: 0, False: 0}  # photos (real) and results added
         self.pairs: list[PairScore] = []
         self._pending: list[tuple[int, np.ndarray, np.ndarray, bool]] = []
         self._unpaired: dict[bool, list[np.ndarray]] = {True: [], False: []}
@@ -54,6 +61,8 @@ class Scorer:
         if result.shape != truth.shape:
             raise ValueError(f"pair {key}: result {result.shape} and photo {truth.shape} differ in size")
         self._pending.append((key, result, truth, new_truth))
+        self.counts[False] += 1
+        self.counts[True] += new_truth
         self._held()
         if len(self._pending) >= self.batch:
             self._flush_pairs()
@@ -61,6 +70,7 @@ class Scorer:
     def add_image(self, image: np.ndarray, real: bool) -> None:
         """An image of the result set (`real=False`) or of the real set, unpaired: features only."""
         self._unpaired[real].append(image)
+        self.counts[real] += 1
         self._held()
         if len(self._unpaired[real]) >= self.batch:
             self._flush_images(real)
@@ -73,16 +83,17 @@ class Scorer:
     def _flush_pairs(self) -> None:
         if not self._pending:
             return
-        from torchmetrics.functional.image import structural_similarity_index_measure
-
         pending, self._pending = self._pending, []
+        ssim = [image_ssim(result, truth) for _, result, truth, _ in pending]
+        if self.networks is None or self.stats is None:
+            self.pairs += [PairScore(key, s, None) for (key, *_), s in zip(pending, ssim, strict=True)]
+            return
         device = self.networks.device
         results = _tensor([p[1] for p in pending], device)
         truths = _tensor([p[2] for p in pending], device)
         a, b = results.float() / 255.0, truths.float() / 255.0
-        ssim = structural_similarity_index_measure(a, b, data_range=1.0, reduction="none")
         distance = self.networks.lpips(a * 2 - 1, b * 2 - 1)
-        for (key, *_), s, d in zip(pending, ssim.flatten().tolist(), distance.flatten().tolist(), strict=True):
+        for (key, *_), s, d in zip(pending, ssim, distance.flatten().tolist(), strict=True):
             self.pairs.append(PairScore(key, s, d))
         self.stats.add(self.networks.features(results), real=False)
         new = [i for i, p in enumerate(pending) if p[3]]
@@ -92,7 +103,7 @@ class Scorer:
     @torch.inference_mode()
     def _flush_images(self, real: bool) -> None:
         images, self._unpaired[real] = self._unpaired[real], []
-        if images:
+        if images and self.networks is not None and self.stats is not None:
             self.stats.add(self.networks.features(_tensor(images, self.networks.device)), real=real)
 
     def flush(self) -> None:
@@ -106,4 +117,6 @@ class Scorer:
         scores cost the same at any size from `KID_SUBSET_SIZE` images up (FID's matrix square root, KID's
         fixed subsets); below that KID's subsets are the whole sets."""
         self.flush()
+        if self.stats is None:
+            return self.pairs, SetScores(self.counts[False], self.counts[True], problem=NOT_COMPUTED)
         return self.pairs, self.stats.scores()

@@ -1,8 +1,9 @@
 """How alike two pictures are: PSNR, SSIM and the pixel differences of 8-bit images (`ootd compare`, the validation
-sheets of `ootd train run`). SSIM is the Wang et al. 2004 form with an 11x11 Gaussian window, sigma 1.5, K1 0.01,
-K2 0.03, per RGB channel and averaged, the 5-pixel border excluded, as scikit-image's
-`structural_similarity(..., gaussian_weights=True)` computes it. Everything runs a strip of rows at a time, so a
-50-megapixel pair needs a few strips of memory, not float64 copies of the whole images."""
+sheets of `ootd train run`), and SSIM per region (`ssim_by_region`: preservation, ootd/evaluation/preservation.py).
+SSIM is the Wang et al. 2004 form with an 11x11 Gaussian window, sigma 1.5, K1 0.01, K2 0.03, per RGB channel and
+averaged, the 5-pixel border excluded, as scikit-image's `structural_similarity(..., gaussian_weights=True)`
+computes it. Everything runs a strip of rows at a time, so a 50-megapixel pair needs a few strips of memory, not
+float64 copies of the whole images."""
 
 from __future__ import annotations
 
@@ -74,6 +75,26 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float:
     if a.ndim == 2:
         return _ssim_channel(a, b)
     return float(np.mean([_ssim_channel(a[..., c], b[..., c]) for c in range(a.shape[-1])]))
+
+
+def ssim_by_region(a: np.ndarray, b: np.ndarray, regions: np.ndarray, count: int) -> np.ndarray:
+    """The mean SSIM of each region of two same-shape 8-bit images (HxW or HxWxC): `regions` numbers each
+    pixel 0 to `count` - 1 (any other number: in none), and region r's value is the mean over its pixels of the
+    SSIM map (the same map as `ssim`'s, channels averaged, borders mirrored and kept: a region may touch the
+    edge); NaN for a region without pixels. A strip of rows at a time, as `ssim`."""
+    channels = [(a, b)] if a.ndim == 2 else [(a[..., c], b[..., c]) for c in range(a.shape[-1])]
+    sums, pixels = np.zeros(count), np.zeros(count)
+    height, width = regions.shape
+    for r0, r1, a0, a1 in _strips(height, width, SSIM_RADIUS):
+        where = regions[r0:r1].ravel()
+        inside = where < count
+        where = where[inside]
+        pixels += np.bincount(where, minlength=count)[:count]
+        for x, y in channels:
+            s = _ssim_map(x[a0:a1].astype(np.float64), y[a0:a1].astype(np.float64))[r0 - a0:r1 - a0]
+            sums += np.bincount(where, weights=s.ravel()[inside], minlength=count)[:count] / len(channels)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(pixels > 0, sums / np.maximum(pixels, 1), np.nan)
 
 
 def differences(a: np.ndarray, b: np.ndarray) -> tuple[int, float]:

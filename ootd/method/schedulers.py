@@ -1,6 +1,10 @@
-"""Schedulers built from the released config the way the original builds them (docs/upstream.md §4)."""
+"""Schedulers built from the released config the way the original builds them (docs/upstream.md §4), and their
+timesteps set for a call."""
 
 from __future__ import annotations
+
+import warnings
+from typing import Any
 
 from diffusers import (
     DDIMScheduler,
@@ -34,3 +38,16 @@ def build_scheduler(name: SchedulerName, base_config: dict) -> SchedulerMixin:
         if name is SchedulerName.TCD:
             return TCDScheduler.from_config(base_config)
     raise ValueError(f"unknown scheduler {name}")
+
+
+# numpy 2 asks `__array__` for a `copy` keyword; torch's Tensor.__array__ has none (2.13 and 2.14 alike), so every
+# np.array(tensor) in diffusers' set_timesteps warns. The values are the same; the warning is the two libraries',
+# and no release of either changes it: it is silenced for that message, in that call, and nowhere else.
+ARRAY_COPY_WARNING = r"__array__ implementation doesn't accept a copy keyword"
+
+
+def set_timesteps(scheduler: SchedulerMixin, steps: int, device: Any = None) -> None:
+    """`scheduler.set_timesteps(steps, device=device)`, without numpy 2's notice about torch's __array__."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=ARRAY_COPY_WARNING, category=DeprecationWarning)
+        scheduler.set_timesteps(steps, device=device)

@@ -102,6 +102,10 @@ def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category
     try:
         category = parse_category_word(words)
         numbers = {name: _number(form, name) for name in NUMBERS}
+        for name in ("steps", "samples"):  # the bound that applies here, in one message whichever it is
+            beyond = limits.out_of_range(name, numbers[name])
+            if beyond is not None:
+                raise FieldError(beyond)
         sampling = base.sampling.updated(
             seed=numbers["seed"], resolution=_text(form, "resolution"), scheduler=_text(form, "scheduler"),
             num_samples=numbers["samples"], steps=numbers["steps"], guidance_scale=numbers["scale"],

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ootd.errors import UsageError
+from ootd.settings import MAX_SAMPLES, MAX_STEPS
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -60,13 +61,22 @@ class Limits:
             raise UsageError(f"--samples {samples} is over --max-samples {self.max_samples}: lower one or raise "
                              "the other")
 
+    def bound(self, field: str) -> tuple[int, str]:
+        """The largest `steps` or `samples` a request may ask for here, and whose bound that is (the server's
+        when lower than what a call may ask for anywhere)."""
+        mine, anywhere = {"steps": (self.max_steps, MAX_STEPS), "samples": (self.max_samples, MAX_SAMPLES)}[field]
+        return (mine, " (this server's limit)") if mine < anywhere else (anywhere, "")
+
+    def out_of_range(self, field: str, value: int | None) -> str | None:
+        """The one message for a `steps` or `samples` outside 1 to the bound that applies; None when within."""
+        top, whose = self.bound(field)
+        if value is None or 1 <= value <= top:
+            return None
+        return f"{field} must be between 1 and {top}{whose}, got {value}"
+
     def check_request(self, steps: int, samples: int) -> str | None:
         """What a request asks for beyond this server's limits, as a message; None when within them."""
-        if steps > self.max_steps:
-            return f"steps {steps} is over this server's limit of {self.max_steps}"
-        if samples > self.max_samples:
-            return f"samples {samples} is over this server's limit of {self.max_samples}"
-        return None
+        return self.out_of_range("steps", steps) or self.out_of_range("samples", samples)
 
 
 class RequestTooLarge(Exception):

@@ -16,20 +16,28 @@ listed as skipped, since identical masks and grids would pull the averages towar
 
 Metrics against real photos (LPIPS, FID, KID, and SSIM as torchmetrics averages it) are `ootd eval`'s
 (ootd/evaluation/, ootd/app/evaluate/).
+
+Preservation (docs/preservation.md): where a folder's results were measured against their person photos (a
+batch measures each pair it makes; `ootd eval DIR --preservation` writes DIR/preservation.jsonl), each pair shows
+both sides' figures, and the summary the mean of each side's score (the share of the worst region outside the
+mask that changed) over the pairs measured on both sides, and in how many B changed more: how a speed mode or an
+adapter moves what the try-on should keep, on the same pairs. Nothing is measured here.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from ootd.app.evaluate.preservation import recorded_figures
 from ootd.app.tryon.provenance import is_intermediate_record, is_ours, read_record, setting_changes
 from ootd.errors import InputImageError, OotdError, UsageError, printable
+from ootd.evaluation.preservation import Preservation
 from ootd.imaging.files import open_image_file
 from ootd.imaging.similarity import differences, psnr, ssim
 
@@ -45,12 +53,15 @@ class ImageComparison:
     mean_abs: float | None = None
     problem: str | None = None
     settings: dict[str, tuple[str, str]] = field(default_factory=dict)  # what the two records say differently
+    kept: tuple[Preservation | None, Preservation | None] = (None, None)  # each side's preservation figures
 
     def to_dict(self) -> dict[str, object]:
+        kept = {"preservation": {side: {"score": p.score, "summary": p.summary()} if p is not None else None
+                                 for side, p in zip("ab", self.kept, strict=True)}} if any(self.kept) else {}
         if self.problem is not None:
-            return {"name": self.name, "problem": self.problem}
+            return {"name": self.name, "problem": self.problem, **kept}
         return {"name": self.name, "psnr": _json_number(self.psnr), "ssim": self.ssim, "max_abs": self.max_abs,
-                "mean_abs": self.mean_abs, "settings": {k: list(v) for k, v in self.settings.items()}}
+                "mean_abs": self.mean_abs, "settings": {k: list(v) for k, v in self.settings.items()}, **kept}
 
 
 @dataclass(frozen=True)
@@ -72,11 +83,24 @@ class FolderComparison:
     def problems(self) -> list[ImageComparison]:
         return [c for c in self.images if c.problem is not None]
 
+    def preservation(self) -> dict[str, object] | None:
+        """Over the pairs whose results were measured on both sides: how many, each side's mean score, and in
+        how many B changed more than A; None when no pair was."""
+        both = [(a, b) for a, b in (c.kept for c in self.images) if a is not None and b is not None]
+        if not both:
+            return None
+        return {"measured": len(both), "score_a": float(np.mean([a.score for a, _ in both])),
+                "score_b": float(np.mean([b.score for _, b in both])),
+                "b_changed_more": sum(b.score > a.score for a, b in both)}
+
     def summary(self) -> dict[str, object]:
         """Counts, then the means over the pairs that differ (`differing`; all identical: PSNR inf, SSIM 1)."""
         done = self.compared
         counts: dict[str, object] = {"compared": len(done), "problems": len(self.problems),
                                      "skipped": len(self.skipped)}
+        kept = self.preservation()
+        if kept is not None:
+            counts["preservation"] = kept
         if not done:
             return counts
         differ = [c for c in done if c.max_abs != 0]
@@ -163,6 +187,7 @@ def compare_folders(a_dir: str | Path, b_dir: str | Path, include_intermediates:
     except OSError as exc:
         raise UsageError(f"cannot list a folder: {exc.strerror or exc}") from None
     images, skipped = [], []
+    figures = (recorded_figures(a_dir), recorded_figures(b_dir))
     for name in sorted(a_names | b_names):
         paths = [folder / name for folder, names in ((a_dir, a_names), (b_dir, b_names)) if name in names]
         if not include_intermediates and any(is_intermediate(p) for p in paths):
@@ -173,6 +198,9 @@ def compare_folders(a_dir: str | Path, b_dir: str | Path, include_intermediates:
             images.append(ImageComparison(name, problem=f"only in {printable(b_dir)}"))
         else:
             images.append(compare_pair(name, a_dir / name, b_dir / name))
+        kept = (figures[0].get(name), figures[1].get(name))
+        if images and images[-1].name == name and kept != (None, None):
+            images[-1] = replace(images[-1], kept=kept)
     if not images and not skipped:
         raise OotdError(f"no images in {printable(a_dir)} or {printable(b_dir)}")
     return FolderComparison(a_dir, b_dir, images, skipped)

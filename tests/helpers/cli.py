@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextvars
+import re
 import threading
 from typing import Any
 
+import typer
 from typer.testing import CliRunner
 
 from ootd import cli
@@ -41,3 +43,38 @@ def assert_one_line_error(result: Any, code: int, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------- hints
+
+ANOTHER_COMMAND = re.compile(r"`ootd ((?:train |checkpoints )?[a-z]+)([^`]*)`")
+ANOTHER_PROGRAM = re.compile(r"python -m [\w.]+[^,;()]*")  # pip's flags, a tool's own: not the command's
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def options_of(path: list[str]) -> set[str]:
+    """The flags `ootd PATH` takes, from click's own view of the command (however they come to be declared)."""
+    command: Any = typer.main.get_command(cli.app)
+    for name in path:
+        command = command.commands[name]
+    return {n for p in command.params for n in (*p.opts, *p.secondary_opts) if n.startswith("-")} | {"--help"}
+
+
+def foreign_flags(text: str, path: list[str]) -> list[str]:
+    """The flags in `text` that the command they are offered for does not take: `ootd PATH`'s own, or those of
+    the command a hint names (`ootd run --mask`)."""
+    wrong = []
+    for match in ANOTHER_COMMAND.finditer(text):
+        other = match.group(1).split()
+        wrong += [f"ootd {' '.join(other)} {f}" for f in FLAG.findall(match.group(2)) if f not in options_of(other)]
+    rest = ANOTHER_PROGRAM.sub("", ANOTHER_COMMAND.sub("", text))
+    own = options_of(path)
+    return wrong + [f for f in FLAG.findall(rest) if f not in own]
+
+
+def assert_hints_are_its_options(result: Any, path: list[str], *fragments: str) -> None:
+    """`ootd PATH` said each fragment, and every flag it named is one it (or the command it named) takes."""
+    said = result.output
+    for fragment in fragments:
+        assert fragment in said, said
+    assert foreign_flags(said, path) == [], said

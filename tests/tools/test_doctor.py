@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ootd.hardware.torch_builds import MachineGpus
 from ootd.tools import doctor
 from ootd.tools.doctor import (
     FAIL,
@@ -25,7 +26,9 @@ from ootd.tools.doctor import (
     onnxruntime_items,
     python_item,
     sdpa_items,
+    torch_fit_items,
     torch_items,
+    torchvision_items,
 )
 from ootd.weights.layout import Layout
 from tests.helpers.trees import make_tree
@@ -178,6 +181,56 @@ def test_torch_builds() -> None:
     assert missing.status == FAIL and missing.blocking
 
 
+KFD = Path("/dev/kfd")
+
+
+@pytest.mark.parametrize(("build", "machine", "fix"), [
+    (TorchBuild("2.13.0+cpu"), MachineGpus(amd="/dev/kfd", kfd=KFD),
+     "python -m ootd.tools.torch_install --build rocm --torch 2.13.0"),
+    (TorchBuild("2.13.0", cuda="13.0"), MachineGpus(amd="/dev/kfd", kfd=KFD),  # PyPI's CUDA build on an AMD GPU
+     "python -m ootd.tools.torch_install --build rocm --torch 2.13.0"),
+    (TorchBuild("2.13.0+cpu"), MachineGpus(nvidia="nvidia-smi", driver_cuda=(12, 8)),
+     "python -m ootd.tools.torch_install --build cuda --torch 2.13.0"),
+    (TorchBuild("2.13.0+rocm6.4", hip="6.4.1"), MachineGpus(nvidia="nvidia-smi"),
+     "python -m ootd.tools.torch_install --build cuda --torch 2.13.0"),
+])
+def test_a_torch_that_cannot_use_the_machines_gpu_is_said_with_the_fix(build: TorchBuild, machine: MachineGpus,
+                                                                       fix: str) -> None:
+    (item,) = torch_fit_items(build, machine)
+    assert item.status == FAIL and not item.blocking  # the CPU still runs try-ons
+    assert f"PyTorch {build.version} is the" in item.detail and "cannot use it: try-ons run on the CPU" in item.detail
+    assert item.fix == fix
+    (vision,) = torch_fit_items(build, machine, torchvision=True)
+    assert vision.fix == f"{fix} --torchvision"  # its torchvision is replaced with it
+
+
+def test_a_rocm_torch_without_access_to_dev_kfd_is_said_with_the_fix(tmp_path: Path) -> None:
+    kfd = tmp_path / "kfd"
+    kfd.touch()
+    rocm = TorchBuild("2.13.0+rocm6.4", hip="6.4.1")
+    (denied,) = torch_fit_items(rocm, MachineGpus(amd="/dev/kfd", kfd=kfd), groups=({"users"}, {"users"}),
+                                access=lambda path, mode: False)
+    assert denied.status == FAIL and f"cannot open {kfd}" in denied.detail and GROUP_FIX in denied.fix
+    (absent,) = torch_fit_items(rocm, MachineGpus())
+    assert absent.status == FAIL and "there is no /dev/kfd" in absent.detail
+    (fine,) = torch_fit_items(rocm, MachineGpus(amd="/dev/kfd", kfd=kfd), access=lambda path, mode: True)
+    assert fine.status == OK and "the ROCm build, the one for this machine" in fine.detail
+
+
+def test_the_build_that_fits_is_ok() -> None:
+    (cpu,) = torch_fit_items(TorchBuild("2.13.0+cpu"), MachineGpus())
+    assert cpu.status == OK and "no GPU was found" in cpu.detail
+    (cuda,) = torch_fit_items(TorchBuild("2.13.0+cu128", cuda="12.8"), MachineGpus(nvidia="nvidia-smi"))
+    assert cuda.status == OK
+    assert torch_fit_items(TorchBuild(None, error="ImportError"), MachineGpus(nvidia="nvidia-smi")) == []
+
+
+def test_a_torchvision_that_does_not_fit_blocks_with_its_fix() -> None:
+    (item,) = torchvision_items(("torchvision 0.29.1 does not fit torch 2.13.0+cpu (the CPU build)", "install it"))
+    assert item.status == FAIL and item.blocking and item.fix == "install it"
+    assert torchvision_items(None) == []
+
+
 def test_gpu_items() -> None:
     items = gpu_items([GpuInfo(0, "AMD Radeon RX 7900 XTX", "gfx1100", 24 * 2**30, 20 * 2**30)])
     assert items[0].status == OK and "gfx1100" in items[0].detail and "24.0 GiB total" in items[0].detail
@@ -248,3 +301,15 @@ def test_report_can_run_ignores_non_blocking_failures(tmp_path: Path) -> None:
     report.items.append(doctor.Item("checkpoints", "folder", FAIL, "missing", "download", blocking=True))
     assert not report.can_run
     assert Layout(tmp_path).root == tmp_path
+
+
+def test_the_table_fits_the_terminal_width_when_piped(tmp_path: Path) -> None:
+    """`ootd doctor | cat`: $COLUMNS is the width (long paths unwrapped only where no width is known)."""
+    from ootd.cli.display import PIPED_WIDTH, piped_width
+    from tests.helpers.cli import invoke
+
+    result = invoke("doctor", "--checkpoints", tmp_path, "--quick", "--no-kernels", env={"COLUMNS": "90"})
+    widths = [len(line) for line in result.stdout.splitlines()]
+    assert widths and max(widths) <= 90, result.stdout
+    assert piped_width({"COLUMNS": "132"}) == 132
+    assert piped_width({}) == PIPED_WIDTH  # no terminal here (the test runner's streams): the wide default

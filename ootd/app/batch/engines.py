@@ -16,6 +16,7 @@ from ootd.app.batch.pairs import Pair
 from ootd.app.batch.report import BatchSummary, PairReport
 from ootd.app.signals import ray_for_a_driver
 from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.preservation import PreservationChoice
 from ootd.errors import UsageError
 from ootd.pipeline_types import Progress
 from ootd.settings import EngineName
@@ -64,14 +65,16 @@ def make_engine(
     on_report: Callable[[PairReport], None] | None = None,
     index_path: Path | None = None,
     status: Callable[[str], None] | None = None,
+    preservation: PreservationChoice | None = None,
 ) -> BatchEngine:
     """The engine called `name`, ready to `run(pairs)`. `status`: occasional one-line progress (rate, ETA) from
-    engines that run elsewhere; the local engine reports through `progress` only."""
+    engines that run elsewhere; the local engine reports through `progress` only. `preservation`: whether each
+    pair made is measured (default: yes), and the review threshold."""
     engine = require_engine(name)
     cluster = cluster or ClusterOptions()
     cluster.validate()
     kwargs: dict[str, Any] = {"report_path": report_path, "progress": progress, "on_report": on_report,
-                              "index_path": index_path}
+                              "index_path": index_path, "preservation": preservation}
     if engine is not EngineName.LOCAL:
         kwargs["status"] = status
     return ENGINES[engine](config, cluster, **kwargs)

@@ -46,6 +46,7 @@ from ootd.app.batch.pages import (
     top,
 )
 from ootd.app.batch.pairs import Pair, Shard
+from ootd.app.batch.preservation import PreservationTally, worst_table
 from ootd.app.batch.report import PairReport
 from ootd.app.batch.texts import TextStore
 from ootd.errors import OotdError
@@ -105,6 +106,7 @@ class ContactIndex:
         self.files: dict[int, tuple[list[str], dict[str, str]]] = {}  # position -> its report's, without `files`
         self.grids: dict[int, bytes] = {}  # page -> its grid, rendered once complete, compressed
         self.counts = Counts(len(pairs))
+        self.kept = _Kept(len(pairs))  # each measured pair's preservation summary, the worst ones
         self.writes = 0  # how many times the pages were written (tests, benchmarks)
         self._dirty: set[int] = set(range(len(self.pages)))
         self._errors_dirty = True
@@ -133,6 +135,8 @@ class ContactIndex:
                 self._errors_dirty = True
             elif self.files_of is None:
                 self.files[position] = (list(report.outputs), dict(report.intermediates))
+            if report.preservation is not None and report.status != "error":
+                self.kept.add(position, report)
             page = self.page_of[position]
             if page >= 0:
                 self.pages[page].counts.add(report.status)
@@ -265,6 +269,7 @@ class ContactIndex:
         body = [top(self.heading, state, self.counts)]
         if self.pages[0].positions:
             body.append(self._grid(0))
+        body.append(self._worst())
         if self.counts.errors:
             body.append(f"<h2 id=\"errors\">Errors ({self.counts.errors})</h2>"
                         f"{self._error_items(self._error_positions())}")
@@ -305,7 +310,17 @@ class ContactIndex:
         entries = [(f"{self.folder.name}/{_page_file(page.number)}", page_label(page), page.counts.text())
                    for page in self.pages]
         errors = f"{self.folder.name}/{_errors_file(1)}" if self.counts.errors else None
-        return front_page(self.heading, state, self.counts, entries, errors, self.counts.errors)
+        page = front_page(self.heading, state, self.counts, entries, errors, self.counts.errors)
+        worst = self._worst()
+        return page.replace("</body>", worst + "</body>", 1) if worst else page
+
+    def _worst(self) -> str:
+        """The table of the pairs that changed most, worst first (ootd/app/batch/preservation.py)."""
+        def label(index: int) -> str:
+            position = self.position.get(index)
+            return self.pairs[position].describe() if position is not None else f"pair {index + 1}"
+
+        return worst_table(self.kept.tally.worst(), label, self.links.thumb)
 
 
 class _Cells:
@@ -316,7 +331,36 @@ class _Cells:
 
     def get(self, position: int, default: str) -> str:
         report = self.index.report_at(position)
-        return default if report is None else cell(self.index.pairs[position], report, self.index.links)
+        if report is None:
+            return default
+        return cell(self.index.pairs[position], report, self.index.links, self.index.kept.get(position))
+
+
+class _Kept:
+    """Each measured pair's preservation summary (compressed, a few bytes a pair, made at the first) and whether
+    it is marked for review, and the batch's worst pairs (ootd/app/batch/preservation.py)."""
+
+    def __init__(self, pairs: int) -> None:
+        self.pairs = pairs
+        self.numbers = array("i")  # position -> its summary's number in `texts` + 1 (0: none)
+        self.review = bytearray()
+        self.texts = TextStore()
+        self.tally = PreservationTally()
+
+    def add(self, position: int, report: PairReport) -> None:
+        kept = report.preservation
+        assert kept is not None
+        if not self.numbers:
+            self.numbers = array("i", [0]) * self.pairs
+            self.review = bytearray(self.pairs)
+        self.numbers[position] = self.texts.add(kept.summary()) + 1
+        self.review[position] = kept.review
+        self.tally.add(report.pair.index, kept, report.outputs)
+
+    def get(self, position: int) -> tuple[str, bool] | None:
+        if not self.numbers or not self.numbers[position]:
+            return None
+        return self.texts.get(self.numbers[position] - 1), bool(self.review[position])
 
 
 class _Positions:

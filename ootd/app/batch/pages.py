@@ -49,6 +49,7 @@ STYLE = (
     "justify-content:center;font-size:.8em;text-align:center}"
     "ol.errors li,ul.pages li{margin:.25em 0}.where{color:#555}"
     ".grid tr>th:first-child{position:sticky;left:0;background:#fff;z-index:1}"  # a row's person stays in view
+    ".kept{font-size:.8em;color:#444;flex-basis:100%}.review,.review .kept{color:#b00;font-weight:600}"
 )
 
 
@@ -331,14 +332,17 @@ def _masks(pair: Pair, report: PairReport) -> list[tuple[str, str]]:
     return masks
 
 
-def cell(pair: Pair, report: PairReport | None, links: Links) -> str:
-    """One pair's cell: its results and mask (an outfit: both masks), its error, or `pending`."""
+def cell(pair: Pair, report: PairReport | None, links: Links, kept: tuple[str, bool] | None = None) -> str:
+    """One pair's cell: its results and mask (an outfit: both masks), its error, or `pending`; `kept`: its
+    preservation summary and whether it is marked for review."""
     if report is None:
         return '<div class="pending">pending</div>'
     if report.status == "error":
         return f'<div class="error">{_text(error_text(report))}</div>'
     parts = [links.thumb(p) for p in report.outputs]
     parts += [f'<span class="mask">{links.thumb(mask, title)}</span>' for mask, title in _masks(pair, report)]
+    if kept is not None:
+        parts.append(f'<div class="kept{" review" if kept[1] else ""}">{_text(kept[0])}</div>')
     return f'<div class="cell {report.status}">{"".join(parts)}</div>'
 
 

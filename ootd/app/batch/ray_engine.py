@@ -50,6 +50,7 @@ from ootd.app.signals import (
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.outputs import peak_memory
+from ootd.app.tryon.preservation import PreservationChoice
 from ootd.errors import OotdError, UsageError
 from ootd.pipeline_types import Progress
 
@@ -65,8 +66,9 @@ CONNECT_TIMEOUT_S = 60.0  # joining a cluster that accepts connections but does 
 class PairWorker:
     """One Ray actor: one device, one pipeline at a time, the local engine's per-pair runner and caches."""
 
-    def __init__(self, config: RunConfig, exit_on_first: int | None = None) -> None:
-        self.runner = BatchRunner(config)
+    def __init__(self, config: RunConfig, exit_on_first: int | None = None,
+                 preservation: PreservationChoice | None = None) -> None:
+        self.runner = BatchRunner(config, preservation=preservation)
         self.exit_on_first = exit_on_first
 
     def run(self, pair: Pair, attempt: int) -> tuple[PairReport, dict[str, Any]]:
@@ -99,9 +101,10 @@ class RayBatchRunner(BatchRunner):
 
     def __init__(self, config: RunConfig, cluster: ClusterOptions, *, report_path: Path | None = None,
                  progress: Progress | None = None, on_report: Callable[[PairReport], None] | None = None,
-                 index_path: Path | None = None, status: Callable[[str], None] | None = None) -> None:
+                 index_path: Path | None = None, status: Callable[[str], None] | None = None,
+                 preservation: PreservationChoice | None = None) -> None:
         super().__init__(config, report_path=report_path, progress=progress, on_report=on_report,
-                         index_path=index_path)
+                         index_path=index_path, preservation=preservation)
         self.cluster = cluster
         self.status = status
         self.dispatched = 0  # pairs sent to workers (tests: a resumed batch sends none)
@@ -163,7 +166,7 @@ class RayBatchRunner(BatchRunner):
         hook = os.environ.get(EXIT_ON_FIRST_ATTEMPT)
         actor = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=0, max_task_retries=0)(PairWorker)
         shared = ray.put(config)  # sent to each actor once
-        pool = ActorPool(ray, lambda: actor.remote(shared, int(hook) if hook else None),
+        pool = ActorPool(ray, lambda: actor.remote(shared, int(hook) if hook else None, self.preservation),
                          lambda worker, item, attempt: worker.run.remote(item[0], attempt),
                          self.workers, self.cluster.retries + 1, key=lambda item: item[0].index)
         self.dispatched = self._todo

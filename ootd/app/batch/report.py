@@ -17,13 +17,16 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ootd.app.batch.pairs import Pair, Shard
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.outputs import format_seconds
 from ootd.app.tryon.record import Record
 from ootd.errors import OutputError, no_space, printable
+
+if TYPE_CHECKING:
+    from ootd.app.tryon.preservation import PairPreservation, PreservationChoice
 
 try:
     import fcntl
@@ -55,6 +58,7 @@ class PairReport:
     timings: dict[str, Any] = field(default_factory=dict)
     reused: dict[str, bool] = field(default_factory=dict)
     category: str | None = None  # the category of the garment given first
+    preservation: PairPreservation | None = None  # what its results changed of the photo (made now, measured)
 
     @classmethod
     def of(cls, pair: Pair, status: str, record: Record, seed: int | None = None, *, resumed: bool = False,
@@ -92,6 +96,7 @@ class PairReport:
             "seed": self.seed,
             "timings": self.timings,
             "reused": self.reused,
+            **({"preservation": self.preservation.to_json()} if self.preservation is not None else {}),
         }
 
 
@@ -100,7 +105,10 @@ class Tally:
     pair's report (a batch of 10^6 pairs would hold a GB). The errors it lists are the first `ERRORS_LISTED` by
     row; the report file has every one."""
 
-    def __init__(self) -> None:
+    def __init__(self, preservation: PreservationChoice | None = None) -> None:
+        from ootd.app.batch.preservation import PreservationTally
+
+        self.preservation = PreservationTally(preservation)
         self.counts = {"ok": 0, "skipped": 0, "error": 0}
         self._seed: tuple[int, int] | None = None  # (row, seed) of the first row with a seed
         self._errors: list[tuple[int, dict[str, Any]]] = []  # a heap of (-row, entry): the first rows kept
@@ -108,6 +116,7 @@ class Tally:
     def add(self, report: PairReport) -> None:
         index = report.pair.index
         self.counts[report.status] = self.counts.get(report.status, 0) + 1
+        self.preservation.add(index, report.preservation, report.outputs)
         if report.seed is not None and (self._seed is None or index < self._seed[0]):
             self._seed = (index, report.seed)
         if report.status == "error":
@@ -167,6 +176,7 @@ class BatchSummary:
         if not self.ok:
             lines.append(f"{self.count('error')} pair(s) failed (listed above and in the report); fix them and "
                          "rerun the same command: finished pairs are skipped")
+        lines += self.tally.preservation.lines(self.count("skipped"))
         if self.evaluation is not None:
             lines += self.evaluation.lines()
         return lines
@@ -181,6 +191,7 @@ class BatchSummary:
             "seed": self.seed if self.seed is not None else self.tally.seed,
             **self.info, "peak_memory": self.peak_memory,
             "errors": errors, "errors_not_listed": self.count("error") - len(errors),
+            **({"preservation": self.tally.preservation.to_json()} if self.tally.preservation.choice.on else {}),
             **({"evaluation": self.evaluation.to_json()} if self.evaluation is not None else {}),
         }
 
@@ -188,6 +199,8 @@ class BatchSummary:
 def read_reports(path: Path, pairs: Sequence[Pair]) -> list[PairReport]:
     """A report's lines as the PairReports of `pairs` (matched by index), e.g. to rebuild a batch's contact sheet;
     lines of pairs not in `pairs` are left out. File names that were not UTF-8 come back as their escapes."""
+    from ootd.app.tryon.preservation import PairPreservation
+
     by_index = {pair.index: pair for pair in pairs}
     reports = []
     with open(path, encoding="utf-8") as handle:
@@ -195,10 +208,12 @@ def read_reports(path: Path, pairs: Sequence[Pair]) -> list[PairReport]:
             entry = json.loads(line)
             pair = by_index.get(entry.get("index"))
             if pair is not None:
+                kept = entry.get("preservation")
                 reports.append(PairReport(
                     pair, entry["status"], entry.get("model_type"), list(entry.get("outputs") or ()),
                     dict(entry.get("intermediates") or {}), entry.get("error"), entry.get("seed"),
-                    dict(entry.get("timings") or {}), dict(entry.get("reused") or {}), entry.get("category")))
+                    dict(entry.get("timings") or {}), dict(entry.get("reused") or {}), entry.get("category"),
+                    PairPreservation.from_json(kept) if isinstance(kept, dict) else None))
     return reports
 
 

@@ -30,8 +30,10 @@ from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
 from ootd.app.tryon.loader import PipelineLoader
+from ootd.app.tryon.masking import BATCH_REMEDY, PersonNotFound
 from ootd.app.tryon.outputs import peak_memory, prepare_output_dir, rounded
 from ootd.app.tryon.preflight import check_batch, check_output_folder
+from ootd.app.tryon.preservation import ParseCache, PreservationChoice, measure_pair
 from ootd.app.tryon.record import Record
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
 from ootd.pipeline_types import Progress
@@ -88,6 +90,7 @@ class BatchRunner:
         progress: Progress | None = None,
         on_report: Callable[[PairReport], None] | None = None,
         index_path: Path | None = None,
+        preservation: PreservationChoice | None = None,
     ) -> None:
         self.config = config
         self.loader = loader if loader is not None else PipelineLoader(config)
@@ -101,7 +104,9 @@ class BatchRunner:
         self._model: ModelType | None = None  # the model type of the pairs the caches were filled for
         self.index_path = index_path  # the batch's contact sheet (index.html), refreshed as pairs finish
         self._index: ContactIndex | None = None
-        self.tally = Tally()  # the summary's counts, as reports go past (none is kept)
+        self.preservation = preservation or PreservationChoice()  # each pair made now measured (docs/preservation.md)
+        self.tally = Tally(self.preservation)  # the summary's counts, as reports go past (none is kept)
+        self.parses = ParseCache(self.loader.preprocessor, person_cache)  # the photos' parses, as the persons'
 
     def _emit(self, report: PairReport) -> None:
         self.tally.add(report)
@@ -120,7 +125,7 @@ class BatchRunner:
         """Every pair: the precheck, then the batch-wide checks (checkpoints, --max-memory, the engine's own),
         and only then anything written: the output folder, the report, the contact sheet, the pairs' files."""
         start = time.perf_counter()
-        self.tally = Tally()
+        self.tally = Tally(self.preservation)
         output = self.config.output
         if output.exists() and not output.is_dir():
             prepare_output_dir(output)  # its one-line usage error, before any work
@@ -211,7 +216,7 @@ class BatchRunner:
         except NoSpaceError:  # every later pair would fail the same way: stop, keeping what is written
             raise
         except OotdError as exc:
-            report.error = one_line(exc)
+            report.error = one_line(exc.with_remedy(BATCH_REMEDY) if isinstance(exc, PersonNotFound) else exc)
             logger.debug("pair %s failed", pair.source, exc_info=True)
         except Exception as exc:  # keep going; the report says what broke
             report.error = f"internal error: {type(exc).__name__}: {one_line(exc)}"
@@ -227,6 +232,7 @@ class BatchRunner:
                 return self.loader.get(model_type)
             self._tick("load", 0, 1)
             t = time.perf_counter()
+            self._share_parser(job)
             pipe = self.loader.get(model_type)
             loading += time.perf_counter() - t
             self._tick("load", 1, 1)
@@ -239,9 +245,25 @@ class BatchRunner:
         images, intermediates = job.save(outcome, keep_existing=True)
         timings = outcome.timings()
         timings["save"] = time.perf_counter() - t
+        if self.preservation.on:
+            t = time.perf_counter()
+            masks = {Path(m).name: Path(m) for m in (report.pair.mask, report.pair.mask2) if m is not None}
+            report.preservation = measure_pair(images, report.pair.person, self.parses, masks,
+                                               self.preservation.review_above)
+            timings["preservation"] = time.perf_counter() - t
         timings["wall"] = time.perf_counter() - start - loading
         self._succeeded(report, outcome.record(0), images, intermediates, timings)
         report.reused = dict(outcome.reused)
+
+    def _share_parser(self, job: TryOnJob) -> None:
+        """Before a pipeline that makes masks loads from the checkpoints: the loader's pose and parsing models,
+        which it hands to the pipeline, so measuring preservation uses the same ones instead of a second copy
+        (pipelines handed in through `use_models` bring their own)."""
+        if self.preservation.on and job.made_masks and self.loader.factory is None:
+            try:
+                self.parses.preprocessor()
+            except OotdError:  # remembered: the pair's own masks will say why
+                pass
 
     @staticmethod
     def _succeeded(report: PairReport, record: Record, images: list[Path], intermediates: dict[str, Path],

@@ -133,8 +133,19 @@ def _check_finished(report: Path) -> None:
         os.close(fd)
 
 
-def _from_reports(folder: Path, reports: list[Path], matching: Matching) -> Iterator[tuple[Path, str, MatchedBy]]:
-    """(result, its person's file name) of every finished pair in the reports; failed pairs are skipped."""
+@dataclass(frozen=True)
+class Made:
+    """A result and what made it, as the batch report (or its record, or its name) gives them: the person photo
+    and the mask as given to the batch (paths), or their file names."""
+
+    result: Path
+    person: str
+    by: MatchedBy
+    mask: str | None = None
+
+
+def _from_reports(folder: Path, reports: list[Path], matching: Matching) -> Iterator[Made]:
+    """Every finished pair's results in the reports, with its person and mask; failed pairs are skipped."""
     for report in reports:
         _check_finished(report)
         with open(report, encoding="utf-8", errors="replace") as handle:
@@ -143,17 +154,19 @@ def _from_reports(folder: Path, reports: list[Path], matching: Matching) -> Iter
                 try:
                     entry = json.loads(line)
                     status, person, outputs = entry["status"], entry["person"], list(entry.get("outputs") or ())
-                except (ValueError, KeyError, TypeError):
+                    mask = entry.get("mask")
+                except (ValueError, KeyError, TypeError, AttributeError):
                     matching.skip(where, "not a report line")
                     continue
                 if status not in DONE:
                     matching.skip(f"{where} ({person})", f"the try-on failed: {entry.get('error') or status}")
                     continue
                 for output in outputs:  # written into the output folder: found there wherever it moved
-                    yield folder / Path(output).name, Path(person).name, MatchedBy.REPORT
+                    yield Made(folder / Path(output).name, str(person), MatchedBy.REPORT,
+                               str(mask) if mask else None)
 
 
-def _from_folder(folder: Path, matching: Matching) -> Iterator[tuple[Path, str, MatchedBy]]:
+def _from_folder(folder: Path, matching: Matching) -> Iterator[Made]:
     """Every image of the folder: an ootd result by its record, an intermediate skipped, any other by name."""
     for path in list_images(folder, "results"):
         record = read_record(path)
@@ -161,9 +174,9 @@ def _from_folder(folder: Path, matching: Matching) -> Iterator[tuple[Path, str, 
             matching.skip(path, "a picture ootd writes beside its results (mask, pose, parsing, contact sheet), "
                                 "not a result")
         elif is_ours(record) and (person := recorded_inputs(record).person):
-            yield path, person, MatchedBy.RECORD
+            yield Made(path, person, MatchedBy.RECORD)
         else:
-            yield path, path.name, MatchedBy.NAME
+            yield Made(path, path.name, MatchedBy.NAME)
 
 
 def _from_list(csv_path: Path, results: Path, truth: Path, matching: Matching) -> list[Match]:
@@ -188,7 +201,9 @@ def _from_list(csv_path: Path, results: Path, truth: Path, matching: Matching) -
     return found
 
 
-def _results(results: Path, matching: Matching, reports: list[Path] | None) -> Iterator[tuple[Path, str, MatchedBy]]:
+def made_results(results: Path, matching: Matching, reports: list[Path] | None = None) -> Iterator[Made]:
+    """Every result of a folder with its person (and mask): from its batch reports (`reports`, default every one
+    in the folder), else from each image's record or name; what is left out is in `matching.skipped`."""
     matching.reports = report_files(results) if reports is None else list(reports)
     if matching.reports:
         return _from_reports(results, matching.reports, matching)
@@ -205,12 +220,12 @@ def match_results(results: Path, truth: Path, pairs_csv: Path | None = None,
     if pairs_csv is not None:
         matching.matches = _from_list(pairs_csv, results, truth, matching)
     else:
-        for result, person, by in _results(results, matching, reports):
-            photo, problem = photos.find(person)
+        for made in made_results(results, matching, reports):
+            photo, problem = photos.find(Path(made.person).name)
             if photo is None:
-                matching.skip(result, problem or "no photo")
+                matching.skip(made.result, problem or "no photo")
             else:
-                matching.matches.append(Match(result, photo, by))
+                matching.matches.append(Match(made.result, photo, made.by))
     if not matching.matches:
         first = f": {matching.skipped[0].what}: {matching.skipped[0].reason}" if matching.skipped else ""
         raise OotdError(f"nothing to evaluate: no result in {printable(results)} has a photo in "
@@ -223,7 +238,7 @@ def unpaired_sets(results: Path, truth: Path, reports: list[Path] | None = None)
     matching = Matching()
     _folder(results, "results folder")
     photos = PhotoIndex(truth).photos()
-    matching.matches = [Match(result, None, by) for result, _, by in _results(results, matching, reports)]
+    matching.matches = [Match(made.result, None, made.by) for made in made_results(results, matching, reports)]
     if not matching.matches:
         raise OotdError(f"nothing to evaluate: no result in {printable(results)}")
     if not photos:

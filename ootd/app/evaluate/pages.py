@@ -28,8 +28,9 @@ def _text(value: object) -> str:
 
 
 def _pair(pair: PairResult, links: Links) -> str:
+    lpips = f"LPIPS {pair.lpips:.4f}, " if pair.lpips is not None else ""
     return (f'<div class="pair">{links.thumb(pair.result)}{links.thumb(pair.truth, "photo: " + Path(pair.truth).name)}'
-            f'<div class="meta">{_text(Path(pair.result).name)}: LPIPS {pair.lpips:.4f}, SSIM {pair.ssim:.4f}</div>'
+            f'<div class="meta">{_text(Path(pair.result).name)}: {lpips}SSIM {pair.ssim:.4f}</div>'
             "</div>")
 
 

@@ -19,7 +19,7 @@ from PIL import Image
 
 from ootd.app.evaluate.matching import Match, Matching, match_results, unpaired_sets
 from ootd.app.evaluate.report import EvalReport, PairResult
-from ootd.errors import InputImageError, OotdError, UsageError, printable
+from ootd.errors import InputImageError, OotdError, UnsupportedError, UsageError, printable
 from ootd.evaluation.framing import frame_to
 from ootd.evaluation.scoring import Scorer
 from ootd.evaluation.settings import DEFAULT_BATCH, MetricWeights, check_batch
@@ -50,13 +50,19 @@ class EvalOptions:
 
 
 def check_evaluation(truth: Path, options: EvalOptions) -> None:
-    """What an evaluation needs before any work (a batch's pre-flight): the truth folder, the networks' packages
-    and, for the published weights, their files."""
+    """What an evaluation needs before any work (a batch's pre-flight): the truth folder and, where the networks
+    are installed, the published weights' files; for an unpaired one the networks themselves (its FID and KID are
+    all it computes)."""
     from ootd.app.evaluate.matching import PhotoIndex
     from ootd.evaluation.networks import check_networks
 
     PhotoIndex(truth)
-    check_networks(options.weights)
+    _require_for_unpaired(options, check_networks(options.weights))
+
+
+def _require_for_unpaired(options: EvalOptions, missing: str | None) -> None:
+    if options.unpaired and missing is not None:
+        raise UnsupportedError(f"--unpaired computes FID and KID only, and {missing}")
 
 
 def _read(path: Path) -> Image.Image:
@@ -155,7 +161,7 @@ def evaluate(results: Path, truth: Path, options: EvalOptions, progress: Progres
              reports: list[Path] | None = None) -> EvalReport:
     """Measure the results in `results` against the real photos in `truth` (`reports`: only these batch
     reports' pairs, e.g. one shard's)."""
-    from ootd.evaluation.networks import load_networks
+    from ootd.evaluation.networks import load_networks, stack_problem
     from ootd.hardware.device import detect_device
 
     start = time.perf_counter()
@@ -166,7 +172,9 @@ def evaluate(results: Path, truth: Path, options: EvalOptions, progress: Progres
     else:
         matching = match_results(results, truth, options.pairs_csv, reports)
     networks = load_networks(options.weights, detect_device(options.device).torch_device)
-    scorer = Scorer(networks, options.batch)
+    missing = stack_problem() if networks is None else None
+    _require_for_unpaired(options, missing)
+    scorer = Scorer(networks, options.batch, missing)
     run = _Run(matching, scorer, progress, len(matching.matches) + len(photos))
     if options.unpaired:
         run.unpaired(photos)
@@ -180,4 +188,5 @@ def evaluate(results: Path, truth: Path, options: EvalOptions, progress: Progres
     pairs = [PairResult(printable(matching.matches[s.key].result), printable(matching.matches[s.key].truth or ""),
                         s.ssim, s.lpips) for s in scores]
     return EvalReport(results, truth, not options.unpaired, run.size, pairs, sets, matching.skipped, matching.by(),
-                      run.framing, networks.stand_in, networks.names, time.perf_counter() - start)
+                      run.framing, networks.stand_in if networks else None, networks.names if networks else None,
+                      time.perf_counter() - start, missing)

@@ -37,6 +37,16 @@ class LossLog:
             handle.write(json.dumps(row) + "\n")
 
 
+def plot_unavailable() -> str | None:
+    """Why no loss plot can be drawn here (None: it can): matplotlib, the `train` extra, is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is not None:
+        return None
+    return ("no loss.png: the loss plot needs matplotlib, the train extra (in a checkout: pip install -e "
+            "'.[train]'); the losses are in loss.jsonl")
+
+
 def plot_losses(rows: list[dict], path: Path, validation: list[dict] | None = None, *,
                 loss_label: str = "noise-prediction loss (MSE)",
                 score_label: str = "validation SSIM (higher is closer to the real photo)") -> Path | None:

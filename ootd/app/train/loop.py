@@ -38,7 +38,7 @@ from ootd.imaging.atomic import write_text_atomic
 from ootd.settings import AttentionName, ModelType
 from ootd.training.cache import CacheIndex, read_index
 from ootd.training.data import Layout, load_batch, step_batches
-from ootd.training.settings import MixedPrecision, TrainSettings
+from ootd.training.settings import LrSchedule, MixedPrecision, TrainSettings
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
@@ -96,13 +96,22 @@ def open_run(options: TrainOptions, index: CacheIndex) -> None:
             "train_pairs": len(index.split("train")), "val_pairs": len(index.split("val"))}, indent=1) + "\n")
 
 
+def lr_schedule(optimizer: torch.optim.Optimizer, settings: TrainSettings, total: int, done: int = 0) -> Any:
+    """The learning-rate schedule (diffusers' get_scheduler): a linear warm-up of `settings.warmup` steps, then
+    `settings.schedule` (diffusers' own "constant" has no warm-up: ours is its "constant_with_warmup"). `done`: the
+    optimizer steps already taken (a resumed run; the optimizer's state restored, with its `initial_lr`)."""
+    from diffusers.optimization import get_scheduler
+
+    name = "constant_with_warmup" if settings.schedule is LrSchedule.CONSTANT else settings.schedule.value
+    return get_scheduler(name, optimizer, num_warmup_steps=settings.warmup, num_training_steps=total,
+                         last_epoch=done - 1)
+
+
 class Trainer:
     """One worker's share of the fine-tune. `model` is the objective, or its DDP wrapper on a Ray worker."""
 
     def __init__(self, options: TrainOptions, models: TrainingModels, index: CacheIndex, *, rank: int = 0,
                  workers: int = 1, model: torch.nn.Module | None = None) -> None:
-        from diffusers.optimization import get_scheduler
-
         s = options.settings
         self.options, self.models, self.index, self.rank, self.workers = options, models, index, rank, workers
         self.model = model if model is not None else models.objective
@@ -112,12 +121,12 @@ class Trainer:
         self.layout = Layout(s.batch_size, s.accumulation, workers)
         self.total = s.total_steps(len(self.train_keys), workers)
         self.optimizer = torch.optim.AdamW(models.params, lr=s.learning_rate)
-        self.lr = get_scheduler(s.schedule.value, self.optimizer, num_warmup_steps=s.warmup,
-                                num_training_steps=self.total)
+        self.lr = lr_schedule(self.optimizer, s, self.total)
         use_scaler = s.mixed_precision is MixedPrecision.FP16 and models.device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
         self.step = 0
         self.last_loss = math.nan  # the loss of the latest step taken
+        self.last_lr = math.nan  # the learning rate it took
         self.log = LossLog(options.output / "loss.jsonl")
         self.validations: list[dict] = []
 
@@ -130,8 +139,9 @@ class Trainer:
         for name, unet in self.models.unets.items():
             load_lora_state(unet, restored.adapter.get(name, {}))
         self.optimizer.load_state_dict(restored.optimizer_state)
-        for _ in range(restored.step):
-            self.lr.step()
+        # the schedule where it stood after that step (its rate: the one the next step takes), without stepping it
+        # through the steps taken (which, before any optimizer step, torch rightly warns about)
+        self.lr = lr_schedule(self.optimizer, self.options.settings, self.total, done=restored.step)
         self.step = restored.step
         self.validations = list(restored.state.get("validation", []))
         if self.rank == 0:
@@ -165,6 +175,7 @@ class Trainer:
             raise NumericalError(f"the training loss is not finite at step {self.step + 1}; lower --lr or use "
                                  "--mixed-precision no")
         self.last_loss = value
+        self.last_lr = self.lr.get_last_lr()[0]  # the rate this step takes (the log's)
         with signals_deferred():  # the weights and the step's label change together: a checkpoint never mixes them
             if self.scaler is not None:
                 self.scaler.step(self.optimizer)
@@ -185,7 +196,7 @@ class Trainer:
 
     def log_step(self, loss: float, seconds: float) -> None:
         """The loss log's line of the step just taken (rank 0)."""
-        self.log.append({"step": self.step, "loss": loss, "lr": self.lr.get_last_lr()[0], "seconds": round(seconds, 4)})
+        self.log.append({"step": self.step, "loss": loss, "lr": self.last_lr, "seconds": round(seconds, 4)})
 
     def checkpoint(self) -> None:
         from ootd.training.adapters import lora_state

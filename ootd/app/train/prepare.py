@@ -67,8 +67,9 @@ class PrepareReport:
     layout: str
     index: CacheIndex
     prepared: int = 0  # entries computed by this run
-    reused: int = 0  # entries already in the cache
+    reused: int = 0  # entries already in the cache (from an earlier run)
     problems: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)  # rows whose photos (and mask) an earlier row has
 
 
 @dataclass(frozen=True)
@@ -97,11 +98,12 @@ def _check_row(row: Row, model_type: ModelType, options: PrepareOptions) -> _Che
 
 
 def held_out(person_ids: list[str], fraction: float, seed: int) -> set[str]:
-    """The people held out: the first ceil(fraction x people) by a seeded hash order (stable across reruns)."""
+    """The people held out: fraction x people, rounded to the nearest (at least one, never all), the first of a
+    seeded hash order (stable across reruns). 0.34 of 3 people is 1, 0.5 of 3 is 2."""
     people = sorted(set(person_ids))
     if fraction <= 0 or not people:
         return set()
-    count = min(len(people) - 1, max(1, math.ceil(fraction * len(people))))
+    count = min(len(people) - 1, max(1, math.floor(fraction * len(people) + 0.5)))
     order = sorted(people, key=lambda p: hashlib.sha256(f"{seed}:{p}".encode()).hexdigest())
     return set(order[:count])
 
@@ -146,7 +148,7 @@ def _load_prepare_models(options: PrepareOptions) -> Any:
 def _prepare_one(checked: _Checked, model_type: ModelType, options: PrepareOptions, models: _Models,
                  val: bool) -> None:
     """Compute and write one entry (and a held-out pair's photos)."""
-    from ootd.app.tryon.masking import no_person_error
+    from ootd.app.tryon.masking import PREPARE_REMEDY, no_person_error
     from ootd.imaging.atomic import save_png_atomic
     from ootd.imaging.files import load_image
     from ootd.imaging.framing import fit_to_aspect
@@ -166,7 +168,7 @@ def _prepare_one(checked: _Checked, model_type: ModelType, options: PrepareOptio
                              mask=load_image(row.mask, "mask") if row.mask is not None else None,
                              preprocessor=loaded.preprocessor if row.mask is None else None)
     except NoPersonError:
-        raise no_person_error(str(row.person)) from None
+        raise no_person_error(str(row.person), PREPARE_REMEDY) from None
     tensors = pair_tensors(masked.person, masked.masked_person, masked.mask, garment, row.category, model_type,
                            loaded, loaded.device)
     if val:
@@ -224,7 +226,8 @@ def prepare(options: PrepareOptions, progress: Progress | None = None, preproces
     for i, item in enumerate(checked, 1):
         val = item.person_id in val_people
         if item.key in done:
-            report.reused += 1
+            report.duplicates.append(f"{item.row.where()}: the same photos as {done[item.key].row.where()}, "
+                                     "trained on once")
         elif _is_done(options.cache, item.key, val):
             report.reused += 1
             done[item.key] = item

@@ -45,10 +45,12 @@ def load_classifier(checkpoints: Path) -> GarmentClassifier:
     """Load the text tower (features computed, tower dropped), the image tower and the image processor."""
     import torch
 
+    from ootd.hardware.torch_builds import require_usable_torchvision
     from ootd.method.classify import category_texts
     from ootd.weights.layout import Layout
     from ootd.weights.loading import load_image_encoder, load_image_processor, load_text_tower, load_tokenizer
 
+    require_usable_torchvision()  # transformers imports it with CLIP: a mismatch is one line, not CLIP's error
     started = time.perf_counter()
     layout = Layout(Path(checkpoints))
     text_model, logit_scale = load_text_tower(layout, torch.float32)
@@ -60,13 +62,13 @@ def load_classifier(checkpoints: Path) -> GarmentClassifier:
 
 
 @functools.lru_cache(maxsize=2)
-def _cached_classifier(root: str) -> GarmentClassifier:
-    return load_classifier(Path(root))
+def _cached_classifier(root: str, given: str) -> GarmentClassifier:
+    return load_classifier(Path(given))  # the folder as the user gave it: its messages name it so, as run's do
 
 
 def classifier_for(checkpoints: Path) -> GarmentClassifier:
     """The process's classifier for a checkpoints folder (loaded on first use; a failed load is not cached)."""
-    return _cached_classifier(str(Path(checkpoints).resolve()))
+    return _cached_classifier(str(Path(checkpoints).resolve()), str(checkpoints))
 
 
 def release_classifier() -> None:

@@ -106,16 +106,34 @@ class MaskOutcome:
     model_type: ModelType
 
 
-RUN_REMEDY = "or give a mask image with --mask"  # what `ootd run` and `ootd batch` offer instead
+# the way around a photo without a person that each command offers, in its own options' words
+RUN_REMEDY = "or give a mask image with --mask"  # `ootd run` (the server words it for its form: serve/messages.py)
+BATCH_REMEDY = "or give its mask: --masks DIR (named like the person photos) or the CSV's mask column"
 MASK_REMEDY = ("or paint the mask yourself (white = repaint, the photo's aspect) and give it to "
                "`ootd run --mask`")  # `ootd mask` has no --mask
+PREPARE_REMEDY = "or list it with its mask in a pairs CSV (person,garment,category,mask)"  # `ootd train prepare`
 
 
-def no_person_error(person: str | Path, remedy: str = RUN_REMEDY) -> NoPersonError:
+class PersonNotFound(NoPersonError):
+    """The pose model's error with its parts: the photo, and the way around it (`remedy`) that the command
+    showing it offers; `with_remedy` words it for another command (a batch's pair runs the try-on's code)."""
+
+    def __init__(self, person: str | Path, remedy: str = RUN_REMEDY) -> None:
+        self.person, self.remedy = person, remedy
+        super().__init__(f"no person detected in {person} (pose estimation found nobody; use a photo showing one "
+                         f"person, {remedy})")
+
+    def with_remedy(self, remedy: str) -> PersonNotFound:
+        return PersonNotFound(self.person, remedy)
+
+    def __reduce__(self) -> tuple[type[PersonNotFound], tuple[str | Path, str]]:
+        """Pickled by its parts (its message is made from them), so a Ray replica's error arrives as itself."""
+        return PersonNotFound, (self.person, self.remedy)
+
+
+def no_person_error(person: str | Path, remedy: str = RUN_REMEDY) -> PersonNotFound:
     """The pose model's error, naming the file and the way around it that the asking front end offers."""
-    return NoPersonError(
-        f"no person detected in {person} (pose estimation found nobody; use a photo showing one person, {remedy})"
-    )
+    return PersonNotFound(person, remedy)
 
 
 # What each file `ootd mask` writes shows, in the order it lists them (pose and parsing are drawn at the pose

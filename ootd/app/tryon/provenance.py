@@ -128,3 +128,41 @@ def differences(recorded: dict[str, str], expected: dict[str, str]) -> str | Non
     diffs = [f"{key} {recorded.get(key, 'unknown')} (now {value})" for key, value in expected.items()
              if recorded.get(key) != value]
     return ", ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "") if diffs else None
+
+
+@dataclass(frozen=True)
+class RecordedPass:
+    """One pass of a picture as its record gives it (words as written; "" where it gives none)."""
+
+    category: str
+    model_type: str
+    mask: str  # record.AUTO_MASK for a mask made from pose and parsing
+
+
+@dataclass(frozen=True)
+class RecordedFraming:
+    """What maps a result back onto the person photo it was made from, as its record gives it: the working size
+    and framing, the mask's growth, whether the picture is at the photo's size (and keeps it outside the mask,
+    with which seam), and each pass's category, model and mask (an outfit's in the order they ran)."""
+
+    resolution: str
+    fit: str
+    mask_grow: str
+    output_size: str
+    keep_unmasked: bool
+    feather: str
+    passes: tuple[RecordedPass, ...]
+
+
+def recorded_framing(record: dict[str, str]) -> RecordedFraming:
+    """The framing of a picture's record (a key it lacks has the value it meant when it was written)."""
+    text = {**DEFAULT_WORDS, **record}
+    names = [name for name in text.get("outfit", "").split("+") if name]
+    if names:
+        passes = tuple(RecordedPass(text.get(f"{n}_category", ""), text.get(f"{n}_model_type", ""),
+                                    text.get(f"{n}_mask", "")) for n in names)
+    else:
+        passes = (RecordedPass(text.get("category", ""), text.get("model_type", ""), text.get("mask", "")),)
+    return RecordedFraming(text.get("resolution", ""), text.get("fit", ""), text.get("mask_grow", "0"),
+                           text.get("output_size", ""), text.get("keep_unmasked") == "yes", text.get("feather", ""),
+                           passes)

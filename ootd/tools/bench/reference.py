@@ -197,11 +197,11 @@ class _OriginalRun:
         """The loop under the original fusion; returns the final latents and each step's wall time."""
         from diffusers.utils.torch_utils import randn_tensor
 
-        from ootd.method.schedulers import build_scheduler
+        from ootd.method.schedulers import build_scheduler, set_timesteps
         from ootd.settings import SchedulerName
 
         sched = build_scheduler(SchedulerName.parse(scheduler), self.c.scheduler_config)
-        sched.set_timesteps(steps, device=self.device)
+        set_timesteps(sched, steps, self.device)
         latent_hw = original_latents.shape[-2:]
         noise = randn_tensor((num_samples, 4, *latent_hw), generator=torch.Generator("cpu").manual_seed(seed),
                              device=self.device, dtype=self.precision.unet)

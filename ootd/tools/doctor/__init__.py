@@ -8,11 +8,14 @@ kernels.py (attention kernels, ONNX Runtime), checkpoints.py.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ootd.hardware.torch_builds import detect_gpus as detect_machine_gpus
+from ootd.hardware.torch_builds import torchvision_mismatch
 from ootd.tools.doctor.checkpoints import architecture_items, checkpoint_items, cpu_memory_items
 from ootd.tools.doctor.kernels import (
     flash_attn_items,
@@ -35,7 +38,9 @@ from ootd.tools.doctor.system import (
     gpu_items,
     python_item,
     session_groups,
+    torch_fit_items,
     torch_items,
+    torchvision_items,
 )
 from ootd.weights.verify import verify_checkpoints
 
@@ -43,7 +48,7 @@ __all__ = [
     "FAIL", "GROUP_FIX", "OK", "WARN", "GpuInfo", "Item", "Report", "Status", "TorchBuild", "architecture_items",
     "checkpoint_items", "cpu_memory_items",
     "collect_report", "device_access_items", "env_items", "flash_attn_items", "gpu_items", "onnxruntime_items",
-    "python_item", "sdpa_items", "torch_items",
+    "python_item", "sdpa_items", "torch_fit_items", "torch_items", "torchvision_items",
 ]
 
 
@@ -63,6 +68,10 @@ def collect_report(
 
     build = detect_torch()
     add(torch_items(build))
+    add(torch_fit_items(build, detect_machine_gpus(), importlib.util.find_spec("torchvision") is not None,
+                        (session_groups(), configured_groups())))
+    if build.version:
+        add(torchvision_items(torchvision_mismatch()))
     gpus, gpu_errors = detect_gpus(build) if build.version else ([], [])
     add(gpu_items(gpus, gpu_errors))
     add(env_items(environ, gpus))

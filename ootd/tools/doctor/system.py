@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ootd.hardware.profiles import NATIVE_ROCM_ARCHS
+from ootd.hardware.torch_builds import KIND_NAMES, MachineGpus, choose_kind, public_version
 from ootd.tools.doctor.report import FAIL, OK, WARN, Item
 
 GROUP_FIX = "sudo usermod -aG render,video $USER"
@@ -56,7 +57,7 @@ def torch_items(build: TorchBuild) -> list[Item]:
                 "version",
                 FAIL,
                 f"PyTorch not importable ({build.error})",
-                "install PyTorch (ROCm: the wheel from https://download.pytorch.org/whl/rocmX.Y)",
+                "python -m ootd.tools.torch_install --torch VERSION (the build for this machine's GPU)",
                 True,
             )
         ]
@@ -72,8 +73,7 @@ def torch_items(build: TorchBuild) -> list[Item]:
                 "build",
                 WARN,
                 "CPU-only build: try-ons run on the CPU (minutes per image)",
-                "for an AMD GPU install the ROCm wheel (https://download.pytorch.org/whl/rocmX.Y); "
-                "for NVIDIA the CUDA wheel",
+                "with a GPU: python -m ootd.tools.torch_install --build rocm (AMD) or --build cuda (NVIDIA)",
             )
         )
     if (build.hip or build.cuda) and build.gpu_count == 0:
@@ -85,6 +85,48 @@ def torch_items(build: TorchBuild) -> list[Item]:
         )
         items.append(Item("torch", "gpus", WARN, f"GPU build but no GPU visible{why}", fix))
     return items
+
+
+def _machine_gpu_words(machine: MachineGpus, kind: str) -> str:
+    if kind == "cuda":
+        return f"an NVIDIA GPU ({machine.nvidia})"
+    return "an AMD GPU (/dev/kfd)"
+
+
+def torch_fit_items(build: TorchBuild, machine: MachineGpus, torchvision: bool = False,
+                    groups: tuple[set[str], set[str]] = (set(), set()),
+                    access: Callable[[Path, int], bool] = lambda path, mode: os.access(path, mode)) -> list[Item]:
+    """Whether the installed torch can use the GPU this machine has (seen without torch: ootd/hardware/
+    torch_builds.py), with the command that installs the build that can. `groups`: the session's and the
+    configured groups, for the fix of a /dev/kfd this user cannot open."""
+    if build.version is None:
+        return []
+    have = "rocm" if build.hip else "cuda" if build.cuda else "cpu"
+    want, why = choose_kind(machine)
+    if want in ("cuda", "rocm") and want != have:
+        fix = (f"python -m ootd.tools.torch_install --build {want} --torch {public_version(build.version)}"
+               + (" --torchvision" if torchvision else ""))
+        return [Item("torch", "fits the GPU", FAIL,
+                     f"this machine has {_machine_gpu_words(machine, want)}, but PyTorch {build.version} is the "
+                     f"{KIND_NAMES[have]} build, which cannot use it: try-ons run on the CPU", fix)]
+    if have == "rocm" and machine.kfd is None:
+        return [Item("torch", "fits the GPU", FAIL,
+                     f"PyTorch {build.version} is the ROCm build, but there is no /dev/kfd: no AMD GPU it can use "
+                     "(try-ons run on the CPU)", "see the devices section")]
+    if have == "rocm" and not access(machine.kfd, os.R_OK | os.W_OK):
+        return [Item("torch", "fits the GPU", FAIL,
+                     f"PyTorch {build.version} is the ROCm build, but this user cannot open {machine.kfd}: it "
+                     "cannot use the AMD GPU (try-ons run on the CPU)", _group_fix(*groups))]
+    if want == have:
+        return [Item("torch", "fits the GPU", OK, f"the {KIND_NAMES[have]} build, the one for this machine: {why}")]
+    return []
+
+
+def torchvision_items(mismatch: tuple[str, str] | None) -> list[Item]:
+    """A torchvision that does not fit torch breaks every model (transformers imports it): a blocking failure."""
+    if mismatch is None:
+        return []
+    return [Item("torch", "torchvision", FAIL, mismatch[0], mismatch[1], blocking=True)]
 
 
 # ----------------------------------------------------------------------------------------------- GPUs

@@ -77,6 +77,9 @@ def comparable(line: dict, out: Path) -> dict:
     kept = {k: v for k, v in line.items() if k not in ("timings", "reused")}
     kept["outputs"] = [str(Path(p).relative_to(out)) for p in line["outputs"]]
     kept["intermediates"] = {k: str(Path(p).relative_to(out)) for k, p in line["intermediates"].items()}
+    if "preservation" in kept:  # measured in the worker that made the pair, as locally
+        kept["preservation"] = {**kept["preservation"], "results": [
+            {**r, "result": str(Path(r["result"]).relative_to(out))} for r in kept["preservation"]["results"]]}
     return kept
 
 
@@ -105,6 +108,8 @@ def test_ray_engine_gives_the_local_engines_images_and_report(ray_instance, tiny
         assert comparable(ray[index], tmp_path / "ray") == comparable(local[index], tmp_path / "local"), index
     assert [local[i]["status"] for i in range(6)] == ["ok", "ok", "ok", "error", "error", "ok"]
     assert "no person detected" in ray[3]["error"] and "file not found" in ray[4]["error"]
+    # each pair made was measured where it was made (the tiny pose finds nobody: not measured, and why)
+    assert "nobody found in the photo" in ray[0]["preservation"]["summary"]
     for name in sorted(p.name for p in (tmp_path / "local").glob("*.png")):
         a = np.asarray(Image.open(tmp_path / "local" / name))
         b = np.asarray(Image.open(tmp_path / "ray" / name))

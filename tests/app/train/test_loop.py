@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -66,16 +67,30 @@ def test_learning_lowers_the_loss(cache: Path, tiny_tree: Path, tmp_path: Path) 
     assert sum(report.losses[-3:]) < sum(report.losses[:3])
 
 
+def _rates(run: Path) -> list[float]:
+    return [json.loads(line)["lr"] for line in (run / "loss.jsonl").read_text().splitlines()]
+
+
 def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(cache: Path, tiny_tree: Path,
                                                                     tmp_path: Path) -> None:
+    """Weights, log and learning rates: a run resumed from step 2 of 4 takes the rates the uninterrupted one took
+    (a warm-up of 3 steps into a cosine decay, so one step off would show), without torch's warning about a
+    schedule stepped before the optimizer."""
     whole = tmp_path / "whole"
-    train_local(TrainOptions(cache, whole, tiny_tree, _settings()))
+    settings = _settings(warmup=3, schedule="cosine")
+    train_local(TrainOptions(cache, whole, tiny_tree, settings))
     resumed = tmp_path / "resumed"
     shutil.copytree(whole, resumed)
     shutil.rmtree(resumed / "checkpoints" / "step-00000004")
     (resumed / "lora.safetensors").unlink()
-    report = train_local(TrainOptions(cache, resumed, tiny_tree, _settings(), resume=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = train_local(TrainOptions(cache, resumed, tiny_tree, settings, resume=True))
+    assert not [w for w in caught if "lr_scheduler" in str(w.message)], [str(w.message) for w in caught]
     assert (report.first_step, report.steps) == (2, 4)
+    # step k takes warm-up (k-1)/3 of the rate, then the cosine from there: 0, 1/3, 2/3, then cos(0) = 1
+    expected = [0.0, 1e-2 / 3, 2e-2 / 3, 1e-2]
+    assert _rates(whole) == pytest.approx(expected) and _rates(resumed) == pytest.approx(expected)
     a, b = load_file(str(whole / "lora.safetensors")), load_file(str(resumed / "lora.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     start = load_file(str(whole / "checkpoints" / "step-00000002" / "lora.safetensors"))
@@ -157,3 +172,11 @@ def test_accumulation_gives_the_gradients_and_weights_of_the_larger_batch(cache:
     assert any(not torch.equal(w, w0) for w, w0 in zip(weights_b, initial, strict=True))  # the step moved them
     for x, y in zip(weights_a, weights_b, strict=True):  # float sums in another order: as the Ray test allows
         torch.testing.assert_close(x, y, rtol=1e-3, atol=5e-4)
+
+
+def test_the_constant_schedule_warms_up_first(cache: Path, tiny_tree: Path, tmp_path: Path) -> None:
+    """`--schedule constant` (the default) after `--warmup N` steps, as the docs say (diffusers' own "constant"
+    would ignore the warm-up)."""
+    run = tmp_path / "run"
+    train_local(TrainOptions(cache, run, tiny_tree, _settings(steps=3, warmup=2, checkpoint_every=100)))
+    assert _rates(run) == pytest.approx([0.0, 5e-3, 1e-2])

@@ -84,6 +84,7 @@ def test_the_split_never_puts_a_person_on_both_sides(tmp_path: Path, tiny_tree: 
     for entry in index.split("val"):
         assert all(p.is_file() for p in image_paths(tmp_path / "cache", entry.key))
     people = [f"person{i}" for i in range(50)]
+    assert [len(held_out(people[:3], f, 0)) for f in (0.1, 0.34, 0.5, 0.66, 0.9)] == [1, 1, 2, 2, 2]  # nearest
     chosen = held_out(people * 3, 0.2, seed=1)
     assert len(chosen) == 10 and chosen == held_out(list(reversed(people)), 0.2, seed=1)
     assert chosen != held_out(people, 0.2, seed=2)
@@ -96,3 +97,17 @@ def test_a_cache_refuses_another_resolution(tmp_path: Path, tiny_tree: Path, exa
     prepare(_options(data, tmp_path / "cache", tiny_tree))
     with pytest.raises(UsageError, match="holds hd pairs at 384x512"):
         prepare(PrepareOptions(data, tmp_path / "cache", tiny_tree, resolution=parse_resolution("768x1024")))
+
+
+def test_a_second_identical_row_is_a_duplicate_not_already_there(tmp_path: Path, tiny_tree: Path,
+                                                                  example_images: dict) -> None:
+    """The same photos listed twice: prepared once, trained on once, and said to be a duplicate of the first row
+    (not "already there", which means prepared by an earlier run)."""
+    data = masked_csv(tmp_path, example_images, ("src/p1.png,src/g1.png,upper,src/m1.png",))
+    first = prepare(_options(data, tmp_path / "cache", tiny_tree))
+    assert (first.prepared, first.reused) == (len(PAIRS), 0)
+    assert first.duplicates == ["row 4 (pairs.csv line 5): the same photos as row 1 (pairs.csv line 2), trained on "
+                                "once"]
+    assert len(first.index.entries) == len(PAIRS)
+    again = prepare(_options(data, tmp_path / "cache", tiny_tree))
+    assert (again.prepared, again.reused, len(again.duplicates)) == (0, len(PAIRS), 1)

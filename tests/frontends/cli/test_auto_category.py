@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ootd.settings import Category
-from tests.helpers.cli import assert_one_line_error, invoke
+from tests.helpers.cli import assert_hints_are_its_options, assert_one_line_error, invoke
 from tests.helpers.clip import controlled_tree, without_text_tower
 from tests.helpers.images import text
 
@@ -62,6 +62,7 @@ def test_auto_refuses_a_garment_under_the_margin(tiny_tree: Path, tmp_path: Path
     line = assert_one_line_error(result, 2, "cannot tell the category", "tshirt.png", "--category",
                                  f"upper {expected[Category.UPPER]:.2f}", f"lower {expected[Category.LOWER]:.2f}")
     assert "dress" not in line.split("--category")[0]
+    assert_hints_are_its_options(result, ["run"])
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
     result = invoke(*_args(tree, tmp_path / "out", example_images, "--category", "auto", "--category-margin", "1.5"))
     assert_one_line_error(result, 2, "--category-margin")
@@ -104,6 +105,7 @@ def test_classify_reviews_a_folder(tiny_tree: Path, tmp_path: Path, example_imag
     result = invoke("classify", folder, "--checkpoints", tree, "--category-margin", "0.99")
     assert result.exit_code == 0, result.output
     assert "a_tshirt.png: dress" in result.stdout and "REFUSED" in result.stdout
+    assert_hints_are_its_options(result, ["classify"], "`ootd run --category`")
 
 
 def test_batch_rows_with_auto_and_a_row_that_fails_alone(tiny_tree: Path, tmp_path: Path,
@@ -137,6 +139,7 @@ def test_batch_rows_with_auto_and_a_row_that_fails_alone(tiny_tree: Path, tmp_pa
     reports = sorted(read_report(out / "batch_report.jsonl"), key=lambda r: r["index"])
     assert [r["status"] for r in reports] == ["error", "error", "ok"]
     assert "cannot tell the category" in reports[0]["error"] and "--category" in reports[0]["error"]
+    assert_hints_are_its_options(result, ["batch"], "cannot tell the category")
 
 
 def test_explain_shows_the_classifier_text_tower(tiny_tree: Path, tmp_path: Path, example_images: dict[str, Path],

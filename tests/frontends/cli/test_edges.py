@@ -24,7 +24,7 @@ from ootd.app.tryon.naming import MAX_STEM, check_template
 from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.errors import UnsupportedError, UsageError
 from ootd.imaging import atomic as ootd_files
-from tests.helpers.cli import assert_one_line_error, invoke
+from tests.helpers.cli import assert_hints_are_its_options, assert_one_line_error, invoke
 from tests.helpers.fakes import images_tree
 from tests.helpers.synthetic import synthetic_preprocessor
 
@@ -257,6 +257,7 @@ def test_mask_without_a_person_offers_what_mask_can_do(models, tmp_path: Path, t
     result = invoke(*mask_args(example_images, tiny_tree, tmp_path / "m", "--resolution", "384x512"))
     line = assert_one_line_error(result, 1, "no person detected", "ootd run --mask")
     assert "give a mask image with --mask" not in line
+    assert_hints_are_its_options(result, ["mask"])
 
 
 def test_mask_says_what_each_file_is_and_its_size(models, tmp_path: Path, tiny_tree: Path, example_images) -> None:  # noqa: ANN001

@@ -6,6 +6,7 @@ extra's real networks, randomly initialised (scripts/test_eval_stack.sh)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -73,13 +74,58 @@ def test_a_batch_folder_gets_its_files(tmp_path: Path) -> None:
     assert (out / "eval.json").is_file() and (out / "eval.html").is_file()
 
 
-def test_without_the_eval_extra_one_line_exit_3_nothing_written(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def this_torch_pins() -> tuple[str, str]:
+    """torch pinned as installed here (its build label too) and the torchvision made for it, as pip's words."""
+    from importlib.metadata import version
+
+    from ootd.hardware.torch_builds import torchvision_for
+
+    torch = version("torch")  # pip's view: PyPI's wheel has no label there, whatever torch.__version__ says
+    label = f"+{torch.split('+')[1]}" if "+" in torch else ""
+    return f"torch=={torch}", f"torchvision=={torchvision_for(torch)}{label}"
+
+
+def test_without_the_eval_extra_ssim_and_the_command_for_this_torch(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default install (no eval extra): SSIM, which needs no network, on every pair; for LPIPS, FID and KID
+    one line with the exact command that installs them beside this torch (pinned as it is, its torchvision
+    from the index it came from); the batch folder's files written with what was computed."""
     out, photos = batch_out(tmp_path)
     monkeypatch.setitem(sys.modules, "lpips", None)  # as where it is not installed
     result = invoke("eval", out, "--truth", photos)
-    assert_one_line_error(result, 3, "eval extra", "pip install -e '.[eval]'")
-    assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "r0.png", "r1.png"]
+    assert result.exit_code == 0, result.output
+    assert "evaluated 2 pairs" in result.stdout and re.search(r"SSIM   0\.\d{4}", result.stdout)
+    assert "LPIPS  not computed (below)" in result.stdout and "FID, KID: not computed (below)" in result.stdout
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("not computed: LPIPS, FID and KID")]
+    command = line.split(": ", 2)[-1].split("): ", 1)[1]
+    assert command.startswith("python -m pip install ") and "[eval]" in command
+    for pin in this_torch_pins():
+        assert pin in command.split(), (pin, command)
+    data = json.loads((out / "eval.json").read_text())
+    assert data["lpips"] is None and data["fid"] is None and data["ssim"] > 0 and command in data["not_computed"]
+    assert sorted(p.name for p in out.iterdir()) == ["batch_report.jsonl", "eval.html", "eval.json", "r0.png",
+                                                      "r1.png"]
+    unpaired = invoke("eval", out, "--truth", photos, "--unpaired")  # FID and KID are all it computes
+    assert_one_line_error(unpaired, 3, "--unpaired computes FID and KID only", command)
+
+
+def test_eval_on_the_core_install_alone(tmp_path: Path) -> None:
+    """A process where none of the eval extra's packages (nor eval-math's torchmetrics) can be imported, as after
+    `pip install -e .`: SSIM on every pair, the rest named with its command, exit 0."""
+    import subprocess
+
+    from tests.helpers import REPO
+
+    results, photos = folders(tmp_path)
+    code = ("import sys\n"
+            "for name in ('torchmetrics', 'lpips', 'torch_fidelity', 'torchvision'): sys.modules[name] = None\n"
+            "from ootd.cli import main\n"
+            f"main(['eval', {str(results)!r}, '--truth', {str(photos)!r}])\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "evaluated 4 pairs" in done.stdout and re.search(r"SSIM   0\.\d{4}", done.stdout)
+    assert "not computed: LPIPS, FID and KID: they need the eval extra" in done.stdout
+    assert this_torch_pins()[0] in done.stdout and "internal error" not in done.stderr
 
 
 def test_missing_weights_one_line_exit_1_nothing_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,7 +133,7 @@ def test_missing_weights_one_line_exit_1_nothing_written(tmp_path: Path, monkeyp
     where they go and `ootd download --eval`; no number from other weights."""
     out, photos = batch_out(tmp_path)
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-    monkeypatch.setattr("ootd.evaluation.networks.require_stack", lambda: None)
+    monkeypatch.setattr("ootd.evaluation.networks.stack_problem", lambda: None)
     gone = WeightsFile("InceptionV3 FID weights", (tmp_path / "offline" / "weights-inception-6726825d.pth").as_uri())
     monkeypatch.setattr(eval_weights, "standard_weights", lambda: (gone,))
     result = invoke("eval", out, "--truth", photos)
@@ -144,19 +190,26 @@ def test_batch_with_truth_adds_the_metrics(models, tmp_path: Path, tiny_tree: Pa
     assert json.loads((out / "eval.json").read_text())["pairs"] == 2
 
 
-def test_batch_with_truth_checks_the_metrics_before_any_pair(models, tmp_path: Path, tiny_tree: Path,  # noqa: ANN001
-                                                             example_images, monkeypatch: pytest.MonkeyPatch) -> None:
-    made = models.fake()
+def test_batch_with_truth_without_the_extra_gives_ssim_and_a_missing_truth_stops_first(
+        models, tmp_path: Path, tiny_tree: Path, example_images, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    models.fake()
     people, garments = images_tree(tmp_path, example_images, 1, 1)
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    for photo in people.iterdir():
+        (masks / photo.name).write_bytes(example_images["mask"].read_bytes())
     monkeypatch.setitem(sys.modules, "torch_fidelity", None)
     out = tmp_path / "out"
-    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--checkpoints", tiny_tree,
-                    "-o", out, *RUN, "--truth", people)
-    assert_one_line_error(result, 3, "eval extra")
-    assert made == {} and not out.exists()
+    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--masks", masks,
+                    "--checkpoints", tiny_tree, "-o", out, *RUN, "--truth", people)
+    assert result.exit_code == 0, result.output
+    assert "evaluated 1 pairs" in result.stdout and "SSIM" in result.stdout
+    assert "not computed: LPIPS, FID and KID" in result.stdout and this_torch_pins()[0] in result.stdout
+    made = models.fake()
     missing = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--checkpoints", tiny_tree,
-                     "-o", out, *RUN, "--truth", tmp_path / "nowhere")
+                     "-o", tmp_path / "out2", *RUN, "--truth", tmp_path / "nowhere")
     assert_one_line_error(missing, 2, "--truth folder", "not found")
+    assert made == {} and not (tmp_path / "out2").exists()
 
 
 def test_batch_with_truth_and_missing_weights_stops_before_any_pair(models, tmp_path: Path,  # noqa: ANN001
@@ -167,7 +220,7 @@ def test_batch_with_truth_and_missing_weights_stops_before_any_pair(models, tmp_
     made = models.fake()
     people, garments = images_tree(tmp_path, example_images, 1, 1)
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-    monkeypatch.setattr("ootd.evaluation.networks.require_stack", lambda: None)
+    monkeypatch.setattr("ootd.evaluation.networks.stack_problem", lambda: None)
     gone = WeightsFile("InceptionV3 FID weights", (tmp_path / "offline" / "weights-inception-6726825d.pth").as_uri())
     monkeypatch.setattr(eval_weights, "standard_weights", lambda: (gone,))
     out = tmp_path / "out"

@@ -18,7 +18,7 @@ from ootd.app.tryon import loader as app_load
 from ootd.cli import run as cli_run
 from ootd.errors import CheckpointError
 from tests.helpers import REPO
-from tests.helpers.cli import invoke
+from tests.helpers.cli import assert_hints_are_its_options, assert_one_line_error, invoke
 from tests.helpers.fakes import FakePipe, images_tree
 
 RUN = ["--steps", "1", "--resolution", "384x512"]
@@ -179,6 +179,7 @@ def test_no_person_is_found_before_the_diffusion_models_load(models, tmp_path: P
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith(f"error: no person detected in {example_images['person']}")
     assert "--mask" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert_hints_are_its_options(result, ["run"])
 
 
 def test_batch_stops_once_when_the_model_cannot_load(models, tmp_path: Path, tiny_tree: Path, example_images,  # noqa: ANN001
@@ -579,3 +580,24 @@ def test_loading_reports_progress_per_component(tmp_path: Path, tiny_tree: Path,
     result = invoke(*run_args(example_images, tiny_tree, tmp_path / "out"))
     assert result.exit_code == 0, result.output
     assert handed and callable(handed[0])  # the display itself
+
+
+def test_a_missing_checkpoint_is_named_as_given_by_every_command(tmp_path: Path, example_images,  # noqa: ANN001
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--checkpoints relck` (relative, empty): classify, run (--category auto too) and mask name the folder as
+    the user gave it, not one of them an absolute path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "relck").mkdir()
+    (tmp_path / "garments").mkdir()
+    (tmp_path / "garments" / "g.png").write_bytes(example_images["tshirt"].read_bytes())
+    person, cloth, mask = example_images["person"], example_images["tshirt"], example_images["mask"]
+    commands = {
+        "classify": ["classify", "garments", "--checkpoints", "relck"],
+        "run": ["run", "--model", person, "--cloth", cloth, "-k", "upper", "--checkpoints", "relck", "-o", "o1"],
+        "run auto": ["run", "--model", person, "--cloth", cloth, "-k", "auto", "--mask", mask, "--checkpoints",
+                     "relck", "-o", "o2"],
+        "mask": ["mask", "--model", person, "-k", "upper", "--checkpoints", "relck", "-o", "o3"],
+    }
+    for name, args in commands.items():
+        line = assert_one_line_error(invoke(*args), 1, " relck/", "--dest relck")
+        assert str(tmp_path) not in line, (name, line)

@@ -74,6 +74,12 @@ def test_quickstart_ends_with_next_commands_that_work_and_the_readme_has_them(tm
     first_section = readme.split("\n## ", 1)[0]
     assert ". .venv/bin/activate" in first_section
     assert " ".join(run.split()) in " ".join(first_section.replace("\\\n", " ").split())
+    # a second quickstart reuses the tiny checkpoints and says so, instead of saying it generates them
+    again = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=repo, env=env, capture_output=True, text=True,
+                           timeout=900)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "Using the tiny RANDOM-WEIGHT checkpoints in .tiny-checkpoints (made by an earlier run)" in again.stdout
+    assert "Generating" not in again.stdout and "Generating tiny" in done.stdout
 
 
 def readme_section(title: str) -> str:

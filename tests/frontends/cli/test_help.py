@@ -121,3 +121,10 @@ def test_the_test_extras_in_the_docs_are_the_ones_scripts_test_sh_installs() -> 
     installed = re.search(r'EXTRAS="(\[[^\]]*\])"', script).group(1)
     said = re.findall(r"`bash scripts/test\.sh[^`]*` installs everything \(`(\[[^\]]*\])`\)", DOCS)
     assert said == [installed], (said, installed)
+
+
+@pytest.mark.parametrize("group", [[], ["train"], ["checkpoints"]], ids=["ootd", "train", "checkpoints"])
+def test_a_group_without_a_command_prints_its_help_once(group: list[str]) -> None:
+    result = CliRunner().invoke(cli.app, group)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("Usage:") == 1 and result.output.count("Commands") == 1, result.output

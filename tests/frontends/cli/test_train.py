@@ -85,8 +85,23 @@ def test_epochs_run_their_steps(cache: Path, tiny_tree: Path, tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert (summary["from_step"], summary["steps"]) == (0, 2)
+    assert summary["loss_plot"] == str(run / "loss.png") and summary["no_loss_plot"] is None  # matplotlib here
     assert [json.loads(line)["step"] for line in (run / "loss.jsonl").read_text().splitlines()] == [1, 2]
     assert [c.step for c in checkpoints(run)] == [2]
+
+
+def test_without_matplotlib_the_run_says_there_is_no_loss_plot(cache: Path, tiny_tree: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/training.md lists RUN/loss.png: where matplotlib (the train extra) is missing the run says why there
+    is none and where the losses are, instead of nothing."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as where it is not installed
+    run = tmp_path / "run"
+    result = invoke("train", "run", cache, "-o", run, "--checkpoints", tiny_tree, "--device", "cpu", "--steps", "1",
+                    "--validation-pairs", "0")
+    assert result.exit_code == 0, result.output
+    assert "no loss.png: the loss plot needs matplotlib" in result.stdout and "pip install -e '.[train]'" in \
+        result.stdout
+    assert not (run / "loss.png").exists() and (run / "loss.jsonl").is_file()
 
 
 @pytest.mark.slow

@@ -122,18 +122,23 @@ def test_steps_and_samples_are_bounded_per_request(tiny_tree: Path, pipes: dict,
     with live_server(tiny_config(tiny_tree), models=pipes_factory(pipes)) as live:
         options = httpx.get(live.url + "api/options", timeout=10).json()
         assert options["limits"] == {"steps": Limits.max_steps, "samples": Limits.max_samples}
-        for field, value, word in (("steps", "1000", "limit of 50"), ("samples", "64", "limit of 4"),
-                                   ("steps", "51", "steps 51")):
+        for field, value in (("steps", "1000"), ("samples", "64"), ("steps", "51"), ("steps", "0"),
+                             ("samples", "0"), ("steps", "-3")):
             refused = httpx.post(live.url + "api/tryon", files=tryon_files(example_images),
                                  data={**FAST, field: value}, timeout=30)
-            assert_one_line_error(refused, 422, word)
+            top = Limits.max_steps if field == "steps" else Limits.max_samples
+            # one message, with the bound that applies here, on either side of the range
+            assert_one_line_error(refused, 422, f"{field} must be between 1 and {top} (this server's limit), "
+                                                f"got {value}")
         assert jobs_on_disk(live) == 0
     with live_server(tiny_config(tiny_tree), limits=Limits(max_steps=2, max_samples=1),
                      models=pipes_factory(pipes)) as live:
         assert_one_line_error(httpx.post(live.url + "api/tryon", files=tryon_files(example_images),
-                                         data={**FAST, "steps": "3"}, timeout=30), 422, "limit of 2")
+                                         data={**FAST, "steps": "3"}, timeout=30), 422,
+                              "steps must be between 1 and 2 (this server's limit), got 3")
         assert_one_line_error(httpx.post(live.url + "api/tryon", files=tryon_files(example_images),
-                                         data={**FAST, "samples": "2"}, timeout=30), 422, "limit of 1")
+                                         data={**FAST, "samples": "2"}, timeout=30), 422,
+                              "samples must be between 1 and 1 (this server's limit), got 2")
         ok = httpx.post(live.url + "api/tryon", files=tryon_files(example_images), data={**FAST, "steps": "2"},
                         timeout=120)
         assert ok.status_code == 200, ok.text

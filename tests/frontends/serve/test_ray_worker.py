@@ -14,6 +14,7 @@ pytest.importorskip("ray.serve", reason="the ray-serve extra is not installed (p
 from ray.exceptions import ActorDiedError  # noqa: E402
 from ray.serve.exceptions import BackPressureError  # noqa: E402
 
+from ootd.app.tryon.masking import no_person_error  # noqa: E402
 from ootd.errors import NoPersonError  # noqa: E402
 from ootd.serve.messages import classify  # noqa: E402
 from ootd.serve.ray_engine import RayOptions, RayWorker  # noqa: E402
@@ -93,5 +94,8 @@ def test_ray_serve_failures_become_their_answers(tmp_path: Path, event: BaseExce
 def test_a_replica_error_comes_back_as_its_kind(tmp_path: Path) -> None:
     job = run(tmp_path, [START, {"kind": "error", "error": _portable(NoPersonError("no person detected in p.png"))}])
     assert isinstance(job.error, NoPersonError) and classify(job.error)[0] == 400
+    found = no_person_error("p.png", "or send a mask")  # what the pose step raises: made from its parts
+    job = run(tmp_path, [START, {"kind": "error", "error": _portable(found)}])
+    assert type(job.error) is type(found) and str(job.error) == str(found) and classify(job.error)[0] == 400
     unpicklable = _portable(QueueFull(3, 7))  # its constructor takes other arguments than its message
     assert "QueueFull" in str(unpicklable) and classify(unpicklable)[0] == 500

@@ -24,7 +24,8 @@ from tests.helpers.evaluation import blurred, noise_image, stand_in_networks
 
 def ssim_reference(a: np.ndarray, b: np.ndarray) -> float:
     """SSIM as Wang et al. 2004 define it: an 11x11 Gaussian window (sigma 1.5), K1 0.01, K2 0.03, data range 1,
-    borders mirrored (numpy's `reflect`), the map averaged over pixels and channels."""
+    the map averaged over the pixels whose whole window lies inside the image (the 5-pixel border excluded, as
+    scikit-image does), then over the channels. The window is applied here by shifting a padded copy."""
     radius, sigma = 5, 1.5
     g = np.exp(-(np.arange(-radius, radius + 1) ** 2) / (2 * sigma**2))
     g /= g.sum()
@@ -47,7 +48,8 @@ def ssim_reference(a: np.ndarray, b: np.ndarray) -> float:
         vx = np.maximum(window(x * x) - mx * mx, 0)
         vy = np.maximum(window(y * y) - my * my, 0)
         cxy = window(x * y) - mx * my
-        maps.append(((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2)))
+        full = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+        maps.append(full[radius:-radius, radius:-radius])
     return float(np.mean(maps))
 
 

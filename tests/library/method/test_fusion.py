@@ -19,6 +19,7 @@ from diffusers.models.attention import BasicTransformerBlock
 from diffusers.models.attention_processor import AttnProcessor2_0
 from PIL import Image
 
+from ootd.method.schedulers import set_timesteps
 from ootd.pipeline import TryOnPipeline
 from ootd.weights.loading import load_components
 
@@ -98,7 +99,7 @@ def reference_latents(tree, image_person, image_garment, image_mask, num_samples
     accepted = set(inspect.signature(UniPCMultistepScheduler.__init__).parameters)
     sched = UniPCMultistepScheduler(**{k: v for k, v in base.items() if k in accepted}, final_sigmas_type="sigma_min")
     assert sched.config.timestep_spacing == "leading"
-    sched.set_timesteps(steps)
+    set_timesteps(sched, steps)  # diffusers' own, without numpy 2's notice about torch's __array__
     noise = torch.randn((num_samples, 4, 64, 48), generator=torch.manual_seed(seed))
     latents = noise * sched.init_noise_sigma
     mask_lat = torch.nn.functional.interpolate(torch.from_numpy(mask_arr)[None, None], size=(64, 48))

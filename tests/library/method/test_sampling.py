@@ -9,13 +9,14 @@ from diffusers import DDIMScheduler
 
 from ootd import errors
 from ootd.method.sampling import Inpaint, sample
+from ootd.method.schedulers import build_scheduler, set_timesteps
 from ootd.settings import Category, SamplingSettings, parse_resolution
 
 
 def _scheduler(steps: int = 4) -> DDIMScheduler:
     sched = DDIMScheduler(num_train_timesteps=1000, beta_schedule="scaled_linear", beta_start=0.00085,
                           beta_end=0.012, clip_sample=False, set_alpha_to_one=False)
-    sched.set_timesteps(steps)
+    set_timesteps(sched, steps)
     return sched
 
 
@@ -77,10 +78,8 @@ def test_pipeline_callback(pipe_hd, example_images) -> None:  # noqa: ANN001
     seen: list[tuple[int, float]] = []
     watched = pipe_hd.generate(person, garment, settings, callback=lambda i, t, x: seen.append((i, float(t))))
     assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(plain.images, watched.images, strict=True))
-    from ootd.method.schedulers import build_scheduler
-
     sched = build_scheduler(settings.scheduler, pipe_hd.components.scheduler_config)
-    sched.set_timesteps(settings.steps)
+    set_timesteps(sched, settings.steps)
     assert seen == [(i, float(t)) for i, t in enumerate(sched.timesteps)]
     assert len(watched.timings["steps"]) == settings.steps
     edited = pipe_hd.generate(person, garment, settings, callback=lambda i, t, x: x + 1.0 if i == 1 else None)
