@@ -1,7 +1,8 @@
 """ootd: virtual try-on (OOTDiffusion) on ROCm, CUDA, MPS and the CPU.
 
-    from ootd import TryOnPipeline
-    pipe = TryOnPipeline.from_pretrained("checkpoints", model_type="hd")
+    from ootd import Models
+    models = Models.from_pretrained("checkpoints")   # every network of the process, one runtime
+    pipe = models.pipeline("hd")
     result = pipe("person.jpg", "garment.jpg", "upper", seed=1)
     result.images[0].save("out.png")
 """
@@ -55,6 +56,7 @@ for _name in _ImportNoise.MESSAGES:
 use_user_cache()  # torch.compile's cache out of the shared temporary folder, before anything imports torch._inductor
 
 if TYPE_CHECKING:
+    from ootd.models import Models
     from ootd.pipeline import TryOnPipeline, TryOnResult
 
 
@@ -63,10 +65,14 @@ def __getattr__(name: str):  # noqa: ANN202 - heavy imports (torch, diffusers) o
         from ootd import pipeline
 
         return getattr(pipeline, name)
+    if name == "Models":
+        from ootd import models
+
+        return models.Models
     raise AttributeError(name)
 
 
 __all__ = [
-    "CheckpointError", "DeviceError", "InputImageError", "NoPersonError", "OotdError", "OutOfMemoryError",
+    "CheckpointError", "DeviceError", "InputImageError", "Models", "NoPersonError", "OotdError", "OutOfMemoryError",
     "OutputError", "TryOnPipeline", "TryOnResult", "UsageError", "__version__",
 ]

@@ -3,15 +3,16 @@
 The pipeline holds the models and runs the stages; it asks ootd/runtime.py how to run (device, precision,
 attention), ootd/memory/residency.py where the models live (and to retry a stage after out-of-memory),
 ootd/memory/planner.py for the plan, ootd/preprocessing.py for the person's mask and ootd/method/sampling.py for
-the denoising loop. The public entry points (`from_pretrained`, `__call__`) take a user's words and parse them
-once; the stage methods (`mask_person`, `encode_person`, `prepare_garment`, `generate`) take typed values.
+the denoising loop. It is built by the model owner (ootd/models/: `Models.pipeline`), which loads its networks.
+`__call__` takes a user's words and parses them once; the stage methods (`mask_person`, `encode_person`,
+`prepare_garment`, `generate`) take typed values.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from diffusers.image_processor import VaeImageProcessor
@@ -34,16 +35,13 @@ from ootd.method.fusion import TryOnFusion, capture_block_inputs
 from ootd.method.guidance import guided_model, initial_noise, latent_mask, sample_index
 from ootd.method.sampling import Inpaint, StepCallback, StepTimer, chain, sample
 from ootd.method.schedulers import build_scheduler, set_timesteps
-from ootd.pipeline_types import GarmentInputs, PersonInputs, Progress, TryOnResult
-from ootd.preprocessing import PersonMask, Preprocessor, mask_person
-from ootd.runtime import Runtime, RuntimeRequest, resolve_runtime
+from ootd.pipeline_types import GarmentInputs, PersonInputs, Progress, RunInfo, Timings, TryOnResult
+from ootd.preprocessing import PersonMask, Preprocessor, frame_like_results, mask_person
 from ootd.settings import (
-    AttentionName,
     Category,
     FitMode,
     ModelType,
     ParsingProvider,
-    PrecisionName,
     QuantizeName,
     Resolution,
     SamplingSettings,
@@ -54,14 +52,26 @@ from ootd.settings import (
 from ootd.speedups.execution import as_memory_format, compile_module, set_memory_format
 from ootd.speedups.feature_cache import feature_cache
 from ootd.speedups.modes import FeatureCache, SpeedModes, TokenMerge
-from ootd.speedups.quantize import quantize_unets, require_torchao
 from ootd.speedups.token_merge import token_merging
 from ootd.weights.fewstep import call_sampling
 from ootd.weights.integrity import require_finite_latents
-from ootd.weights.loading import Components, load_components
-from ootd.weights.lora import LoraChoice, apply_lora, read_choice
+from ootd.weights.loading import Components
+from ootd.weights.lora import LoraChoice
 
 __all__ = ["GarmentInputs", "PersonInputs", "PersonMask", "TryOnPipeline", "TryOnResult"]
+
+
+def encode_images(vae: torch.nn.Module, images: list[Image.Image], processor: VaeImageProcessor, device: torch.device,
+                  dtype: torch.dtype, channels_last: bool = False, batched: bool = True) -> torch.Tensor:
+    """VAE latents (the posterior's mode of [-1, 1] pixels, unscaled; docs/upstream.md §3) of `images`, [N, 4, h, w]
+    in `dtype` on `device`: how the pipeline encodes the person and the garment, and `ootd train prepare` its
+    cache entries (ootd/training/encode.py). `batched` False: one image per VAE call (less memory)."""
+    pixels = torch.cat([processor.preprocess(img) for img in images])
+    # dense in the VAE's layout: the processor's output is a channels-last view of NCHW-ordered numbers
+    pixels = as_memory_format(pixels.to(device, dtype), channels_last)
+    if batched:
+        return vae.encode(pixels).latent_dist.mode()
+    return torch.cat([vae.encode(p[None]).latent_dist.mode() for p in pixels])
 
 
 class TryOnPipeline:
@@ -74,14 +84,16 @@ class TryOnPipeline:
         device: DeviceInfo,
         precision: Precision,
         attention: AttentionFn = sdpa_attention,
-        checkpoints_dir: Path | None = None,
-        preprocessor: Preprocessor | None = None,  # pose + parsing; loaded lazily when None
+        preprocessor: Preprocessor | Callable[[], Preprocessor] | None = None,  # pose + parsing, or its getter
         parsing_provider: ParsingProvider = ParsingProvider.CPU,
         max_memory: int | None = None,
         speed: SpeedOptions | None = None,
         profile: DeviceProfile | None = None,
         modes: SpeedModes | None = None,
     ) -> None:
+        """A pipeline over loaded `components` (the model owner, ootd/models/, builds it; a library user asks
+        `Models.pipeline`). `preprocessor`: pose + parsing, or the owner's getter, called when a mask is first
+        made here (a run with a mask never loads them)."""
         self.components = components
         # the speed modes calls run with unless they say otherwise; `quantize` is what ootd/speedups/quantize.py
         # did to the UNets' Linear layers (before this)
@@ -89,8 +101,9 @@ class TryOnPipeline:
         self.model_type = model_type
         self.device = device
         self.precision = precision
-        self.checkpoints_dir = checkpoints_dir
-        self._preprocessor = preprocessor
+        getter = preprocessor is not None and not isinstance(preprocessor, Preprocessor)
+        self._preprocessor: Preprocessor | None = None if getter else preprocessor  # type: ignore[assignment]
+        self._get_preprocessor = preprocessor if getter else None
         self.parsing_provider = parsing_provider
         self.image_processor = VaeImageProcessor(vae_scale_factor=8)
         self.attention = attention
@@ -101,10 +114,11 @@ class TryOnPipeline:
         self.lora: LoraChoice | None = None  # the adapter merged into the UNets (ootd/weights/lora.py)
         c = components
         # the one owner of memory: each call's plan, where the models live (the try-on UNet runs every step: it
-        # never leaves the device), the retry after out-of-memory
-        self.residency = Residency([c.text_encoder, c.image_encoder, c.vae, c.unet_garm, c.unet_vton],
-                                   c.unet_vton, device, attention, c.vae, sizes=lambda: ModelSizes.from_components(c),
-                                   dtype=precision.unet, vae_dtype=precision.vae,
+        # never leaves the device), the retry after out-of-memory; a fine-tune's pipeline has no CLIP encoders
+        held = [m for m in (c.text_encoder, c.image_encoder, c.vae, c.unet_garm, c.unet_vton) if m is not None]
+        self.residency = Residency(held, c.unet_vton, device, attention, c.vae,
+                                   sizes=lambda: ModelSizes.from_components(c), dtype=precision.unet,
+                                   vae_dtype=precision.vae,
                                    profile=profile or load_profile(device),  # the memory plan reads its defaults
                                    max_memory=max_memory)
         self.speed = speed or SpeedOptions()
@@ -116,75 +130,6 @@ class TryOnPipeline:
     @property
     def quantize(self) -> QuantizeName:
         return self.modes.quantize
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        checkpoints_dir: str | Path,
-        model_type: str | ModelType = "hd",
-        device: str | None = None,
-        dtype: str | torch.dtype | None = None,
-        attention: str | AttentionFn = AttentionName.AUTO,
-        preprocessor: Preprocessor | None = None,
-        parsing_provider: str = "cpu",
-        profile: str | Path | None = None,
-        max_memory: int | None = None,
-        channels_last: bool | None = None,
-        compile: bool | None = None,
-        progress: Progress | None = None,
-        quantize: str | QuantizeName | None = None,
-        speed: SpeedModes | None = None,
-        lora: str | Path | LoraChoice | None = None, lora_scale: float = 1.0,
-    ) -> TryOnPipeline:
-        """Load every component of the hd or dc model from a checkpoints tree in the released layout.
-
-        `device` None picks the best available; `dtype` None follows the device profile (fp32 on CPU);
-        `attention` is a backend name (auto, flash, sdpa, chunked, math) or an attention function;
-        `profile` a TOML file overriding the device profile from configs/profiles/. `speed`: the speed modes
-        (ootd/speedups/modes.py) calls run with; `channels_last`, `compile` and `quantize` (none, int8-dynamic,
-        int8-weight, fp8: the UNets' Linear layers, needs the `quant` extra) override its fields, and None
-        follows it (channels_last and compile: the device profile). `progress` hears ("load", done, total) as
-        each component loads. `lora`: an adapter `ootd train` wrote, merged at `lora_scale` (ootd/weights/lora.py).
-        """
-        choice = lora if isinstance(lora, LoraChoice) else LoraChoice.parse(lora, lora_scale)
-        given = {"channels_last": channels_last, "compile": compile,
-                 "quantize": QuantizeName.parse(quantize) if quantize is not None else None}
-        modes = replace(speed or SpeedModes(), **{k: v for k, v in given.items() if v is not None})
-        if isinstance(dtype, torch.dtype):
-            dtype = dtype_name(dtype)
-        request = RuntimeRequest(
-            device=device, precision=PrecisionName.parse(dtype or PrecisionName.AUTO, "precision"),
-            attention=AttentionName.parse(attention, "attention backend") if isinstance(attention, str)
-            else AttentionName.AUTO, quantize=modes.quantize, channels_last=modes.channels_last,
-            compile=modes.compile, profile=Path(profile) if profile else None)
-        runtime = resolve_runtime(request, attention=None if isinstance(attention, str) else attention)
-        return cls.load(Path(checkpoints_dir), ModelType.parse(model_type), runtime, modes=modes,
-                        preprocessor=preprocessor, parsing_provider=ParsingProvider.parse(parsing_provider,
-                                                                                          "parsing provider"),
-                        max_memory=max_memory, progress=progress, lora=choice)
-
-    @classmethod
-    def load(cls, checkpoints: Path, model_type: ModelType, runtime: Runtime, *, modes: SpeedModes | None = None,
-             preprocessor: Preprocessor | None = None, parsing_provider: ParsingProvider = ParsingProvider.CPU,
-             max_memory: int | None = None, progress: Progress | None = None,
-             lora: LoraChoice | None = None) -> TryOnPipeline:
-        """Load the hd or dc model on a resolved runtime (typed: the application layer resolves one per process and
-        loads every model with it); `modes` as `from_pretrained`'s `speed`; `lora` an adapter merged at its
-        scale."""
-        start = time.perf_counter()
-        modes = modes or SpeedModes()
-        if runtime.quantize is not QuantizeName.NONE:
-            require_torchao()  # a missing extra is said before minutes of loading
-        adapter = read_choice(lora, checkpoints, model_type)  # a damaged or misfit file fails before loading
-        attention = runtime.attention_fn()  # a backend that cannot run here fails before the loading too
-        components = load_components(checkpoints, model_type, runtime.precision.dtypes(), progress)
-        # after the strict loading checks, before the residency places the models (quantized: the merged weights)
-        apply_lora(components, model_type, adapter, lora.scale if lora is not None else 1.0)
-        quantized = quantize_unets(components, runtime.quantize, runtime.device)
-        pipe = cls(components, model_type, runtime.device, runtime.precision, attention, checkpoints, preprocessor,
-                   parsing_provider, max_memory, runtime.speed, runtime.profile, replace(modes, quantize=quantized))
-        pipe.load_seconds, pipe.lora = time.perf_counter() - start, lora
-        return pipe
 
     @property
     def plan(self) -> Plan | None:
@@ -199,33 +144,35 @@ class TryOnPipeline:
     def profile(self) -> DeviceProfile:
         return self.residency.profile
 
-    def describe(self) -> dict[str, object]:
-        """Device, precision and attention backend, for --json, --explain and logs."""
+    def describe(self) -> RunInfo:
+        """Device, precision, attention backend (with what it ran so far), speed options and the latest memory
+        plan: what --json, --explain, the PNG record and logs report."""
         describe_attention = getattr(self.attention, "describe", None)
-        return {
-            "device": str(self.device.torch_device), "device_name": self.device.name, "arch": self.device.arch,
-            "vendor": self.device.vendor, "model_type": self.model_type.value,
-            "precision": {k: str(v).removeprefix("torch.") for k, v in self.precision.dtypes().items()},
-            "precision_word": self.precision.word(),
-            "attention": describe_attention() if callable(describe_attention) else getattr(
+        device = str(self.device.torch_device)
+        name = self.device.name
+        precision = {k: dtype_name(v) for k, v in self.precision.dtypes().items()}
+        return RunInfo(
+            device=f"{device} ({name})" if name and name != device and "(" not in device else device,
+            precision=precision["unet"],
+            attention=describe_attention() if callable(describe_attention) else getattr(
                 self.attention, "__name__", type(self.attention).__name__),
-            "channels_last": self.speed.channels_last, "vae_channels_last": self.speed.vae_channels_last,
-            "compile": self.speed.compile, "quantize": self.quantize.value,
-            "parsing_providers": self._preprocessor.parsing_providers if self._preprocessor is not None else None,
-            "plan": self.plan.to_dict() if self.plan is not None else None,
-        }
+            threads=torch.get_num_threads(), device_name=name, arch=self.device.arch, vendor=self.device.vendor,
+            model_type=self.model_type.value, precision_word=self.precision.word(),
+            precision_by_component={k: str(v).removeprefix("torch.") for k, v in self.precision.dtypes().items()},
+            channels_last=self.speed.channels_last, vae_channels_last=self.speed.vae_channels_last,
+            compile=self.speed.compile, quantize=self.quantize.value,
+            parsing_providers=self._preprocessor.parsing_providers if self._preprocessor is not None else None,
+            plan=self.plan.to_dict() if self.plan is not None else None, described=True)
 
     # -- preprocessing stage (lazy) ----------------------------------------------------------------
 
     @property
     def preprocessor(self) -> Preprocessor:
-        """Pose + parsing, loaded on first use (a run with a mask never loads them)."""
+        """Pose + parsing, asked for on first use (a run with a mask never loads them)."""
         if self._preprocessor is None:
-            if self.checkpoints_dir is None:
-                raise UsageError("no mask given and no checkpoints folder for pose/parsing: pass a mask")
-            self._preprocessor = Preprocessor.from_checkpoints(
-                self.checkpoints_dir, self.device.torch_device, self.parsing_provider
-            )
+            if self._get_preprocessor is None:
+                raise UsageError("no mask given and no pose and parsing models for this pipeline: pass a mask")
+            self._preprocessor = self._get_preprocessor()
         return self._preprocessor
 
     # -- the call ---------------------------------------------------------------------------------
@@ -284,7 +231,7 @@ class TryOnPipeline:
         masked = self.mask_person(person, category, mask=mask, resolution=resolution, fit=fit, mask_grow=mask_grow)
         seconds = time.perf_counter() - t
         prepared = self.encode_person(masked)
-        prepared.timings = {"preprocess": seconds, **prepared.timings}
+        prepared.timings = Timings({"preprocess": seconds, **prepared.timings.stages})
         return prepared
 
     @torch.inference_mode()
@@ -298,7 +245,7 @@ class TryOnPipeline:
         person_latents, original_latents = self.residency.run(
             "encode", lambda: self._encode([masked.masked_person, masked.person]))
         original_latents = original_latents * self.components.vae.config.scaling_factor
-        timings = {"encode_person": time.perf_counter() - t}
+        timings = Timings({"encode_person": time.perf_counter() - t})
         return PersonInputs(masked.category, masked.resolution, masked.person, masked.mask, masked.masked_person,
                             masked.fit, dict(masked.intermediates), person_latents, original_latents, timings)
 
@@ -308,19 +255,19 @@ class TryOnPipeline:
                         fit: FitMode = FitMode.PAD) -> GarmentInputs:
         """The garment's side alone: prompt embeddings, latents, garment UNet features (a batch reuses it)."""
         check_model_category(self.model_type, category)
-        timings: dict[str, float] = {}
+        timings = Timings()
         # framed once, straight to the working resolution (docs/upstream.md §2)
         garment_r, _ = fit_to_aspect(as_image(garment, "garment"), resolution.size, fit, pad_color="edge")
         t = time.perf_counter()
         prompt = self._conditioning(garment_r, category)
-        timings["conditioning"] = time.perf_counter() - t
+        timings.add("conditioning", time.perf_counter() - t)
         t = time.perf_counter()
         self.residency.plan_for_encodes(resolution.size)
         (garment_latents,) = self.residency.run("encode", lambda: self._encode([garment_r]))
-        timings["encode_garment"] = time.perf_counter() - t
+        timings.add("encode_garment", time.perf_counter() - t)
         t = time.perf_counter()
         features = self.residency.run("garment UNet", lambda: self.garment_features(garment_latents, prompt))
-        timings["garment_unet"] = time.perf_counter() - t
+        timings.add("garment_unet", time.perf_counter() - t)
         return GarmentInputs(category, resolution, garment_r, prompt, features, timings)
 
     @torch.inference_mode()
@@ -344,7 +291,7 @@ class TryOnPipeline:
         if modes.feature_cache.on and self.speed.compile:
             raise UsageError("feature caching (cache interval above 1) does not work with a compiled UNet: "
                              "use one of them")
-        timings: dict[str, float | list[float]] = {**person.timings, **garment.timings}
+        timings = Timings({**person.timings.stages, **garment.timings.stages})
         self.residency.apply(self.residency.make_plan(settings.resolution.size, settings.num_samples,
                                                       settings.guidance, None, photo_pixels))
         tick = time.perf_counter()
@@ -361,24 +308,28 @@ class TryOnPipeline:
 
         latents, step_times = self.residency.run("denoising", denoise)
         require_finite_latents(latents, self.precision.unet)
-        timings["denoise"] = time.perf_counter() - tick
-        timings["steps"] = step_times
+        timings.add("denoise", time.perf_counter() - tick)
+        timings.steps = step_times
         t = time.perf_counter()
         decoded = self.residency.run("decode", lambda: self._decode(latents, progress))
         # the padding cut away again when the person was padded to 3:4 (no resample: the generated pixels)
         images = [restore_framing(img, person.fit, keep_scale=True) for img in decoded]
-        timings["decode"] = time.perf_counter() - t
-        timings["total"] = sum(v for k, v in timings.items() if isinstance(v, float) and k != "total")
+        timings.add("decode", time.perf_counter() - t)
         return TryOnResult(
             images=images, mask=person.mask, masked_person=person.masked_person, seed=settings.seed,
-            timings=timings, intermediates=dict(person.intermediates), model_type=self.model_type,
+            timings=timings, intermediates=frame_like_results(person.intermediates, person.fit),
+            model_type=self.model_type,
             category=person.category, sampling=settings, modes=modes, lora=self.lora, fit=person.fit,
+            ran=self.describe(),
         )
 
     # -- steps ------------------------------------------------------------------------------------
 
     def _conditioning(self, garment: Image.Image, category: Category) -> torch.Tensor:
         c = self.components
+        if c.text_encoder is None or c.image_encoder is None:
+            raise UsageError("this pipeline has no CLIP encoders (a fine-tune's: the prompt embeddings come from "
+                             "its cache)")
         # CLIP calls SDPA directly
         with self.residency.visit(c.text_encoder, c.image_encoder), patch_sdpa(self.attention):
             embeds = prompt_embeddings(
@@ -387,17 +338,13 @@ class TryOnPipeline:
         return embeds.to(self.device.torch_device, self.precision.unet)
 
     def _encode(self, images: list[Image.Image]) -> tuple[torch.Tensor, ...]:
-        """VAE latents (mode of the posterior, unscaled) of several images in one batched call."""
+        """VAE latents (mode of the posterior, unscaled) of several images in one batched call, or one at a time
+        when the plan says so."""
         vae = self.components.vae
-        pixels = torch.cat([self.image_processor.preprocess(img) for img in images])
-        # dense in the VAE's layout: the processor's output is a channels-last view of NCHW-ordered numbers
-        pixels = as_memory_format(pixels.to(self.device.torch_device, self.precision.vae),
-                                  self.speed.vae_channels_last)
         with self.residency.visit(vae):
-            if self.plan is None or self.plan.vae_encode_batched:
-                latents = vae.encode(pixels).latent_dist.mode()
-            else:
-                latents = torch.cat([vae.encode(p[None]).latent_dist.mode() for p in pixels])
+            latents = encode_images(vae, images, self.image_processor, self.device.torch_device, self.precision.vae,
+                                    self.speed.vae_channels_last,
+                                    batched=self.plan is None or self.plan.vae_encode_batched)
         # the latents in the default layout, whatever the VAE's (the UNets lay their inputs out themselves)
         return latents.to(self.precision.unet).contiguous().chunk(len(images))
 

@@ -2,9 +2,11 @@
 a user's mask), the inpainting mask at the working resolution and the masked person.
 
 `mask_person` is the one place this happens: the pipeline's `prepare_person`, `ootd mask`, the early "is there
-a person?" check of `ootd run` and the server all call it; its result (`PersonMask`) is handed to the pipeline's
-`encode_person`, so nothing is computed twice. The pose and parsing models (`Preprocessor`) load only when a
-mask has to be made: a run with a user mask never needs their files.
+a person?" check of `ootd run` and the server, an outfit's masks (from one parse: `ParseOnce`) and `ootd train
+prepare` all call it; its result (`PersonMask`) is handed to the pipeline's `encode_person`, so nothing is
+computed twice; `frame_like_results` is where the framing is undone for the pictures made of the framed person.
+The pose and parsing models (`Preprocessor`) load only when a mask has to be made: a run with a user mask never
+needs their files.
 """
 
 from __future__ import annotations
@@ -108,6 +110,30 @@ class Preprocessor:
         return MaskResult(mask=mask, keypoints=keypoints, labels=labels, intermediates=intermediates)
 
 
+class ParseOnce:
+    """A Preprocessor that parses a photo once however many masks are made from it (an outfit's every pass's
+    mask), counting its parses."""
+
+    def __init__(self, preprocessor: Preprocessor) -> None:
+        self.preprocessor = preprocessor
+        self.parses = 0
+        self._last: tuple[bytes, tuple[Image.Image, np.ndarray, np.ndarray]] | None = None
+
+    def __call__(self, person: Image.Image, category: Category, model_type: ModelType, grow: int = 0) -> MaskResult:
+        key = person.convert("RGB").tobytes()
+        if self._last is None or self._last[0] != key:
+            self._last = (key, self.preprocessor.parse(person))
+            self.parses += 1
+        return self.preprocessor.mask_from(*self._last[1], category, model_type, grow)
+
+
+def frame_like_results(pictures: dict[str, Image.Image], fit: FitInfo) -> dict[str, Image.Image]:
+    """Pictures of the framed person (mask, masked person, pose, parsing) with the padding cut away again, as the
+    results are (no resample): the one place a try-on's framing is undone for them, so every saved picture of a
+    --fit pad try-on has the photo's framing."""
+    return {kind: restore_framing(picture, fit, keep_scale=True) for kind, picture in pictures.items()}
+
+
 @dataclass
 class PersonMask:
     """A person photo made ready for encoding: framed at the working resolution, its mask and masked person."""
@@ -124,7 +150,7 @@ class PersonMask:
     def framed_like_results(self) -> dict[str, Image.Image]:
         """The intermediates with the padding cut away again, as the results are (what `ootd mask` and
         --save-intermediates write)."""
-        return {k: restore_framing(v, self.fit, keep_scale=True) for k, v in self.intermediates.items()}
+        return frame_like_results(self.intermediates, self.fit)
 
 
 def mask_person(person: Image.Image, category: Category, model_type: ModelType, resolution: Resolution,

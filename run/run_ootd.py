@@ -88,7 +88,7 @@ def _announce_replaced(paths: list[Path]) -> None:
 def run(args: argparse.Namespace) -> None:
     from ootd.app.tryon.config import RunConfig
     from ootd.app.tryon.inputs import JobInputs
-    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.app.tryon.loader import models_for
     from ootd.app.tryon.preflight import prepare_job
     from ootd.errors import UsageError, escaped
     from ootd.imaging.atomic import write_atomic
@@ -108,9 +108,9 @@ def run(args: argparse.Namespace) -> None:
     # replaced on every run
     config = RunConfig(checkpoints=checkpoints, output=args.output_dir, sampling=sampling, model_type=model_type,
                        device=_device(args), fit=FitMode.STRETCH, overwrite=True, name_template=OUTPUT_NAME)
-    loader = PipelineLoader(config)
-    job = prepare_job(config, JobInputs.single(args.model_path, args.cloth_path, category, args.mask_path), loader)
-    outcome = job.run(loader.get)
+    models = models_for(config)  # every model of this run
+    job = prepare_job(config, JobInputs.single(args.model_path, args.cloth_path, category, args.mask_path), models)
+    outcome = job.run(models)
     mask_file = config.output / "mask.jpg"
     _announce_replaced([mask_file, *job.targets.images])
     masked = outcome.final[0].result.masked_person

@@ -128,6 +128,7 @@ def standin_class(components: Components | None) -> type:
     """The stand-in pipeline: the try-on methods a pipeline has, instant, inputs never read."""
     from PIL import Image
 
+    from ootd.pipeline_types import TryOnResult
     from ootd.settings import ModelType
     from ootd.speedups.modes import SpeedModes
 
@@ -162,9 +163,10 @@ def standin_class(components: Components | None) -> type:
                 progress("denoise", 1, 1)
             images = [Image.new("RGB", (48, 64), (settings.seed % 256, 40 * i % 256, 7))
                       for i in range(settings.num_samples)]
-            return SimpleNamespace(images=images, seed=settings.seed, timings={}, intermediates={},
-                                   model_type=self.model_type, category=person.category, sampling=settings,
-                                   modes=modes or self.modes)
+            blank = Image.new("L", (48, 64), 255)
+            return TryOnResult(images=images, mask=blank, masked_person=blank, seed=settings.seed,
+                               model_type=self.model_type, category=person.category, sampling=settings,
+                               modes=modes or self.modes)
 
     return InstantPipe
 
@@ -173,7 +175,7 @@ def use_standin_on_ray() -> None:
     """The Ray workers build their runner with the stand-in too (their loader takes the models of an enclosing
     `use_models` when it is made)."""
     import ootd.app.batch.ray_engine as ray_engine
-    from ootd.app.tryon.loader import use_models
+    from ootd.models import use_models
 
     base = ray_engine.PairWorker
 
@@ -220,7 +222,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     components = Components()
     from ootd import cli
-    from ootd.app.tryon.loader import use_models
+    from ootd.models import use_models
 
     instrument(components)
     if spec["display"] == "bars":

@@ -107,12 +107,12 @@ def classify(repeats: int) -> None:
 def outfit(repeats: int) -> None:
     import importlib.util
 
-    from ootd import TryOnPipeline
     from ootd.app.tryon.config import RunConfig
     from ootd.app.tryon.inputs import GarmentInput, JobInputs
-    from ootd.app.tryon.loader import PipelineLoader, use_models
+    from ootd.app.tryon.loader import models_for
     from ootd.app.tryon.passes import pass_seed
     from ootd.app.tryon.preflight import prepare_job
+    from ootd.models import Models, use_models
     from ootd.settings import Category, ModelType, SamplingSettings, parse_resolution
     from tests.helpers.synthetic import synthetic_preprocessor
 
@@ -121,7 +121,7 @@ def outfit(repeats: int) -> None:
     spec.loader.exec_module(module)
     with tempfile.TemporaryDirectory(prefix="ootd-outfit-") as tmp:
         tree = module.make_tiny_checkpoints(Path(tmp) / "tree", seed=0)
-        pipes = {m: TryOnPipeline.from_pretrained(tree, model_type=m.value, device="cpu") for m in ModelType}
+        pipes = {m: Models.from_pretrained(tree, device="cpu").pipeline(m.value) for m in ModelType}
         preprocessor = synthetic_preprocessor()
         sampling = SamplingSettings(steps=4, seed=7, resolution=parse_resolution("384x512"))
         person, top, trousers = EXAMPLES / "person.png", EXAMPLES / "tshirt.png", EXAMPLES / "trousers.png"
@@ -131,10 +131,10 @@ def outfit(repeats: int) -> None:
 
         def two_pass(n: int) -> tuple[float, float]:
             t, c = time.perf_counter(), time.process_time()
-            loader = PipelineLoader(config(f"o{n}"))
+            models = models_for(config(f"o{n}"))
             outfit = JobInputs.of(person, [GarmentInput(top, Category.UPPER), GarmentInput(trousers, Category.LOWER)])
-            job = prepare_job(config(f"o{n}"), outfit, loader)
-            job.save(job.run(loader.get))
+            job = prepare_job(config(f"o{n}"), outfit, models)
+            job.save(job.run(models))
             assert job.parses == 1
             return time.perf_counter() - t, time.process_time() - c
 
@@ -144,14 +144,14 @@ def outfit(repeats: int) -> None:
             first_config = RunConfig(**{**first_config.__dict__,
                                         "sampling": SamplingSettings(steps=4, seed=pass_seed(7, "lower"),
                                                                      resolution=sampling.resolution)})
-            loader = PipelineLoader(first_config)
-            job = prepare_job(first_config, JobInputs.single(person, trousers, Category.LOWER), loader)
-            images, _ = job.save(job.run(loader.get))
+            models = models_for(first_config)
+            job = prepare_job(first_config, JobInputs.single(person, trousers, Category.LOWER), models)
+            images, _ = job.save(job.run(models))
             second_config = RunConfig(**{**config(f"s{n}b").__dict__,
                                          "sampling": SamplingSettings(steps=4, seed=pass_seed(7, "upper 0"),
                                                                       resolution=sampling.resolution)})
-            job = prepare_job(second_config, JobInputs.single(images[0], top, Category.UPPER), loader)
-            job.save(job.run(loader.get))
+            job = prepare_job(second_config, JobInputs.single(images[0], top, Category.UPPER), models)
+            job.save(job.run(models))
             return time.perf_counter() - t, time.process_time() - c
 
         with use_models(lambda m: pipes[m], lambda: preprocessor):

@@ -37,14 +37,15 @@ def rss_mib(pid: int) -> float:
 def latency(checkpoints: Path, steps: int, resolution: str, repeats: int) -> dict[str, float]:
     from ootd.app.tryon.config import build_config
     from ootd.app.tryon.inputs import JobInputs
-    from ootd.app.tryon.loader import ModelSource, PipelineLoader
+    from ootd.app.tryon.loader import models_for
     from ootd.app.tryon.preflight import plan_inputs
+    from ootd.models import ModelSource
     from ootd.settings import Category
     from tests.helpers.serving import live_server
 
     config = build_config(checkpoints=checkpoints, steps=steps, resolution=resolution, seed=1, overwrite=True,
                           output=Path(tempfile.mkdtemp()))
-    pipe = PipelineLoader(config).get(config.model_type_for(Category.UPPER))
+    pipe = models_for(config).pipeline(config.model_type_for(Category.UPPER))
     files = {"person": EXAMPLES / "person.png", "garment": EXAMPLES / "tshirt.png",
              "mask": EXAMPLES / "person_mask_upper.png"}
     direct, served, inside = [], [], []

@@ -97,12 +97,13 @@ def ray_figures(config: object, replicas: int, data: dict[str, str], requests: i
 def local_figures(config: object, data: dict[str, str], requests: int) -> dict[str, float]:
     import torch
 
-    from ootd.app.tryon.loader import ModelSource, PipelineLoader
+    from ootd.app.tryon.loader import models_for
+    from ootd.models import ModelSource
     from ootd.settings import Category
     from tests.helpers.serving import live_server
 
     torch.set_num_threads(1)  # as a one-CPU Ray replica computes
-    pipe = PipelineLoader(config).get(config.model_type_for(Category.UPPER))
+    pipe = models_for(config).pipeline(config.model_type_for(Category.UPPER))
     with live_server(config, models=ModelSource(lambda model_type: pipe)) as live:
         post(live.url, data)
         figures = load(live.url, data, requests, 2)  # two clients, as for one replica

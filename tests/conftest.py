@@ -51,16 +51,16 @@ def example_images() -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def pipe_hd(tiny_tree: Path):  # noqa: ANN201
-    from ootd import TryOnPipeline
+    from ootd.models import Models
 
-    return TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu")
+    return Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd")
 
 
 @pytest.fixture(scope="session")
 def pipe_dc(tiny_tree: Path):  # noqa: ANN201
-    from ootd import TryOnPipeline
+    from ootd.models import Models
 
-    return TryOnPipeline.from_pretrained(tiny_tree, model_type="dc", device="cpu")
+    return Models.from_pretrained(tiny_tree, device="cpu").pipeline("dc")
 
 
 @pytest.fixture

@@ -86,13 +86,14 @@ def _json(text: str) -> Any:
 
 @contextmanager
 def _models(tree: Path) -> Any:
-    from ootd import TryOnPipeline
-    from ootd.app.tryon.loader import use_models
+    from ootd.models import Keep, Models, ModelSource, use_models
     from tests.helpers.synthetic import synthetic_preprocessor
 
     preprocessor = synthetic_preprocessor()
-    pipes = {m: TryOnPipeline.from_pretrained(tree, model_type=m, device="cpu", preprocessor=preprocessor)
-             for m in ("hd", "dc")}
+    owner = Models.from_pretrained(tree, device="cpu", keep=Keep(pipelines=2),
+                                   source=ModelSource(preprocessor=lambda: preprocessor))
+    owner.preprocessor()  # held first: handed to the pipelines as they load (their description names it)
+    pipes = {m: owner.pipeline(m) for m in ("hd", "dc")}
     with use_models(lambda model_type: pipes[str(getattr(model_type, "value", model_type))],
                     lambda: preprocessor):
         yield pipes, preprocessor

@@ -15,7 +15,7 @@ from tests.helpers import REPO
 # The library, lowest first: each may import itself and what comes before it (plus `preprocess`), nothing after.
 LIBRARY = ("ootd.errors", "ootd.settings", "ootd.hardware", "ootd.imaging", "ootd.weights", "ootd.evaluation",
            "ootd.attention", "ootd.method", "ootd.speedups", "ootd.memory", "ootd.runtime", "ootd.preprocessing",
-           "ootd.pipeline_types", "ootd.pipeline", "ootd.training")
+           "ootd.pipeline_types", "ootd.pipeline", "ootd.training", "ootd.models")
 APP, TRYON, BATCH = "ootd.app", "ootd.app.tryon", "ootd.app.batch"
 EVALUATE, TRAIN = "ootd.app.evaluate", "ootd.app.train"
 TOOLS = "ootd.tools"

@@ -1,6 +1,6 @@
 """The application layer: everything between the library and a front end, shared by all front ends.
 
-    tryon/       one try-on: RunConfig, the request, the job (every pre-flight check once, run, save), the loader,
+    tryon/       one try-on: RunConfig, the request, the job (every pre-flight check once, run, save), its models,
                  outputs and their PNG record, names, masks, output safety, the memory budget
     batch/       many try-ons: pairs, precheck and resume, the report, index.html, the engines (local, Ray)
     train/       `ootd train`: prepare a cache, the fine-tune's loop, checkpoints, validation sheets, Ray Train

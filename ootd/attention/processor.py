@@ -64,22 +64,12 @@ class AttentionProcessor:
         if attn.group_norm is not None:
             hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)
 
-        query = attn.to_q(hidden_states)
         if encoder_hidden_states is None:
             context = hidden_states
         elif attn.norm_cross:
             context = attn.norm_encoder_hidden_states(encoder_hidden_states)
-        key = attn.to_k(context)
-        value = attn.to_v(context)
-
-        head_dim = key.shape[-1] // attn.heads
-        query = query.view(batch, -1, attn.heads, head_dim).transpose(1, 2)
-        key = key.view(batch, -1, attn.heads, head_dim).transpose(1, 2)
-        value = value.view(batch, -1, attn.heads, head_dim).transpose(1, 2)
-        if attn.norm_q is not None:
-            query = attn.norm_q(query)
-        if attn.norm_k is not None:
-            key = attn.norm_k(key)
+        query, key, value = project_heads(attn, hidden_states, context, batch)
+        head_dim = key.shape[-1]
 
         if attention_mask is None:
             out = self.attention(query, key, value, attn.scale)
@@ -94,6 +84,24 @@ class AttentionProcessor:
         if attn.residual_connection:
             out = out + residual
         return out / attn.rescale_output_factor
+
+
+def project_heads(attn: Attention, hidden_states: torch.Tensor, context: torch.Tensor,
+                  batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries of `hidden_states`, keys and values of `context`, per head: (B, H, tokens, d) each, normalised
+    where the module says so."""
+    query = attn.to_q(hidden_states)
+    key = attn.to_k(context)
+    value = attn.to_v(context)
+    head_dim = key.shape[-1] // attn.heads
+    query = query.view(batch, -1, attn.heads, head_dim).transpose(1, 2)
+    key = key.view(batch, -1, attn.heads, head_dim).transpose(1, 2)
+    value = value.view(batch, -1, attn.heads, head_dim).transpose(1, 2)
+    if attn.norm_q is not None:
+        query = attn.norm_q(query)
+    if attn.norm_k is not None:
+        key = attn.norm_k(key)
+    return query, key, value
 
 
 def folds(attn: Attention, hidden_states: torch.Tensor, context: torch.Tensor | None,

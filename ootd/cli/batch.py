@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ootd.app.evaluate.run import EvalOptions
     from ootd.app.tryon.preservation import PreservationChoice
     from ootd.errors import OotdError
+    from ootd.models import Models
 
 logger = logging.getLogger("ootd.cli")
 
@@ -172,6 +173,7 @@ def batch_command(
     from ootd.app.batch.pairs import Shard, classify_pairs, collect_pairs, select_shard
     from ootd.app.batch.precheck import check_batch_outputs
     from ootd.app.batch.report import PairReport, report_name
+    from ootd.app.tryon.loader import models_for
     from ootd.settings import parse_category_word
 
     config = checked_config({**options, "overwrite": overwrite})
@@ -186,7 +188,8 @@ def batch_command(
     pairs = collect_pairs(csv_file, models, cloths, default_category, pairing, masks, output=config.output)
     if sharding is not None:
         pairs = select_shard(pairs, sharding, config)
-    pairs = classify_pairs(pairs, config.checkpoints, config.category_margin)  # `auto` rows (seconds each)
+    models = models_for(config)  # every model of this process (the Ray engine's actors each make their own)
+    pairs = classify_pairs(pairs, models, config.category_margin)  # `auto` rows (seconds each)
     report = report if report is not None else config.output / report_name(sharding)
     index = config.output / index_name(sharding)
     check_batch_outputs(pairs, config, report, [csv_file], pages=[index])  # no output replaces an input
@@ -194,7 +197,7 @@ def batch_command(
         from ootd.app.evaluate.run import EvalOptions, check_evaluation
 
         evaluation = EvalOptions.from_words(device=config.device)
-        check_evaluation(truth, evaluation)
+        check_evaluation(truth, evaluation, models)
 
     plain = not options["quiet"] and not json_out and not sys.stderr.isatty()  # nohup, 2> file: lines to follow
     with Display(show_progress(options["quiet"], json_out)) as display, PairLog(log_file, len(pairs)) as log:
@@ -211,7 +214,7 @@ def batch_command(
         quiet = options["quiet"] or json_out
         engine_run = make_engine(engine_name, config, cluster=cluster, report_path=report, progress=display,
                                  on_report=on_report, index_path=index, status=None if quiet else echo_err,
-                                 preservation=kept)
+                                 preservation=kept, models=models)
         try:
             summary = engine_run.run(pairs)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: what is kept, and how to go on (then "interrupted")
@@ -219,8 +222,8 @@ def batch_command(
                 display.print(escaped(f"stopped after {log.done} of {len(pairs)} pairs; {report} keeps them: "
                                       "rerun the same command to resume (finished pairs are skipped)"))
             raise
-        failed = _evaluate(summary, config.output, truth, evaluation, report, index,
-                           display) if truth is not None else None
+        failed = _evaluate(summary, config.output, truth, evaluation, report, index, display,
+                           models) if truth is not None else None
 
     sheet = index.resolve().as_uri() if index.is_file() else None  # a page that could not be written: warned
     if json_out:
@@ -247,13 +250,13 @@ def _preservation(on: bool, review_above: float | None) -> PreservationChoice:
 
 
 def _evaluate(summary: BatchSummary, output: Path, truth: Path, evaluation: EvalOptions, report: Path, index: Path,
-              display: Display) -> OotdError | None:
+              display: Display, models: Models) -> OotdError | None:
     """The batch's results against the real photos, into its summary; the error when that fails."""
     from ootd.app.evaluate.folder import evaluate_batch
     from ootd.errors import OotdError
 
     try:
-        summary.evaluation = evaluate_batch(output, truth, evaluation, report, index, progress=display)
+        summary.evaluation = evaluate_batch(output, truth, evaluation, report, index, models, progress=display)
     except OotdError as exc:
         return exc
     return None

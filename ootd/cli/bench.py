@@ -71,9 +71,6 @@ def bench_command(
     from dataclasses import replace
 
     from ootd.cli.display import print_json, to_json
-    from ootd.settings import AttentionName, ModelType, PrecisionName
-    from ootd.tools.bench.drivers import BenchOptions, run_bench
-    from ootd.tools.bench.matrix import run_matrix
 
     if random_weights is not None and random_weights not in RANDOM_WEIGHTS:
         raise UsageError(f"unknown random weights kind {random_weights!r}: use one of {', '.join(RANDOM_WEIGHTS)}")
@@ -83,19 +80,10 @@ def bench_command(
     config = replace(config, sampling=replace(config.sampling, seed=seed))
     say = _log_to(options["quiet"], json_out)
     if matrix:
-        report = run_matrix(config, random_weights=random_weights or "full", original=compare_original,
-                                  count_flops=flops,
-                                  dtypes=_matrix_words(PrecisionName, "precision", config.precision.value),
-                                  attentions=_matrix_words(AttentionName, "attention", config.attention.value),
-                                  log=say)
+        report = _matrix(config, random_weights, compare_original, flops, say)
     else:
-        report = run_bench(
-            config, model_type=ModelType.parse(model_type), random_weights=random_weights, log=say,
-            options=BenchOptions(compare_original=compare_original, count_flops=flops, profile=profile,
-                                 save_images=save_images,
-                                 original_precision=PrecisionName.parse(original_precision)
-                                 if original_precision is not None else None),
-        )
+        report = _single(config, model_type, random_weights, compare_original, original_precision, flops, profile,
+                         save_images, say)
     if save is not None:
         save.write_text(to_json(report) + "\n")
     if json_out:
@@ -106,6 +94,29 @@ def bench_command(
     elif not options["quiet"]:
         for line in stage_table(report):
             typer.echo(line)
+
+
+def _matrix(config: Any, random_weights: str | None, original: bool, flops: bool, say: Any) -> dict[str, Any]:
+    """--matrix: every precision x attention backend on random weights (or the ones given)."""
+    from ootd.settings import AttentionName, PrecisionName
+    from ootd.tools.bench.matrix import run_matrix
+
+    return run_matrix(config, random_weights=random_weights or "full", original=original, count_flops=flops,
+                      dtypes=_matrix_words(PrecisionName, "precision", config.precision.value),
+                      attentions=_matrix_words(AttentionName, "attention", config.attention.value), log=say)
+
+
+def _single(config: Any, model_type: str, random_weights: str | None, original: bool,
+            original_precision: str | None, flops: bool, profile: bool, save_images: Path | None,
+            say: Any) -> dict[str, Any]:
+    """One configuration (the options'), optionally against the original formulation."""
+    from ootd.settings import ModelType, PrecisionName
+    from ootd.tools.bench.drivers import BenchOptions, run_bench
+
+    other = PrecisionName.parse(original_precision) if original_precision is not None else None
+    return run_bench(config, model_type=ModelType.parse(model_type), random_weights=random_weights, log=say,
+                     options=BenchOptions(compare_original=original, count_flops=flops, profile=profile,
+                                          save_images=save_images, original_precision=other))
 
 
 def _matrix_words(kind: Any, name: str, chosen: str) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ootd.cli.display import console, print_json, size_text
+from ootd.cli.display import console, print_json, size_cell
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, JsonOpt, ModelsOpt, parse_model_list, with_options
 from ootd.errors import CheckpointError, escaped
@@ -87,5 +87,5 @@ def _print_table(root: Path, checks: list[Any], quick: bool) -> None:
         else:
             loadable = f"[red]no[/red]: {text(c.problem)}"
         table.add_row(c.component, text(shown), "[green]yes[/green]" if c.present else "[red]no[/red]",
-                      size_text(c.size), loadable, text(c.fix or ""))
+                      size_cell(c.size), loadable, text(c.fix or ""))
     console().print(table)

@@ -35,11 +35,12 @@ def classify_command(
     """The category [bold]--category auto[/bold] would choose for each garment photo in DIR, and its probability."""
     from ootd.app.batch.folders import scan_images
     from ootd.app.tryon.autocategory import Review, review_garments
+    from ootd.app.tryon.loader import models_for
     from ootd.errors import escaped
 
     config = config_from(options)
     paths, unreadable = scan_images(folder, "garment")
-    reviewed = review_garments(paths, config.checkpoints, config.category_margin) if paths else iter(())
+    reviewed = review_garments(paths, models_for(config), config.category_margin) if paths else iter(())
     reviews = heapq.merge(reviewed, (Review(path, error=why) for path, why in unreadable), key=lambda r: r.path)
     counts = {"classified": 0, "refused": 0, "failed": 0}
     for review in reviews:

@@ -206,10 +206,8 @@ def console(stderr: bool = False) -> Any:
     return Console(file=stream, width=None if tty else piped_width(), soft_wrap=not tty)
 
 
-def size_text(value: int | None) -> str:
-    if value is None:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value} B"
+def size_cell(value: int | None) -> str:
+    """A size in a table cell: ootd/hardware/units.py's words, `-` when unknown."""
+    from ootd.hardware.units import size_text as words
+
+    return "-" if value is None else words(value)

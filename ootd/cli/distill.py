@@ -71,7 +71,7 @@ def distill_command(
     """Distil the model as loaded into a few-step adapter (latent consistency distillation, LoRA); the adapter is
     RUN/lora.safetensors, and `--lora` then samples with its own steps and scheduler."""
     from ootd.app.train.distill import DistillOptions
-    from ootd.app.train.models import check_mixed_precision
+    from ootd.app.train.loop import check_mixed_precision
     from ootd.hardware.spec import check_device_spec
     from ootd.settings import AttentionName
     from ootd.weights.layout import default_checkpoints_dir

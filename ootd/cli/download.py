@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ootd.cli.display import size_text
+from ootd.cli.display import size_cell
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, ModelsOpt, parse_model_list, with_options
 from ootd.errors import escaped
@@ -53,8 +53,8 @@ def download_command(
 
     def on_size(repo: str, need: int | None, free: int) -> None:
         if not logging["quiet"]:
-            what = size_text(need) if need is not None else "size unknown"
-            typer.echo(escaped(f"{repo}: {what} to fetch into {target} ({size_text(free)} free)"), err=True)
+            what = size_cell(need) if need is not None else "size unknown"
+            typer.echo(escaped(f"{repo}: {what} to fetch into {target} ({size_cell(free)} free)"), err=True)
 
     files = download_checkpoints(target, chosen, revision, progress=not logging["quiet"],
                                  clip_revision=clip_revision, force=force, on_size=on_size)

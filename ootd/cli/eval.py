@@ -137,11 +137,12 @@ def _eval_options(truth: Path | None, weights: str, device: str | None, batch_si
 
 def _evaluate(results: Path, truth: Path, chosen: EvalOptions, display: Display) -> EvalReport:
     from ootd.app.evaluate.folder import evaluate_batch, is_batch_folder
-    from ootd.app.evaluate.run import evaluate
+    from ootd.app.evaluate.run import evaluate, evaluation_models
 
+    models = evaluation_models(chosen)  # the metric networks, on the chosen device
     if is_batch_folder(results):
-        return evaluate_batch(results, truth, chosen, progress=display)
-    return evaluate(results, truth, chosen, progress=display)
+        return evaluate_batch(results, truth, chosen, models=models, progress=display)
+    return evaluate(results, truth, chosen, progress=display, models=models)
 
 
 def _preservation_run(on: bool, people: Path | None, masks: Path | None, review_above: float | None,

@@ -44,13 +44,13 @@ def mask_command(
 ) -> None:
     """The mask a try-on would use: writes [bold]<person>__<category>__mask.png[/bold], the masked person, pose
     and parsing (framed like try-on results), to fix and pass back with [bold]ootd run --mask[/bold]."""
-    from ootd.app.tryon.loader import PipelineLoader
+    from ootd.app.tryon.loader import models_for
     from ootd.app.tryon.masking import describe_mask_file
     from ootd.app.tryon.preflight import prepare_mask_job
 
     config = checked_config(options)  # the device and parsing provider as `ootd run` checks them
     job = prepare_mask_job(config, model, Category.parse(category))  # every check, in `ootd run`'s order
-    outcome = job.run(PipelineLoader(config).preprocessor())
+    outcome = job.run(models_for(config).preprocessor())
     targets = job.save(outcome)
     described = {kind: describe_mask_file(kind, outcome.images[kind]) for kind in targets}
     if json_out:

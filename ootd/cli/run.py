@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +28,13 @@ from ootd.cli.options import (
     with_options,
 )
 from ootd.errors import escaped
+
+if TYPE_CHECKING:
+    from ootd.app.tryon.config import RunConfig
+    from ootd.app.tryon.job import JobOutcome
+    from ootd.pipeline import TryOnPipeline
+    from ootd.pipeline_types import RunInfo, Timings
+    from ootd.settings import SamplingSettings
 
 logger = logging.getLogger("ootd.cli")
 
@@ -69,67 +76,55 @@ def run_command(
     sample (see --name)."""
     from dataclasses import replace
 
-    from ootd.app.tryon.autocategory import release_classifier, resolve_inputs
-    from ootd.app.tryon.loader import PipelineLoader
-    from ootd.app.tryon.outputs import describe_pipeline, peak_memory, rounded
+    from ootd.app.tryon.autocategory import resolve_inputs
+    from ootd.app.tryon.loader import models_for
+    from ootd.app.tryon.outputs import describe_pipeline, peak_memory
     from ootd.app.tryon.preflight import prepare_job
+    from ootd.pipeline_types import Timings
 
     started = time.perf_counter()
     config = replace(checked_config(options), grid=grid)
     inputs = _inputs(model, cloth, category, list(mask or []))
-    timings: dict[str, Any] = {}
+    models = models_for(config)  # every model of this run; the classifier goes when the try-on's pipeline loads
+    timings = Timings()  # the run's stages in the order they happened, the job's among them
     t = time.perf_counter()
-    resolved = resolve_inputs(inputs, config.checkpoints, config.category_margin)
+    resolved = resolve_inputs(inputs, models, config.category_margin)
     if resolved is not inputs:
-        timings["classify"] = time.perf_counter() - t
-    release_classifier()  # not resident while the try-on runs (the memory plan does not count it)
-    loader = PipelineLoader(config)
+        timings.add("classify", time.perf_counter() - t)
     random_seed = options["seed"] is None
     with Display(show_progress(options["quiet"], json_out)) as display:
         # 1. every check (cheap first; pose + parsing, seconds, before the diffusion models, minutes)
         t = time.perf_counter()
-        job = prepare_job(config, resolved, loader, progress=display)
+        job = prepare_job(config, resolved, models, progress=display)
         if job.parses:
-            timings["pose_parsing"] = time.perf_counter() - t
+            timings.add("pose_parsing", time.perf_counter() - t)
         if not json_out:
             note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
             logger.info("seed %d%s", config.sampling.seed, note)
-
-        def pipe_for(model_type: Any) -> Any:  # each model loaded when its first pass runs, its time counted
-            if loader.holds(model_type):
-                return loader.get(model_type)
-            display("load", 0, 1)
-            t = time.perf_counter()
-            pipe = loader.get(model_type, progress=display if display.enabled else None)  # a bar per component
-            timings["load"] = timings.get("load", 0.0) + time.perf_counter() - t
-            if not display.enabled:
-                display("load", 1, 1)
-            return pipe
-
-        # 2. the heavy part
-        first = pipe_for(job.model_type)
-        if explain and not json_out:
-            _explain(first, describe_pipeline(first, config), config, auto=resolved is not inputs)
-        outcome = job.run(pipe_for, progress=display)
+        # 2. the heavy part: each model loaded when its first pass runs (a bar per component), its time counted
+        with models.timed() as loading:
+            first = models.pipeline(job.model_type, config.lora, progress=display)
+            if explain and not json_out:
+                _explain(first, describe_pipeline(first, config), config, auto=resolved is not inputs)
+            outcome = job.run(models, progress=display)
+        timings.add("load", loading.seconds)
+        timings.extend(outcome.timings())
         t = time.perf_counter()
         images, intermediates = job.save(outcome)
-        timings["save"] = time.perf_counter() - t
-
-    timings.update(outcome.timings())
-    timings["save"] = timings.pop("save")  # in the order things happened
-    timings["total"] = time.perf_counter() - started
+        timings.add("save", time.perf_counter() - t)
+    total = time.perf_counter() - started
     if json_out:
-        info = outcome.info
+        ran = outcome.ran
         summary = {"outputs": [str(p) for p in images], "intermediates": {k: str(p) for k, p in intermediates.items()},
                    "seed": config.sampling.seed, "seed_random": random_seed, **outcome.describe(),
-                   "device": info.get("device"), "precision": info.get("precision"),
-                   "attention": info.get("attention"), "loads": dict(loader.loads), "timings": rounded(timings),
-                   "peak_memory": peak_memory(loader.current), "plan": info.get("plan")}
+                   "device": ran.device, "precision": ran.precision, "attention": ran.attention,
+                   "loads": models.loads, "timings": timings.to_json(4, total=total),
+                   "peak_memory": peak_memory(models.device), "plan": ran.plan}
         if explain:
-            summary["describe"] = info
+            summary["describe"] = ran.to_json()
         print_json(summary)
         return
-    _report(outcome, images, intermediates, timings, random_seed)
+    _report(outcome, images, intermediates, timings, total, random_seed)
 
 
 def _inputs(model: Path, cloth: list[Path], category: list[str], masks: list[Path]) -> Any:
@@ -153,13 +148,13 @@ def _inputs(model: Path, cloth: list[Path], category: list[str], masks: list[Pat
                                 for i, (path, word) in enumerate(zip(cloth, words, strict=True))])
 
 
-def _report(outcome: Any, images: list[Path], intermediates: dict[str, Path], timings: dict[str, Any],
+def _report(outcome: JobOutcome, images: list[Path], intermediates: dict[str, Path], timings: Timings, total: float,
             random_seed: bool) -> None:
     """The summary as lines: paths, seed (and each pass's), what was classified or combined, and time."""
     from ootd.app.tryon.autocategory import category_words
     from ootd.app.tryon.outputs import attention_used
 
-    job, record, info = outcome.job, outcome.record(0), outcome.info
+    job, record, ran = outcome.job, outcome.record(0), outcome.ran
     for path in [*images, *intermediates.values()]:
         typer.echo(escaped(path))
     seed = job.config.sampling.seed
@@ -170,31 +165,31 @@ def _report(outcome: Any, images: list[Path], intermediates: dict[str, Path], ti
     for line in record.garment_lines(category_words):  # an outfit's passes, or a classified garment's category
         typer.echo(escaped(line))
     speed = record.speed_summary()
-    typer.echo(f"time: {timing_line(timings)} on {info.get('device')}, "
-               f"{info.get('precision_word') or info.get('precision')}, "
-               f"attention {attention_used(info.get('attention'))}" + (f", {speed}" if speed else ""))
+    typer.echo(f"time: {timing_line(timings, total)} on {ran.device}, {ran.precision_word or ran.precision}, "
+               f"attention {attention_used(ran.attention)}" + (f", {speed}" if speed else ""))
 
 
-def timing_line(timings: dict[str, Any]) -> str:
+def timing_line(timings: Timings, total: float) -> str:
     """`12.3 s (load 5.1 s, ..., other 0.1 s)`: every stage that took time, plus what no stage covers, so the
     parts add up to the total."""
     from ootd.app.tryon.outputs import format_seconds
 
-    parts = {name: value for name, value in timings.items() if name != "total" and isinstance(value, float)}
-    other = timings["total"] - sum(parts.values())
+    parts = dict(timings.stages)
+    other = total - sum(parts.values())
     if other >= 0.0005:
         parts["other"] = other
     stages = ", ".join(f"{name} {format_seconds(value)}" for name, value in parts.items())
-    return f"{format_seconds(timings['total'])} ({stages})"
+    return f"{format_seconds(total)} ({stages})"
 
 
-def _explain(pipe: Any, info: dict[str, Any], config: Any, auto: bool = False) -> None:
+def _explain(pipe: TryOnPipeline, ran: RunInfo, config: RunConfig, auto: bool = False) -> None:
     """--explain: what was chosen, and the memory plan for this call when the pipeline makes one."""
-    for key in ("device", "arch", "precision", "attention"):
-        if info.get(key):
-            typer.echo(f"{key}: {info[key]}")
+    for key, value in (("device", ran.device), ("arch", ran.arch), ("precision", ran.precision),
+                       ("attention", ran.attention)):
+        if value:
+            typer.echo(f"{key}: {value}")
     typer.echo(evaluations_line(config.sampling))
-    plan = info.get("plan")
+    plan: Any = ran.plan
     make_plan = getattr(getattr(pipe, "residency", None), "make_plan", None)
     if callable(make_plan):
         sampling = config.sampling
@@ -214,14 +209,14 @@ def _explain(pipe: Any, info: dict[str, Any], config: Any, auto: bool = False) -
         _explain_classifier(config)
 
 
-def evaluations_line(sampling: Any) -> str:
+def evaluations_line(sampling: SamplingSettings) -> str:
     """What a picture costs in try-on UNet evaluations: the steps, times two with image guidance."""
     per_step = "2 (image guidance: a conditional and an unconditional pass)" if sampling.guidance else "1 (no guidance)"
     return (f"denoising: {sampling.steps} {sampling.scheduler.value} steps x {per_step} = "
             f"{sampling.unet_evaluations} try-on UNet evaluations a picture")
 
 
-def _explain_classifier(config: Any) -> None:
+def _explain_classifier(config: RunConfig) -> None:
     """--explain with --category auto: what the classifier's text tower costs, from the CLIP folder's config."""
     from transformers import CLIPConfig
 

@@ -73,7 +73,7 @@ def prepare_command(
     **options: Any,
 ) -> None:
     """Prepare training pairs once: masks, latents and prompt embeddings into a cache every epoch reads."""
-    from ootd.app.train.prepare import PrepareOptions, prepare
+    from ootd.app.train.prepare import PrepareOptions, prepare, prepare_models
     from ootd.settings import ModelType, parse_resolution
     from ootd.weights.layout import default_checkpoints_dir
 
@@ -81,7 +81,7 @@ def prepare_command(
                             ModelType.parse(model_type) if model_type else None, parse_resolution(resolution),
                             FitMode.parse(fit, "fit mode"), split, seed, pairs, device, parsing_provider)
     with Display(show_progress(options["quiet"], json_out)) as display:
-        report = prepare(chosen, progress=display)
+        report = prepare(chosen, progress=display, models=prepare_models(chosen))
         for problem in report.problems:
             display.print(f"skipped {problem}")
         for duplicate in report.duplicates:
@@ -152,8 +152,7 @@ def run_command(
     **options: Any,
 ) -> None:
     """Fine-tune LoRA adapters on a prepared cache; the adapter is RUN/lora.safetensors (use it with --lora)."""
-    from ootd.app.train.loop import TrainOptions
-    from ootd.app.train.models import check_mixed_precision
+    from ootd.app.train.loop import TrainOptions, check_mixed_precision
     from ootd.hardware.spec import check_device_spec
     from ootd.settings import AttentionName
     from ootd.weights.layout import default_checkpoints_dir
@@ -211,13 +210,13 @@ def _run_summary(report: Any, output: Path, json_out: bool) -> None:
 
 
 def _train_local(train: Any, explain: bool, display: Display) -> Any:
-    from ootd.app.train.loop import train_local
+    from ootd.app.train.loop import load_trainable, train_local, training_models
     from ootd.app.train.plan import explain_lines
     from ootd.settings import parse_resolution
     from ootd.training.cache import read_index
 
     index = read_index(train.cache)
-    models = train.load_models(index)
+    models = load_trainable(train, index, training_models(train))  # this process's model owner
     if explain:
         for line in explain_lines(models, parse_resolution(index.resolution), train.settings):
             display.print(line)

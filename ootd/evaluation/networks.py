@@ -4,17 +4,16 @@ weights (ootd/evaluation/weights.py) or, when asked, randomly initialised stand-
 
 Both need the `eval` extra; without it (or with a torchvision that does not match this torch) `stack_problem` is
 one line saying what is missing and the exact command that installs it for this torch, without changing torch
-(`install_command`); an evaluation then computes what needs no network (SSIM) and says so. `use_networks` is the
-seam to hand in other networks (tests, an embedding application): every `load_networks` inside it returns those.
+(`install_command`); an evaluation then computes what needs no network (SSIM) and says so. The model owner
+(ootd/models/: `Models.metrics`) is what calls `load_networks`; other networks (tests, an embedding application) are
+handed to it instead (its `ModelSource.metrics`).
 """
 
 from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,20 +47,6 @@ class Networks:
     device: Any
     stand_in: str | None
     names: tuple[str, str] = (FEATURE_NAME, LPIPS_NAME)
-
-
-Factory = Callable[[MetricWeights, Any], Networks]
-_SOURCE: ContextVar[Factory | None] = ContextVar("ootd_eval_networks", default=None)
-
-
-@contextmanager
-def use_networks(factory: Factory) -> Iterator[None]:
-    """Within this block `load_networks` returns `factory(weights, device)` and `check_networks` checks nothing."""
-    token = _SOURCE.set(factory)
-    try:
-        yield
-    finally:
-        _SOURCE.reset(token)
 
 
 def checkout_root() -> Path | None:
@@ -151,8 +136,6 @@ def check_networks(weights: MetricWeights) -> str | None:
     """What `load_networks` needs, checked before any work (a batch's pre-flight): for the published weights
     their files (fetched when missing, else one line). Returns why the networks cannot run here (None: they
     can): the metrics that need them are then not computed, and the output says so with the fix."""
-    if _SOURCE.get() is not None:
-        return None
     problem = stack_problem()
     if problem is None and weights is MetricWeights.STANDARD:
         ensure_weights()
@@ -162,9 +145,6 @@ def check_networks(weights: MetricWeights) -> str | None:
 def load_networks(weights: MetricWeights, device: Any) -> Networks | None:
     """The two networks on `device`, in eval mode, without gradients; None when the eval extra is not here
     (`stack_problem` says why)."""
-    factory = _SOURCE.get()
-    if factory is not None:
-        return factory(weights, device)
     if check_networks(weights) is not None:
         return None
     import torch

@@ -1,9 +1,11 @@
-"""How alike two pictures are: PSNR, SSIM and the pixel differences of 8-bit images (`ootd compare`, the validation
-sheets of `ootd train run`), and SSIM per region (`ssim_by_region`: preservation, ootd/evaluation/preservation.py).
-SSIM is the Wang et al. 2004 form with an 11x11 Gaussian window, sigma 1.5, K1 0.01, K2 0.03, per RGB channel and
-averaged, the 5-pixel border excluded, as scikit-image's `structural_similarity(..., gaussian_weights=True)`
-computes it. Everything runs a strip of rows at a time, so a 50-megapixel pair needs a few strips of memory, not
-float64 copies of the whole images."""
+"""How alike two pictures are: PSNR, SSIM and the pixel differences of 8-bit images: the project's one SSIM
+(`ootd compare`, the validation sheets of `ootd train run`, `ootd eval`'s per-pair SSIM, preservation's SSIM per
+region: `ssim_by_region`, ootd/evaluation/preservation.py). SSIM is the Wang et al. 2004 form with an 11x11
+Gaussian window, sigma 1.5, K1 0.01, K2 0.03, per RGB channel and averaged, the 5-pixel border excluded, as
+scikit-image's `structural_similarity(..., gaussian_weights=True)` computes it; `ssim` takes a mask to average over
+a region only, `ssim_map` gives the per-pixel values. Everything runs a strip of rows at a time, so a 50-megapixel
+pair needs a few strips of memory, not float64 copies of the whole images. Arrays are HxW or HxWxC (a CPU tensor of
+that layout is read as one)."""
 
 from __future__ import annotations
 
@@ -48,12 +50,13 @@ def _ssim_map(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
 
 
-def _ssim_channel(x: np.ndarray, y: np.ndarray) -> float:
-    """The mean SSIM of one 8-bit channel over its inner region (the whole of an image too small to have one),
-    in float64 strips of rows, each read with the window's radius of rows more on each side: every value of the
-    map is the one the whole-image computation gives, so only the order of the final sum differs (the result
-    agrees with it to about 1e-15), and memory is a dozen strips (~55 MB at 50 megapixels, 64 rows of
-    8,660) instead of a dozen float64 copies of the image (~5 GB)."""
+def _ssim_channel(x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> tuple[float, int]:
+    """The SSIM summed over one 8-bit channel's inner region (the whole of an image too small to have one), or
+    over its pixels where `mask` is true, and how many pixels that is; in float64 strips of rows, each read with
+    the window's radius of rows more on each side: every value of the map is the one the whole-image computation
+    gives, so only the order of the final sum differs (the mean agrees with it to about 1e-15), and memory is a
+    dozen strips (~55 MB at 50 megapixels, 64 rows of 8,660) instead of a dozen float64 copies of the image
+    (~5 GB)."""
     pad = SSIM_RADIUS
     height, width = x.shape
     inner = min(height, width) > 2 * pad
@@ -65,16 +68,48 @@ def _ssim_channel(x: np.ndarray, y: np.ndarray) -> float:
             continue
         s = _ssim_map(x[a0:a1].astype(np.float64), y[a0:a1].astype(np.float64))
         core = s[r0 - a0:r1 - a0, cols]
+        if mask is not None:
+            core = core[mask[r0:r1, cols]]
         total += float(core.sum())
         count += core.size
-    return total / count
+    return total, count
 
 
-def ssim(a: np.ndarray, b: np.ndarray) -> float:
-    """Structural similarity of two same-shape 8-bit images (HxW or HxWxC; channels averaged); 1.0 if identical."""
+def _array(value: np.ndarray) -> np.ndarray:
+    detach = getattr(value, "detach", None)  # a torch tensor: its numbers on the CPU
+    return detach().cpu().numpy() if callable(detach) else np.asarray(value)
+
+
+def ssim(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """Structural similarity of two same-shape 8-bit images (HxW or HxWxC; channels averaged); 1.0 if identical.
+    `mask` (HxW, true where it counts): the mean over those pixels of the inner region only."""
+    a, b = _array(a), _array(b)
+    where = _array(mask).astype(bool) if mask is not None else None
+    if where is not None and where.shape != a.shape[:2]:
+        raise ValueError(f"the mask is {where.shape}, the images {a.shape[:2]}")
+    channels = [(a, b)] if a.ndim == 2 else [(a[..., c], b[..., c]) for c in range(a.shape[-1])]
+    means = []
+    for x, y in channels:
+        total, count = _ssim_channel(x, y, where)
+        if count == 0:
+            raise ValueError("the mask leaves no pixel to compare (the 5-pixel border is not compared)")
+        means.append(total / count)
+    return float(np.mean(means))
+
+
+def ssim_map(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The SSIM of every pixel (HxW float32, channels averaged), the border's computed over mirrored edges (`ssim`
+    leaves the 5-pixel border out): to show where two pictures differ, or to weigh regions."""
+    a, b = _array(a), _array(b)
     if a.ndim == 2:
-        return _ssim_channel(a, b)
-    return float(np.mean([_ssim_channel(a[..., c], b[..., c]) for c in range(a.shape[-1])]))
+        a, b = a[..., None], b[..., None]
+    height, width = a.shape[:2]
+    out = np.empty((height, width), dtype=np.float32)
+    for r0, r1, a0, a1 in _strips(height, width, SSIM_RADIUS):
+        maps = [_ssim_map(a[a0:a1, :, c].astype(np.float64), b[a0:a1, :, c].astype(np.float64))
+                for c in range(a.shape[-1])]
+        out[r0:r1] = np.mean(maps, axis=0)[r0 - a0:r1 - a0]
+    return out
 
 
 def ssim_by_region(a: np.ndarray, b: np.ndarray, regions: np.ndarray, count: int) -> np.ndarray:

@@ -148,22 +148,41 @@ def estimate(
     if offload not in OFFLOAD_LEVELS:
         raise ValueError(f"offload must be one of {OFFLOAD_LEVELS}, not {offload!r}")
     r = request
+    sizes, device_type = r.sizes, r.device.type
+    size, vae_size = itemsize(r.dtype), itemsize(r.vae_dtype or r.dtype)
+    overhead = CPU_OVERHEAD if device_type == "cpu" else GPU_OVERHEAD
+    runtime = CPU_RUNTIME_BYTES if device_type == "cpu" else 0
+
+    w = sizes.weight_bytes(r.dtype, r.vae_dtype)
+    resident, stage_weights = _weights(w, offload, 2 * sizes.largest_module * max(size, vae_size))
+    tensors, parts = _stage_tensors(r, attention_budget_bytes, guidance_split, vae_slicing, vae_tiling,
+                                    vae_encode_batched)
+    result: dict[str, int] = {
+        stage: int(runtime + resident + stage_weights[stage] + overhead * tensors[stage]) for stage in STAGES
+    }
+    if r.photo_pixels and device_type == "cpu":  # after the decode, with the models still resident
+        result["photo"] = int(runtime + resident + overhead * (PHOTO_BYTES_PER_PIXEL * r.photo_pixels
+                                                               + parts.pop("small")))
+    parts.pop("small", None)
+    result["peak"] = max(result[s] for s in (*STAGES, "photo") if s in result)
+    result.update({"weights_resident": int(resident), "weights_total": int(sum(w.values())), **parts,
+                   "runtime": runtime})
+    return result
+
+
+def _stage_tensors(r: PlanRequest, attention_budget_bytes: int, guidance_split: bool, vae_slicing: bool,
+                   vae_tiling: bool, vae_encode_batched: bool) -> tuple[dict[str, int], dict[str, int]]:
+    """The tensors alive at each stage's peak (bytes, before the overhead factor), and the parts reported."""
     num_samples, guidance, dtype, attention, sizes, vae_dtype = (r.num_samples, r.guidance, r.dtype, r.attention,
                                                                  r.sizes, r.vae_dtype)
-    device_type = r.device.type
     width, height = r.resolution
-    size, vae_size = itemsize(dtype), itemsize(vae_dtype or dtype)
+    size = itemsize(dtype)
     f = sizes.vae_factor
     tokens = (width // f) * (height // f)
     attn_tokens = max(1, int(tokens * sizes.attn_token_scale))
     garment_items = 2 if guidance else 1
     batch = num_samples * garment_items
     step_batch = num_samples if (guidance and guidance_split) else batch
-    overhead = CPU_OVERHEAD if device_type == "cpu" else GPU_OVERHEAD
-    runtime = CPU_RUNTIME_BYTES if device_type == "cpu" else 0
-
-    w = sizes.weight_bytes(dtype, vae_dtype)
-    resident, stage_weights = _weights(w, offload, 2 * sizes.largest_module * max(size, vae_size))
 
     latent = sizes.latent_channels * tokens
     # latents alive through the loop: noise, latents, person and original person latents, mask, garment
@@ -179,24 +198,13 @@ def estimate(
     unet_act = int(step_batch * tokens * sizes.unet_activation * size)
     unet_attn = attention_workspace(attention, step_batch, sizes.attn_heads, attn_tokens, 2 * attn_tokens,
                                     dtype, attention_budget_bytes)
-    cond_act = sizes.encoder_activation * size
-
     tensors = {
-        "conditioning": cond_act,
+        "conditioning": sizes.encoder_activation * size,
         "encode": encode_act + small,
         "garment_unet": garm_act + small,
         "denoise": features + kv + unet_act + unet_attn + small,
         "decode": decode_act + small,
     }
-    result: dict[str, int] = {
-        stage: int(runtime + resident + stage_weights[stage] + overhead * tensors[stage]) for stage in STAGES
-    }
-    if r.photo_pixels and device_type == "cpu":  # after the decode, with the models still resident
-        result["photo"] = int(runtime + resident + overhead * (PHOTO_BYTES_PER_PIXEL * r.photo_pixels + small))
-    result["peak"] = max(result[s] for s in (*STAGES, "photo") if s in result)
-    result.update({
-        "weights_resident": int(resident), "weights_total": int(sum(w.values())),
-        "garment_features": features + kv, "unet_activations": unet_act, "attention_workspace": int(unet_attn),
-        "vae_encode_activations": encode_act, "vae_decode_activations": decode_act, "runtime": runtime,
-    })
-    return result
+    parts = {"garment_features": features + kv, "unet_activations": unet_act, "attention_workspace": int(unet_attn),
+             "vae_encode_activations": encode_act, "vae_decode_activations": decode_act, "small": small}
+    return tensors, parts

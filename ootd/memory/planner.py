@@ -25,8 +25,8 @@ from typing import Any
 
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.policy import attention_budget_for, free_memory
+from ootd.hardware.units import size_text
 from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, PlanRequest, estimate
-from ootd.memory.units import size_text
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,9 @@ from ootd.attention import ChunkedBackend
 from ootd.errors import OutOfMemoryError
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.profiles import DeviceProfile
+from ootd.hardware.units import size_text
 from ootd.memory.estimate import PlanRequest
-from ootd.memory.planner import Plan, apply_plan_to_vae, make_plan, size_text
+from ootd.memory.planner import Plan, apply_plan_to_vae, make_plan
 from ootd.memory.sizes import ModelSizes
 from ootd.speedups.execution import compile_error, is_compile_failure
 

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from ootd.hardware.dtypes import itemsize
+from ootd.hardware.units import size_text
 from ootd.memory.trace import trace_activations
-from ootd.memory.units import size_text
 from ootd.weights.released import (
     RELEASED_LARGEST_MODULE,
     RELEASED_PARAMETERS,
@@ -112,8 +112,8 @@ class ModelSizes:
         return cls(**fields_)
 
 
-def _params(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
+def _params(module: torch.nn.Module | None) -> int:
+    return sum(p.numel() for p in module.parameters()) if module is not None else 0
 
 
 def _linear_layers(unet: torch.nn.Module) -> tuple[int, int, bool]:
@@ -123,7 +123,9 @@ def _linear_layers(unet: torch.nn.Module) -> tuple[int, int, bool]:
     return sum(m.weight.numel() for m in layers), sum(m.out_features for m in layers), quantized
 
 
-def _largest_leaf(module: torch.nn.Module) -> int:
+def _largest_leaf(module: torch.nn.Module | None) -> int:
+    if module is None:
+        return 0
     return max((sum(p.numel() for p in m.parameters(recurse=False)) for m in module.modules()), default=0)
 
 

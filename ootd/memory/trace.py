@@ -84,49 +84,16 @@ def trace_activations(garm_config: dict, vton_config: dict, vae_config: dict,
     """
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
-    from ootd.method.fusion import TryOnFusion, capture_block_inputs
-
     h, w = latent_hw
-    tokens = h * w
     elem = 4  # traced in fp32
     with torch.device("meta"):
         garm = UNet2DConditionModel.from_config(garm_config)
         vton = UNet2DConditionModel.from_config(vton_config)
         vae = AutoencoderKL.from_config(vae_config)
-    fusion = TryOnFusion(vton, _shape_only_attention)
-    cross = int(vton_config.get("cross_attention_dim", 768))
-    meta = torch.device("meta")
     with torch.inference_mode(), _shape_only_sdpa():
-        prompt = torch.empty(2, 2, cross, device=meta)
-        with _LiveTensorBytes() as counter:
-            garment = torch.empty(2, int(garm_config.get("in_channels", 4)), h, w, device=meta)
-            base = counter.live
-            with capture_block_inputs(garm) as captured:
-                garm(garment, 0, encoder_hidden_states=prompt, return_dict=False)
-            features = dict(captured)
-            del captured, garment
-            garm_peak = counter.peak - base
-            feature_bytes = counter.live
-            with fusion.garment(features, torch.arange(2, device=meta)):
-                kv_bytes = counter.live - feature_bytes
-                sample = torch.empty(2, int(vton_config.get("in_channels", 8)), h, w, device=meta)
-                before = counter.live
-                counter.reset_peak()
-                vton(sample, 10, encoder_hidden_states=prompt, return_dict=False)
-                vton_peak = counter.peak - before
-        factor = 2 ** (len(vae.config.block_out_channels) - 1)
-        size = 16 * factor  # pixels per side: small, the coefficients do not depend on it
-        with _LiveTensorBytes() as counter:
-            pixels = torch.empty(1, 3, size, size, device=meta)
-            base = counter.live
-            vae.encode(pixels).latent_dist.mode()
-            encode_peak = counter.peak - base
-        with _LiveTensorBytes() as counter:
-            latents = torch.empty(1, vae.config.latent_channels, size // factor, size // factor, device=meta)
-            base = counter.live
-            vae.decode(latents, return_dict=False)
-            decode_peak = counter.peak - base
-    per_token = 2 * tokens * elem
+        garm_peak, feature_bytes, kv_bytes, vton_peak = _unet_peaks(garm, vton, latent_hw)
+        size, encode_peak, decode_peak = _vae_peaks(vae)
+    per_token = 2 * h * w * elem
     return {
         "unet_activation": round(vton_peak / per_token, 1),
         "garm_activation": round(garm_peak / per_token, 1),
@@ -135,3 +102,51 @@ def trace_activations(garm_config: dict, vton_config: dict, vae_config: dict,
         "vae_encode_activation": round(encode_peak / (size * size * elem), 1),
         "vae_decode_activation": round(decode_peak / (size * size * elem), 1),
     }
+
+
+def _unet_peaks(garm: torch.nn.Module, vton: torch.nn.Module, latent_hw: tuple[int, int]
+                ) -> tuple[int, int, int, int]:
+    """Bytes of a batch of 2 on the meta device: the garment UNet's peak, the captured features, the garment keys
+    and values the fusion holds, the try-on UNet's peak."""
+    from ootd.method.fusion import TryOnFusion, capture_block_inputs
+
+    h, w = latent_hw
+    fusion = TryOnFusion(vton, _shape_only_attention)
+    meta = torch.device("meta")
+    prompt = torch.empty(2, 2, int(vton.config.get("cross_attention_dim", 768)), device=meta)
+    with _LiveTensorBytes() as counter:
+        garment = torch.empty(2, int(garm.config.get("in_channels", 4)), h, w, device=meta)
+        base = counter.live
+        with capture_block_inputs(garm) as captured:
+            garm(garment, 0, encoder_hidden_states=prompt, return_dict=False)
+        features = dict(captured)
+        del captured, garment
+        garm_peak = counter.peak - base
+        feature_bytes = counter.live
+        with fusion.garment(features, torch.arange(2, device=meta)):
+            kv_bytes = counter.live - feature_bytes
+            sample = torch.empty(2, int(vton.config.get("in_channels", 8)), h, w, device=meta)
+            before = counter.live
+            counter.reset_peak()
+            vton(sample, 10, encoder_hidden_states=prompt, return_dict=False)
+            vton_peak = counter.peak - before
+    return garm_peak, feature_bytes, kv_bytes, vton_peak
+
+
+def _vae_peaks(vae: torch.nn.Module) -> tuple[int, int, int]:
+    """(pixels per side, encode peak bytes, decode peak bytes) of one small image on the meta device: the
+    coefficients do not depend on its size."""
+    meta = torch.device("meta")
+    factor = 2 ** (len(vae.config.block_out_channels) - 1)
+    size = 16 * factor
+    with _LiveTensorBytes() as counter:
+        pixels = torch.empty(1, 3, size, size, device=meta)
+        base = counter.live
+        vae.encode(pixels).latent_dist.mode()
+        encode_peak = counter.peak - base
+    with _LiveTensorBytes() as counter:
+        latents = torch.empty(1, vae.config.latent_channels, size // factor, size // factor, device=meta)
+        base = counter.live
+        vae.decode(latents, return_dict=False)
+        decode_peak = counter.peak - base
+    return size, encode_peak, decode_peak

@@ -98,3 +98,18 @@ def classify_garment(garment: Image.Image, texts: CategoryTexts, image_processor
                      image_encoder) -> Classification:  # noqa: ANN001
     """The category probabilities of a garment photo (the image embedding the conditioning uses)."""
     return classify_embedding(image_embedding(garment.convert("RGB"), image_processor, image_encoder), texts)
+
+
+@dataclass
+class GarmentClassifier:
+    """What classifying a garment needs: the per-category text features (the text tower itself is dropped once
+    they are computed), CLIP's image processor and image tower. The model owner (ootd/models/) loads it."""
+
+    texts: CategoryTexts
+    image_processor: object
+    image_encoder: torch.nn.Module
+    load_seconds: float = 0.0
+
+    def classify(self, garment: Image.Image) -> Classification:
+        """The Classification of a garment image."""
+        return classify_garment(garment, self.texts, self.image_processor, self.image_encoder)

@@ -40,9 +40,8 @@ from starlette.requests import ClientDisconnect
 from ootd import __version__
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.loader import ModelSource
-from ootd.app.tryon.outputs import rounded
 from ootd.errors import NoPersonError, OotdError, UsageError
+from ootd.models import ModelSource
 from ootd.serve import schema
 from ootd.serve.access import CLIENT_GONE, AccessLog
 from ootd.serve.forms import FILES, TEXT_FIELDS, build_spec
@@ -73,7 +72,7 @@ def result_json(job: Job, base_url: str | None) -> dict[str, Any]:
         return f"{base_url}api/jobs/{job.id}/files/{quote(name)}"
 
     seconds = job.seconds()
-    timings = rounded({**done.timings, **seconds, "total": seconds["queue"] + seconds["run"]})  # as --json
+    timings = done.timings.to_json(4, **seconds, total=seconds["queue"] + seconds["run"])  # as --json
     settings = {**done.settings, "fit": str(job.spec.config.fit),
                 "mask": "uploaded" if job.spec.job.inputs.garments[0].mask is not None else "auto"}
     return {
@@ -118,7 +117,8 @@ class Api:
         folder = self.jobs_root / job_id
         try:
             async with request.form(max_files=len(FILES), max_fields=len(TEXT_FIELDS)) as form:
-                spec = await run_in_threadpool(build_spec, form, self.config, folder, self.limits)
+                spec = await run_in_threadpool(build_spec, form, self.config, folder, self.limits,
+                                               self.service.models)
             job = Job(spec, folder, id=job_id)
             self.worker.submit(job)
             return job

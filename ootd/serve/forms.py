@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import UploadFile
 
@@ -21,6 +21,9 @@ from ootd.imaging.atomic import write_atomic
 from ootd.serve.limits import Limits
 from ootd.serve.service import JobSpec
 from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, FitMode, PhotoOutput, parse_category_word
+
+if TYPE_CHECKING:
+    from ootd.models import Models
 
 FILES = ("person", "garment", "mask", "garment2", "mask2")
 OPTIONAL_FILES = ("mask", "garment2", "mask2")
@@ -175,10 +178,11 @@ def _safe_name(filename: str | None, role: str) -> str:
     return cleaned[:120] or f"{role}.png"
 
 
-def build_spec(form: Any, base: RunConfig, folder: Path, limits: Limits) -> JobSpec:
+def build_spec(form: Any, base: RunConfig, folder: Path, limits: Limits, models: Models) -> JobSpec:
     """Everything checked that can be checked before queueing: fields, then every image of the request (steps 1
-    and 2 of the pre-flight: ootd/app/tryon/preflight.py), each garment's `auto` classified. The job writes what
-    `ootd run --save-intermediates` writes: the mask and masked person framed as the results."""
+    and 2 of the pre-flight: ootd/app/tryon/preflight.py), each garment's `auto` classified (by the classifier of
+    `models`, the server's model owner). The job writes what `ootd run --save-intermediates` writes: the mask and
+    masked person framed as the results."""
     from ootd.app.tryon.autocategory import resolve_inputs
     from ootd.app.tryon.preflight import plan_inputs
 
@@ -188,7 +192,7 @@ def build_spec(form: Any, base: RunConfig, folder: Path, limits: Limits) -> JobS
     config = replace(config, output=folder / "results", save_intermediates=True)
     inputs = JobInputs.of(saved["person"][0], garments, person_name=saved["person"][1])
     try:  # the file checks of `ootd run`: not an image, truncated, too small or large, a mask of another aspect
-        job = plan_inputs(config, resolve_inputs(inputs, config.checkpoints, config.category_margin))
+        job = plan_inputs(config, resolve_inputs(inputs, models, config.category_margin))
     except CheckpointError:
         raise
     except OotdError as exc:

@@ -296,7 +296,12 @@ class RayService:
     models the replicas hold, and the replicas (Ray Serve's list, with what each last reported)."""
 
     def __init__(self, config: RunConfig, worker: RayWorker) -> None:
+        from ootd.app.tryon.loader import models_for
+        from ootd.models import Keep
+
         self.config, self.worker = config, worker
+        # this process's models: the classifier only (requests are classified here, the replicas run the try-ons)
+        self.models = models_for(config, Keep(classifier=True))
 
     def describe(self) -> dict[str, Any]:
         heard = self.worker.heard()

@@ -15,10 +15,12 @@ from typing import Any
 
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import JobOutcome, TryOnJob
-from ootd.app.tryon.loader import ModelSource, PipelineLoader
+from ootd.app.tryon.loader import models_for
 from ootd.app.tryon.outputs import attention_used
 from ootd.app.tryon.preflight import check_job
 from ootd.imaging.atomic import save_png_atomic
+from ootd.models import Keep, ModelSource
+from ootd.pipeline_types import RunInfo, Timings
 from ootd.serve.worker import Job
 from ootd.settings import FitMode, ModelType
 
@@ -47,36 +49,35 @@ class Finished:
     seed: int
     model_type: str
     settings: dict[str, Any]  # the pictures' settings as their record gives them for JSON
-    timings: dict[str, Any]
+    timings: Timings
     files: dict[str, Path] = field(default_factory=dict)  # every servable name -> its path
     replica: str | None = None  # the Ray Serve replica that ran it (the Ray engine); None: this process
     more_masks: tuple[str, ...] = ()  # an outfit's: `person_mask` is the first garment's, these the others'
 
 
 class TryOnService:
-    """Owns the pipelines (one loader per model type, so both stay loaded; or one for both with `one_model`)
-    and runs one job at a time, through the same job as `ootd run` (ootd/app/tryon/job.py)."""
+    """The server's model owner (both model types stay loaded, or one at a time with `one_model`; the classifier
+    stays for the next request) and one job at a time through the same job as `ootd run`
+    (ootd/app/tryon/job.py)."""
 
     def __init__(self, config: RunConfig, models: ModelSource | None = None, one_model: bool = False) -> None:
         self.config = config
-        if one_model:  # one loader for both: switching model types releases the other (less memory)
-            shared = PipelineLoader(config, models)
-            self.loaders = dict.fromkeys(ModelType, shared)
-        else:
-            self.loaders = {model_type: PipelineLoader(config, models) for model_type in ModelType}
-        self.info: dict[str, Any] = {}  # describe_pipeline of the latest run: device, precision, attention
+        # one model at a time: switching model types releases the other (less memory)
+        keep = Keep(pipelines=1 if one_model else len(ModelType), classifier=True)
+        self.models = models_for(config, keep, models)
+        self.ran: RunInfo | None = None  # how the latest try-on ran: device, precision, attention
 
     def describe(self) -> dict[str, str]:
         """Device, precision and attention backend as the latest try-on used them; the configured words before."""
-        if self.info:
-            return {"device": str(self.info.get("device", "")), "precision": str(self.info.get("precision", "")),
-                    "attention": attention_used(self.info.get("attention"))}
+        if self.ran is not None:
+            return {"device": self.ran.device, "precision": self.ran.precision,
+                    "attention": attention_used(self.ran.attention)}
         config = self.config
         return {"device": config.device or "auto", "precision": config.precision.value,
                 "attention": config.attention.value}
 
     def loaded(self) -> list[str]:
-        return [m.value for m, loader in self.loaders.items() if loader.holds(m)]
+        return [m.value for m in ModelType if self.models.holds(m)]
 
     def run(self, job: Job) -> Finished:
         """Load the model if needed, run the try-on, write its PNGs into the job folder; the uploads go then."""
@@ -87,27 +88,19 @@ class TryOnService:
 
     def _run(self, job: Job) -> Finished:
         spec: JobSpec = job.spec
-        loaders, timings = self.loaders, {}
+        timings = Timings()
         # the rest of the checks of every try-on, in their order (the uploads were checked when the request came in)
-        prepared = check_job(spec.job, loaders[spec.job.model_type], progress=job.progress)
-
-        def pipe_for(model_type: ModelType) -> Any:
-            loader = loaders[model_type]
-            if not loader.holds(model_type):
-                job.progress("load", 0, 1)
-                start = time.perf_counter()
-                loader.get(model_type)
-                timings["load"] = timings.get("load", 0.0) + time.perf_counter() - start
-                job.check()  # cancelled while the model loaded
-            return loader.get(model_type)
-
-        outcome = prepared.run(pipe_for, progress=job.progress, callback=job.step)
-        self.info = dict(outcome.info)
+        prepared = check_job(spec.job, self.models, progress=job.progress)
+        with self.models.timed() as loading:  # a load reports its progress to the job (cancelled: it stops there)
+            outcome = prepared.run(self.models, progress=job.progress, callback=job.step)
+        if loading.count:
+            timings.add("load", loading.seconds)
+        self.ran = outcome.ran
         job.check()  # cancelled during the decode: nobody will fetch the files
         start = time.perf_counter()
         finished = write_outcome(prepared, outcome, spec.person_size)
-        timings.update(outcome.timings())
-        timings["encode"] = time.perf_counter() - start
+        timings.extend(outcome.timings())
+        timings.add("encode", time.perf_counter() - start)
         finished.timings = timings
         return finished
 
@@ -136,8 +129,8 @@ def write_outcome(job: TryOnJob, outcome: JobOutcome, person_size: tuple[int, in
     files = {path.name: path for path in (*images, *intermediates.values(), *masks)}
     return Finished([p.name for p in images], intermediates[f"{final.prefix}mask"].name,
                     intermediates[f"{final.prefix}masked_person"].name, masks[0].name,
-                    int(job.config.sampling.seed), final.model_type.value, outcome.record(0).settings(), {}, files,
-                    more_masks=tuple(mask.name for mask in masks[1:]))
+                    int(job.config.sampling.seed), final.model_type.value, outcome.record(0).settings(), Timings(),
+                    files, more_masks=tuple(mask.name for mask in masks[1:]))
 
 
 def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: FitMode) -> Any:

@@ -14,8 +14,8 @@ By default only results are compared: the pictures ootd writes beside them (pose
 contact sheets, `ootd mask`'s files), known by their PNG record (ours, without a sample number), are left out and
 listed as skipped, since identical masks and grids would pull the averages towards "identical".
 
-Metrics against real photos (LPIPS, FID, KID, and SSIM as torchmetrics averages it) are `ootd eval`'s
-(ootd/evaluation/, ootd/app/evaluate/).
+Metrics against real photos (LPIPS, FID, KID, and this SSIM per pair) are `ootd eval`'s (ootd/evaluation/,
+ootd/app/evaluate/).
 
 Preservation (docs/preservation.md): where a folder's results were measured against their person photos (a
 batch measures each pair it makes; `ootd eval DIR --preservation` writes DIR/preservation.jsonl), each pair shows

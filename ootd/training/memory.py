@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ootd.memory.planner import size_text
+from ootd.hardware.units import size_text
 
 # bytes per sample and latent token at the peak of a step, fp32, keyed (gradient checkpointing, garment UNet
 # adapted). Measured (`ootd train bench`, docs/benchmarks.md): peak resident memory less the resident memory after

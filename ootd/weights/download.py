@@ -19,6 +19,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
 from ootd.errors import CheckpointError, UsageError
+from ootd.hardware.units import size_text
 from ootd.settings import ModelType
 from ootd.weights.layout import CHECKPOINT_STEP, CLIP_REPO, HUB_REPO
 
@@ -241,13 +242,6 @@ def remote_size(repo_id: str, patterns: list[str], present: Iterable[str], revis
                if _matches(s.rfilename, patterns) and s.rfilename not in skip)
 
 
-def _size_text(value: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value} B"
-
-
 def _prune_empty(folder: Path, keep: Path | None) -> None:
     """Remove empty folders under `folder` (and `folder` itself unless it is `keep`): a failed download leaves
     nothing empty behind, while partial files stay for the resume."""
@@ -347,8 +341,8 @@ def _download_repo(dest: Path, repo_id: str, chosen: list[ModelType], revision: 
         on_size(repo_id, need, free)
     if need is not None and need + DISK_MARGIN > free:
         raise CheckpointError(
-            f"not enough free disk space in {dest}: {repo_id} needs {_size_text(need)} and "
-            f"{_size_text(free)} is free; free some space or choose another --dest"
+            f"not enough free disk space in {dest}: {repo_id} needs {size_text(need)} and "
+            f"{size_text(free)} is free; free some space or choose another --dest"
         )
     staging = dest / STAGING_DIR / repo_id.replace("/", "--")
     logger.info("downloading %s into %s", repo_id, dest)

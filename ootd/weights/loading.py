@@ -236,11 +236,11 @@ def load_scheduler_config(layout: Layout) -> dict:
 
 @dataclass
 class Components:
-    """Every network and helper object one try-on needs."""
+    """Every network and helper object one try-on needs (a fine-tune's have no CLIP encoders: None)."""
 
     tokenizer: object
-    text_encoder: torch.nn.Module
-    image_encoder: torch.nn.Module
+    text_encoder: torch.nn.Module | None
+    image_encoder: torch.nn.Module | None
     image_processor: object
     vae: torch.nn.Module
     unet_garm: torch.nn.Module

@@ -180,15 +180,19 @@ def _few_step_of(path: Path, data: bytes) -> FewStep | None:
         return None
 
 
-def read_choice(choice: LoraChoice | None, checkpoints: Path,
+def read_choice(choice: LoraChoice | None, checkpoints: Path | None,
                 model_type: ModelType | None = None) -> LoraAdapter | None:
     """The chosen adapter read and checked before any model loads; a few-step adapter also against the base
     weights it was distilled from (ootd/weights/fewstep.py; those of `model_type`, None: the adapter's own), and
-    its sampling said in one log line."""
+    its sampling said in one log line. Without a checkpoints folder (models given, not loaded) a few-step adapter
+    cannot be checked, and is refused."""
     if choice is None:
         return None
     adapter = read_adapter(choice.path)
     if adapter.few_step is not None:
+        if checkpoints is None:
+            raise UsageError(f"LoRA adapter {printable(adapter.path)} is a few-step adapter, checked against the "
+                             "checkpoints it was distilled from: give the checkpoints folder")
         check_base(adapter.path, adapter.few_step, checkpoints, model_type or adapter.model_type)
         logger.info("%s (unless a call sets them)", notice(adapter.name, adapter.few_step, ()))
     return adapter

@@ -1,10 +1,10 @@
 """Stand-ins for the metric networks (declared as such in every output they reach), folders of images to
 measure, and the check that the eval extra's real networks are here.
 
-`stand_in_networks` is what `use_networks` hands `ootd eval` in tests of the matching, the report and the batch
-wiring: a small randomly initialised convolution for the features and the mean squared difference for the
-perceptual distance, so the numbers move with the pixels. The real networks (torch-fidelity's InceptionV3,
-lpips's AlexNet, randomly initialised) are tested where the eval extra is installed
+`stand_in_networks` is what `stand_ins` hands `ootd eval` (through the model owner's seam, `use_models`) in tests
+of the matching, the report and the batch wiring: a small randomly initialised convolution for the features and
+the mean squared difference for the perceptual distance, so the numbers move with the pixels. The real networks
+(torch-fidelity's InceptionV3, lpips's AlexNet, randomly initialised) are tested where the eval extra is installed
 (scripts/test_eval_stack.sh); `require_eval_stack` skips such a test elsewhere, or fails it when that script
 runs (OOTD_EVAL_STACK=1), so it cannot pass there by skipping.
 """
@@ -45,9 +45,9 @@ def stand_in_networks(weights: Any, device: Any) -> Any:
 
 @contextmanager
 def stand_ins() -> Iterator[None]:
-    from ootd.evaluation.networks import use_networks
+    from ootd.models import use_models
 
-    with use_networks(stand_in_networks):
+    with use_models(metrics=stand_in_networks):
         yield
 
 

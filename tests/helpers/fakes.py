@@ -2,7 +2,7 @@
 
 `FakePipe` has the pipeline's try-on methods and records what it was asked, making tiny images at once, so the
 batch, resume and front-end logic runs without models. `ModelSeam` (the `models` fixture of conftest.py) installs
-models for every PipelineLoader made during a test, through `ootd.app.tryon.loader.use_models`: `fake()`
+models for every model owner (`ootd.models.Models`) made during a test, through `ootd.models.use_models`: `fake()`
 FakePipes, `use()` given pipelines (the session's tiny ones), `forbid()` none at all.
 """
 
@@ -21,8 +21,9 @@ import pytest
 from PIL import Image
 
 from ootd.app.tryon.config import RunConfig
-from ootd.app.tryon.loader import use_models
 from ootd.imaging.files import load_image
+from ootd.models import use_models
+from ootd.pipeline_types import Timings, TryOnResult
 from ootd.settings import Category, ModelType, SamplingSettings, parse_resolution
 from ootd.speedups.modes import SpeedModes
 
@@ -69,11 +70,11 @@ class FakePipe:
             progress("denoise", 1, 1)
         shade = settings.seed % 256
         images = [Image.new("RGB", (48, 64), (shade, 40 * i % 256, 7)) for i in range(settings.num_samples)]
-        return SimpleNamespace(
+        timings = Timings({"preprocess": 0.01, "encode_person": 0.01, "conditioning": 0.01, "garment_unet": 0.01,
+                           "denoise": 0.02, "decode": 0.01}, [0.02])
+        return TryOnResult(
             images=images, seed=settings.seed, masked_person=Image.new("RGB", (48, 64), (127, 127, 127)),
-            mask=Image.new("L", (48, 64), 255),
-            timings={"preprocess": 0.01, "encode_person": 0.01, "conditioning": 0.01, "garment_unet": 0.01,
-                     "denoise": 0.02, "steps": [0.02], "decode": 0.01, "total": 0.07},
+            mask=Image.new("L", (48, 64), 255), timings=timings,
             intermediates={"mask": Image.new("L", (48, 64), 255),
                            "masked_person": Image.new("RGB", (48, 64), (127, 127, 127)),
                            **({"pose": Image.new("RGB", (36, 48)), "parsing": Image.new("RGB", (36, 48))}

@@ -96,7 +96,7 @@ def tiny_config(tiny_tree: Path, **options: Any) -> Any:
 
 def pipes_factory(pipes: dict[str, Any], preprocessor: Any = None) -> Any:
     """Models for the server: the session's preloaded tiny pipelines (and pose + parsing, when given)."""
-    from ootd.app.tryon.loader import ModelSource
+    from ootd.models import ModelSource
 
     return ModelSource(lambda model_type: pipes[ModelType(model_type).value],
                        (lambda: preprocessor) if preprocessor is not None else None)

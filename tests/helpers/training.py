@@ -129,7 +129,7 @@ def entry_inputs(pipe: object, cache: Path, key: str, resolution: str = RESOLUTI
     from PIL import Image
 
     from ootd.imaging.framing import FitInfo
-    from ootd.pipeline_types import GarmentInputs, PersonInputs
+    from ootd.pipeline_types import GarmentInputs, PersonInputs, Timings
     from ootd.settings import Category, parse_resolution
     from ootd.training.cache import read_entry
 
@@ -139,8 +139,8 @@ def entry_inputs(pipe: object, cache: Path, key: str, resolution: str = RESOLUTI
     blank = Image.new("RGB", mask.size, (128, 128, 128))
     fit = FitInfo("stretch", mask.size, mask.size, (0, 0, *mask.size))
     person = PersonInputs(Category.UPPER, res, blank, mask, blank, fit, {}, tensors["masked"][None].to(dtype=dtype),
-                          tensors["target"][None].to(dtype=dtype), {})
+                          tensors["target"][None].to(dtype=dtype), Timings())
     prompt = tensors["prompt"][None].to(dtype=dtype)
     with torch.inference_mode():
         features = pipe.garment_features(tensors["garment"][None].to(dtype=dtype), prompt)  # type: ignore[attr-defined]
-    return person, GarmentInputs(Category.UPPER, res, blank, prompt, features, {})
+    return person, GarmentInputs(Category.UPPER, res, blank, prompt, features, Timings())

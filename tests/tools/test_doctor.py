@@ -233,7 +233,7 @@ def test_a_torchvision_that_does_not_fit_blocks_with_its_fix() -> None:
 
 def test_gpu_items() -> None:
     items = gpu_items([GpuInfo(0, "AMD Radeon RX 7900 XTX", "gfx1100", 24 * 2**30, 20 * 2**30)])
-    assert items[0].status == OK and "gfx1100" in items[0].detail and "24.0 GiB total" in items[0].detail
+    assert items[0].status == OK and "gfx1100" in items[0].detail and "24.00 GiB total" in items[0].detail
     items = gpu_items(
         [GpuInfo(0, "NVIDIA H200", "sm_90", 141 * 2**30)], errors=["cuda:1: RuntimeError: boom"]
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ootd.app.batch.cluster import ClusterOptions
 from ootd.app.batch.pairs import Pair
@@ -20,6 +20,9 @@ from ootd.app.tryon.preservation import PreservationChoice
 from ootd.errors import UsageError
 from ootd.pipeline_types import Progress
 from ootd.settings import EngineName
+
+if TYPE_CHECKING:
+    from ootd.models import Models
 
 RAY_INSTALL = "pip install 'ootd[ray]'  (or: pip install 'ray>=2.9')"
 
@@ -66,15 +69,17 @@ def make_engine(
     index_path: Path | None = None,
     status: Callable[[str], None] | None = None,
     preservation: PreservationChoice | None = None,
+    models: Models | None = None,
 ) -> BatchEngine:
     """The engine called `name`, ready to `run(pairs)`. `status`: occasional one-line progress (rate, ETA) from
     engines that run elsewhere; the local engine reports through `progress` only. `preservation`: whether each
-    pair made is measured (default: yes), and the review threshold."""
+    pair made is measured (default: yes), and the review threshold. `models`: the front end's model owner (the
+    local engine runs its pairs on it; the Ray engine's actors each make their own)."""
     engine = require_engine(name)
     cluster = cluster or ClusterOptions()
     cluster.validate()
     kwargs: dict[str, Any] = {"report_path": report_path, "progress": progress, "on_report": on_report,
-                              "index_path": index_path, "preservation": preservation}
+                              "index_path": index_path, "preservation": preservation, "models": models}
     if engine is not EngineName.LOCAL:
         kwargs["status"] = status
     return ENGINES[engine](config, cluster, **kwargs)

@@ -10,7 +10,7 @@ import csv
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ootd.app.batch.folders import list_images
 from ootd.app.batch.pair import Pair
@@ -18,6 +18,9 @@ from ootd.app.batch.table import PairTable
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import CheckpointError, UsageError, printable
 from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, Pairing, parse_category_word
+
+if TYPE_CHECKING:
+    from ootd.models import Models
 
 CSV_HEADER_WORDS = {
     "person": ("person", "model", "person_path", "model_path", "human"),
@@ -270,12 +273,13 @@ def collect_pairs(
     return pairs_from_folders(people, garments, default_category, pairing, masks, output=output)
 
 
-def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> PairTable:
+def classify_pairs(pairs: Sequence[Pair], models: Models, margin: float) -> PairTable:
     """Each pair with its `auto` garments' categories (each garment file classified once, by the function every
-    front end uses); a garment that cannot be read or is refused under the margin fails its pairs alone. A CLIP
-    without its text tower stops the batch."""
-    from ootd.app.tryon.autocategory import release_classifier, resolve_inputs
+    front end uses, with the owner's classifier); a garment that cannot be read or is refused under the margin
+    fails its pairs alone. A CLIP without its text tower stops the batch."""
+    from ootd.app.tryon.autocategory import resolve_inputs
     from ootd.errors import OotdError
+    from ootd.models import Kind
 
     known: dict = {}
     reasons: dict[OotdError, str] = {}  # a garment's error -> its text, one string for all its rows
@@ -285,7 +289,7 @@ def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> P
             out.append(pair)
             continue
         try:
-            garments = resolve_inputs(pair.job_inputs(), checkpoints, margin, known).garments
+            garments = resolve_inputs(pair.job_inputs(), models, margin, known).garments
         except CheckpointError:
             raise
         except OotdError as exc:
@@ -294,7 +298,7 @@ def classify_pairs(pairs: Sequence[Pair], checkpoints: Path, margin: float) -> P
         second = {"category2": garments[1].category, "category2_p": garments[1].category_p} if pair.outfit else {}
         out.append(replace(pair, category=garments[0].category, category_p=garments[0].category_p, auto=False,
                            auto2=False, **second))
-    release_classifier()  # every garment is classified: not resident while the try-ons run
+    models.release(Kind.CLASSIFIER)  # every garment is classified: not resident while the try-ons run
     return out
 
 

@@ -52,6 +52,7 @@ from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.outputs import peak_memory
 from ootd.app.tryon.preservation import PreservationChoice
 from ootd.errors import OotdError, UsageError
+from ootd.models import Models
 from ootd.pipeline_types import Progress
 
 logger = logging.getLogger(__name__)
@@ -64,11 +65,12 @@ CONNECT_TIMEOUT_S = 60.0  # joining a cluster that accepts connections but does 
 
 
 class PairWorker:
-    """One Ray actor: one device, one pipeline at a time, the local engine's per-pair runner and caches."""
+    """One Ray actor: one device, one pipeline at a time (its own model owner), the local engine's per-pair runner
+    and caches."""
 
     def __init__(self, config: RunConfig, exit_on_first: int | None = None,
                  preservation: PreservationChoice | None = None) -> None:
-        self.runner = BatchRunner(config, preservation=preservation)
+        self.runner = BatchRunner(config, preservation=preservation)  # makes the actor's model owner
         self.exit_on_first = exit_on_first
 
     def run(self, pair: Pair, attempt: int) -> tuple[PairReport, dict[str, Any]]:
@@ -81,13 +83,13 @@ class PairWorker:
         report = runner.run_one(pair, job)
         after = self._counters()
         stats = {key: after[key] - before[key] for key in after}
-        stats.update(info=runner.info, peak_memory=peak_memory(runner.loader.current), loads=dict(runner.loader.loads),
+        stats.update(ran=runner.ran, peak_memory=peak_memory(runner.models.device), loads=runner.models.loads,
                      worker=ray.get_runtime_context().get_worker_id())
         return report, stats
 
     def _counters(self) -> dict[str, float]:
         runner = self.runner
-        return {"load_seconds": runner.loader.seconds, "person": runner.persons.computed,
+        return {"load_seconds": runner.models.seconds, "person": runner.persons.computed,
                 "garment": runner.garments.computed}
 
     @staticmethod
@@ -102,8 +104,8 @@ class RayBatchRunner(BatchRunner):
     def __init__(self, config: RunConfig, cluster: ClusterOptions, *, report_path: Path | None = None,
                  progress: Progress | None = None, on_report: Callable[[PairReport], None] | None = None,
                  index_path: Path | None = None, status: Callable[[str], None] | None = None,
-                 preservation: PreservationChoice | None = None) -> None:
-        super().__init__(config, report_path=report_path, progress=progress, on_report=on_report,
+                 preservation: PreservationChoice | None = None, models: Models | None = None) -> None:
+        super().__init__(config, models, report_path=report_path, progress=progress, on_report=on_report,
                          index_path=index_path, preservation=preservation)
         self.cluster = cluster
         self.status = status
@@ -127,7 +129,7 @@ class RayBatchRunner(BatchRunner):
                 loads[model] = loads.get(model, 0) + count
         summary.loads = loads
         summary.prepared = {"person": int(self._totals["person"]), "garment": int(self._totals["garment"])}
-        summary.info = {**self.info, "engine": "ray", "workers": self.workers}
+        summary.ran, summary.engine = self.ran, {"engine": "ray", "workers": self.workers}
         summary.peak_memory = self._peak or summary.peak_memory
         return summary
 
@@ -203,7 +205,7 @@ class RayBatchRunner(BatchRunner):
             return
         for key in self._totals:
             self._totals[key] += stats.get(key, 0)
-        self.info = stats.get("info") or self.info
+        self.ran = stats.get("ran") or self.ran
         self._loads[stats["worker"]] = stats["loads"]  # per process: a replaced actor starts from zero
         for key, value in (stats.get("peak_memory") or {}).items():
             if value is not None:

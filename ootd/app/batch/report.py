@@ -24,6 +24,7 @@ from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.outputs import format_seconds
 from ootd.app.tryon.record import Record
 from ootd.errors import OutputError, no_space, printable
+from ootd.pipeline_types import RunInfo
 
 if TYPE_CHECKING:
     from ootd.app.tryon.preservation import PairPreservation, PreservationChoice
@@ -148,7 +149,8 @@ class BatchSummary:
     loads: dict[str, int]
     prepared: dict[str, int]  # how many person/garment preparations actually ran
     report_path: Path | None
-    info: dict[str, Any] = field(default_factory=dict)
+    ran: RunInfo | None = None  # how the latest pair ran (device, precision, attention); None: no pair ran
+    engine: dict[str, Any] = field(default_factory=dict)  # what an engine adds (the Ray engine's workers)
     peak_memory: dict[str, int | None] = field(default_factory=dict)
     seed: int | None = None  # the batch's seed (a resumed random-seed batch keeps its files' seed)
     evaluation: Any = None  # with --truth: the EvalReport of ootd/app/evaluate (its `lines`, `to_json`)
@@ -189,7 +191,7 @@ class BatchSummary:
             "load_seconds": round(self.load_seconds, 3), "loads": self.loads, "prepared": self.prepared,
             "report": str(self.report_path) if self.report_path else None,
             "seed": self.seed if self.seed is not None else self.tally.seed,
-            **self.info, "peak_memory": self.peak_memory,
+            **(self.ran.to_json() if self.ran is not None else {}), **self.engine, "peak_memory": self.peak_memory,
             "errors": errors, "errors_not_listed": self.count("error") - len(errors),
             **({"preservation": self.tally.preservation.to_json()} if self.tally.preservation.choice.on else {}),
             **({"evaluation": self.evaluation.to_json()} if self.evaluation is not None else {}),

@@ -29,14 +29,15 @@ from ootd.app.batch.report import BatchSummary, PairReport, ReportWriter, Tally
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob
-from ootd.app.tryon.loader import PipelineLoader
+from ootd.app.tryon.loader import models_for
 from ootd.app.tryon.masking import BATCH_REMEDY, PersonNotFound
-from ootd.app.tryon.outputs import peak_memory, prepare_output_dir, rounded
+from ootd.app.tryon.outputs import peak_memory, prepare_output_dir
 from ootd.app.tryon.preflight import check_batch, check_output_folder
 from ootd.app.tryon.preservation import ParseCache, PreservationChoice, measure_pair
 from ootd.app.tryon.record import Record
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
-from ootd.pipeline_types import Progress
+from ootd.models import Models
+from ootd.pipeline_types import Progress, RunInfo
 from ootd.settings import ModelType
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class BatchRunner:
     def __init__(
         self,
         config: RunConfig,
-        loader: PipelineLoader | None = None,
+        models: Models | None = None,
         *,
         report_path: Path | None = None,
         person_cache: int = 32,
@@ -93,20 +94,20 @@ class BatchRunner:
         preservation: PreservationChoice | None = None,
     ) -> None:
         self.config = config
-        self.loader = loader if loader is not None else PipelineLoader(config)
+        self.models = models if models is not None else models_for(config)  # every model of the batch
         self.report_path = report_path
         self.persons = _Cache(person_cache)
         self.garments = _Cache(garment_cache)
         self.progress = progress
         self.on_report = on_report
         self._report_file: ReportWriter | None = None
-        self.info: dict[str, Any] = {}
+        self.ran: RunInfo | None = None  # how the latest pair ran
         self._model: ModelType | None = None  # the model type of the pairs the caches were filled for
         self.index_path = index_path  # the batch's contact sheet (index.html), refreshed as pairs finish
         self._index: ContactIndex | None = None
         self.preservation = preservation or PreservationChoice()  # each pair made now measured (docs/preservation.md)
         self.tally = Tally(self.preservation)  # the summary's counts, as reports go past (none is kept)
-        self.parses = ParseCache(self.loader.preprocessor, person_cache)  # the photos' parses, as the persons'
+        self.parses = ParseCache(self.models.preprocessor, person_cache)  # the photos' parses, as the persons'
 
     def _emit(self, report: PairReport) -> None:
         self.tally.add(report)
@@ -141,10 +142,10 @@ class BatchRunner:
         finally:
             self._stop()
         return BatchSummary(
-            tally=self.tally, seconds=time.perf_counter() - start, load_seconds=self.loader.seconds,
-            loads=dict(self.loader.loads),
+            tally=self.tally, seconds=time.perf_counter() - start, load_seconds=self.models.seconds,
+            loads=self.models.loads,
             prepared={"person": self.persons.computed, "garment": self.garments.computed},
-            report_path=self.report_path, info=self.info, peak_memory=peak_memory(self.loader.current),
+            report_path=self.report_path, ran=self.ran, peak_memory=peak_memory(self.models.device),
             seed=self.config.sampling.seed,
         )
 
@@ -193,7 +194,7 @@ class BatchRunner:
         process; another engine (ootd/app/batch/ray_engine.py) runs them elsewhere."""
         for pair, job in order:
             report = self.run_one(pair, job)
-            failed = next((f for m in job.models if (f := self.loader.failure(m)) is not None), None)
+            failed = next((f for m in job.models if (f := self.models.failure(m)) is not None), None)
             if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
                 # every later pair of this model would fail the same way: stop once, with one line
                 raise type(failed)(f"cannot load the {job.model_type.value} model: {one_line(failed)}; stopped "
@@ -224,46 +225,23 @@ class BatchRunner:
         return report
 
     def _run_job(self, job: TryOnJob, report: PairReport) -> None:
-        start, loading = time.perf_counter(), 0.0
-
-        def pipe_for(model_type: ModelType) -> Any:  # loading is reported once, not in this pair's time
-            nonlocal loading
-            if self.loader.holds(model_type):
-                return self.loader.get(model_type)
-            self._tick("load", 0, 1)
-            t = time.perf_counter()
-            self._share_parser(job)
-            pipe = self.loader.get(model_type)
-            loading += time.perf_counter() - t
-            self._tick("load", 1, 1)
-            return pipe
-
-        outcome = job.run(pipe_for, self.progress, persons=self.persons, garments=self.garments,
-                          preprocessor=self.loader.preprocessor)
-        self.info = outcome.info
+        start = time.perf_counter()
+        with self.models.timed() as loading:  # loading is reported once, not in this pair's time
+            outcome = job.run(self.models, self.progress, persons=self.persons, garments=self.garments)
+        self.ran = outcome.ran
         t = time.perf_counter()
         images, intermediates = job.save(outcome, keep_existing=True)
         timings = outcome.timings()
-        timings["save"] = time.perf_counter() - t
-        if self.preservation.on:
+        timings.add("save", time.perf_counter() - t)
+        if self.preservation.on:  # with the owner's pose and parsing: the ones the pipeline's masks came from
             t = time.perf_counter()
             masks = {Path(m).name: Path(m) for m in (report.pair.mask, report.pair.mask2) if m is not None}
             report.preservation = measure_pair(images, report.pair.person, self.parses, masks,
                                                self.preservation.review_above)
-            timings["preservation"] = time.perf_counter() - t
-        timings["wall"] = time.perf_counter() - start - loading
-        self._succeeded(report, outcome.record(0), images, intermediates, timings)
+            timings.add("preservation", time.perf_counter() - t)
+        wall = time.perf_counter() - start - loading.seconds
+        self._succeeded(report, outcome.record(0), images, intermediates, timings.to_json(4, wall=wall))
         report.reused = dict(outcome.reused)
-
-    def _share_parser(self, job: TryOnJob) -> None:
-        """Before a pipeline that makes masks loads from the checkpoints: the loader's pose and parsing models,
-        which it hands to the pipeline, so measuring preservation uses the same ones instead of a second copy
-        (pipelines handed in through `use_models` bring their own)."""
-        if self.preservation.on and job.made_masks and self.loader.factory is None:
-            try:
-                self.parses.preprocessor()
-            except OotdError:  # remembered: the pair's own masks will say why
-                pass
 
     @staticmethod
     def _succeeded(report: PairReport, record: Record, images: list[Path], intermediates: dict[str, Path],
@@ -272,4 +250,4 @@ class BatchRunner:
         report.ran(record)
         report.outputs = [str(p) for p in images]
         report.intermediates = {k: str(p) for k, p in intermediates.items()}
-        report.timings = rounded(timings)
+        report.timings = timings

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ootd.app.batch.report import REPORT_NAME
 from ootd.app.evaluate.matching import report_files
 from ootd.app.evaluate.pages import GENERATOR, eval_page, index_block, with_block
 from ootd.app.evaluate.report import EvalReport
-from ootd.app.evaluate.run import EvalOptions, Progress, evaluate
+from ootd.app.evaluate.run import EvalOptions, evaluate
 from ootd.app.tryon.provenance import is_ours
 from ootd.errors import OutputError, printable
 from ootd.imaging.atomic import write_text_atomic
+from ootd.pipeline_types import Progress
+
+if TYPE_CHECKING:
+    from ootd.models import Models
 
 EVAL_STEM = "eval"
 INDEX_GLOB = "index*.html"
@@ -82,10 +87,12 @@ def is_batch_folder(folder: Path) -> bool:
 
 
 def evaluate_batch(output: Path, truth: Path, options: EvalOptions, batch_report: Path | None = None,
-                   index: Path | None = None, progress: Progress | None = None) -> EvalReport:
+                   index: Path | None = None, models: Models | None = None,
+                   progress: Progress | None = None) -> EvalReport:
     """A batch's results against the real photos, written beside them (`batch_report`, `index`: one batch's
-    or shard's own; default: every report and index in the folder)."""
+    or shard's own; default: every report and index in the folder; `models`: the owner of the networks)."""
     _check_replaceable([Path(output) / name for name in eval_names(batch_report)])  # before the work, not after
-    report = evaluate(output, truth, options, progress, [batch_report] if batch_report is not None else None)
+    report = evaluate(output, truth, options, progress, [batch_report] if batch_report is not None else None,
+                      models)
     write_evaluation(report, Path(output), batch_report, [index] if index is not None else None)
     return report

@@ -18,7 +18,6 @@ from __future__ import annotations
 import heapq
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -32,12 +31,12 @@ from ootd.errors import OotdError, OutputError, UsageError, printable
 from ootd.evaluation.preservation import CHANGED_DELTA_E, REGIONS, Preservation, percent
 from ootd.evaluation.settings import check_review_above
 from ootd.imaging.atomic import write_atomic
+from ootd.pipeline_types import Progress
 
 FIGURES_NAME, PAGE_NAME = "preservation.jsonl", "preservation.html"
 WORST_KEPT = 200  # results whose whole figures are kept for the page
 WORST_SHOWN = 10  # results the terminal's lines name, worst first
 SKIPPED_SHOWN = 5
-Progress = Callable[[str, int, int], None]
 STAGE = "preservation"
 
 

@@ -10,9 +10,9 @@ reason; an evaluation where nothing is left is one error.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
@@ -24,8 +24,11 @@ from ootd.evaluation.framing import frame_to
 from ootd.evaluation.scoring import Scorer
 from ootd.evaluation.settings import DEFAULT_BATCH, MetricWeights, check_batch
 from ootd.imaging.files import open_image_file
+from ootd.pipeline_types import Progress
 
-Progress = Callable[[str, int, int], None]
+if TYPE_CHECKING:
+    from ootd.models import Models
+
 STAGE = "evaluate"
 
 
@@ -49,15 +52,22 @@ class EvalOptions:
         return cls(MetricWeights.parse(weights), check_device_spec(device), check_batch(batch), unpaired, pairs_csv)
 
 
-def check_evaluation(truth: Path, options: EvalOptions) -> None:
+def evaluation_models(options: EvalOptions) -> Models:
+    """The model owner of an evaluation on its own (`ootd eval`): the metric networks on the chosen device."""
+    from ootd.models import Models
+    from ootd.runtime import RuntimeRequest
+
+    return Models(None, RuntimeRequest(device=options.device))
+
+
+def check_evaluation(truth: Path, options: EvalOptions, models: Models | None = None) -> None:
     """What an evaluation needs before any work (a batch's pre-flight): the truth folder and, where the networks
     are installed, the published weights' files; for an unpaired one the networks themselves (its FID and KID are
-    all it computes)."""
+    all it computes). `models`: the owner that will load them."""
     from ootd.app.evaluate.matching import PhotoIndex
-    from ootd.evaluation.networks import check_networks
 
     PhotoIndex(truth)
-    _require_for_unpaired(options, check_networks(options.weights))
+    _require_for_unpaired(options, (models or evaluation_models(options)).check_metrics(options.weights))
 
 
 def _require_for_unpaired(options: EvalOptions, missing: str | None) -> None:
@@ -158,11 +168,10 @@ class _Run:
 
 
 def evaluate(results: Path, truth: Path, options: EvalOptions, progress: Progress | None = None,
-             reports: list[Path] | None = None) -> EvalReport:
+             reports: list[Path] | None = None, models: Models | None = None) -> EvalReport:
     """Measure the results in `results` against the real photos in `truth` (`reports`: only these batch
-    reports' pairs, e.g. one shard's)."""
-    from ootd.evaluation.networks import load_networks, stack_problem
-    from ootd.hardware.device import detect_device
+    reports' pairs, e.g. one shard's); the networks come from `models` (None: an owner of the options' own)."""
+    from ootd.evaluation.networks import stack_problem
 
     start = time.perf_counter()
     results, truth = Path(results), Path(truth)
@@ -171,7 +180,7 @@ def evaluate(results: Path, truth: Path, options: EvalOptions, progress: Progres
         matching, photos = unpaired_sets(results, truth, reports)
     else:
         matching = match_results(results, truth, options.pairs_csv, reports)
-    networks = load_networks(options.weights, detect_device(options.device).torch_device)
+    networks = (models or evaluation_models(options)).metrics(options.weights)
     missing = stack_problem() if networks is None else None
     _require_for_unpaired(options, missing)
     scorer = Scorer(networks, options.batch, missing)

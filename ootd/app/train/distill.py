@@ -14,20 +14,22 @@ student at 1, 2, 4 and 8 steps beside the teacher at 20 (ootd/app/train/distill_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ootd.app.train.checkpoints import checkpoints
-from ootd.app.train.loop import Trainer, TrainOptions
-from ootd.app.train.models import TrainingModels, load_training_models
+from ootd.app.train.loop import Trainer, TrainOptions, training_models
 from ootd.errors import UsageError, printable
-from ootd.settings import AttentionName, ModelType
+from ootd.models.training import TrainingModels
+from ootd.settings import ModelType
 from ootd.training.cache import CacheIndex
 from ootd.training.settings import DistillSettings
 from ootd.weights.fewstep import FewStep, base_sha256, weights_sha256
 from ootd.weights.lora import LoraAdapter, LoraChoice, read_adapter
+
+if TYPE_CHECKING:
+    from ootd.models import Models
 
 TARGET_FILE = "target.safetensors"  # a checkpoint's target network (the EMA of the student's LoRA)
 
@@ -39,9 +41,9 @@ class DistillOptions(TrainOptions):
 
     teacher: LoraChoice | None = None
 
-    def load_models(self, index: CacheIndex, device: str | None = None) -> TrainingModels:
-        return load_distill_models(self.checkpoints, ModelType.parse(index.model_type), self.distill,
-                                   device if device is not None else self.device, self.attention, self.teacher)
+    def load_models(self, index: CacheIndex, models: Models | None = None) -> TrainingModels:
+        return load_distill_models(models or training_models(self), ModelType.parse(index.model_type), self.distill,
+                                   self.teacher)
 
     def make_trainer(self, models: TrainingModels, index: CacheIndex, *, rank: int = 0, workers: int = 1,
                      model: torch.nn.Module | None = None) -> Trainer:
@@ -68,27 +70,21 @@ def read_teacher(teacher: LoraChoice | None, model_type: ModelType) -> LoraAdapt
     return adapter
 
 
-def load_distill_models(checkpoints: Path | None, model_type: ModelType, settings: DistillSettings,
-                        device: str | None, attention: AttentionName = AttentionName.AUTO,
-                        teacher: LoraChoice | None = None, components: Any = None) -> TrainingModels:
-    """Everything a distillation loads, in one place: the fine-tune's models (ootd/app/train/models.py) with the
-    teacher's adapter merged into the UNets before the student's LoRA is added, and the consistency objective."""
+def load_distill_models(models: Models, model_type: ModelType, settings: DistillSettings,
+                        teacher: LoraChoice | None = None) -> TrainingModels:
+    """A distillation's models, from the model owner: a fine-tune's (ootd/models/training.py), the teacher's
+    adapter merged into the UNets before the student's LoRA is added, and the consistency objective in place of
+    the fine-tune's."""
     from ootd.training.distill import ConsistencyObjective
-    from ootd.weights.lora import apply_lora
 
-    adapter = read_teacher(teacher, model_type)
-    merge = None
-    if adapter is not None and teacher is not None:
-        def merge(loaded: Any) -> None:
-            apply_lora(loaded, model_type, adapter, teacher.scale)
-
-    models = load_training_models(checkpoints, model_type, settings, device, attention, components, merge)
-    c = models.pipe.components
-    models.objective = ConsistencyObjective(c.unet_garm, c.unet_vton, models.pipe.fusion, c.scheduler_config,
-                                            models.params, guidance=settings.guidance, huber_c=settings.huber_c,
-                                            garment_grad=settings.train_garment)
-    models.objective.train()
-    return models
+    read_teacher(teacher, model_type)  # checked before any model loads
+    trained = models.trainable(model_type, settings, merged=teacher)
+    c = trained.pipe.components
+    trained.objective = ConsistencyObjective(c.unet_garm, c.unet_vton, trained.pipe.fusion, c.scheduler_config,
+                                             trained.params, guidance=settings.guidance, huber_c=settings.huber_c,
+                                             garment_grad=settings.train_garment)
+    trained.objective.train()
+    return trained
 
 
 class DistillTrainer(Trainer):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -18,20 +18,26 @@ from PIL import Image
 from ootd.app.train.validation import held_out_inputs, write_sheet
 from ootd.imaging.contact_sheet import contact_sheet
 from ootd.imaging.similarity import ssim
+from ootd.pipeline_types import GarmentInputs, PersonInputs
 from ootd.settings import SamplingSettings, SchedulerName, parse_resolution
 from ootd.training.cache import CacheIndex
 from ootd.training.settings import DistillSettings
+
+if TYPE_CHECKING:
+    from ootd.models.training import TrainingModels
+    from ootd.pipeline import TryOnPipeline
 
 STUDENT_STEPS = (1, 2, 4, 8)
 TEACHER_STEPS = 20
 SCORED_STEPS = 4  # the SSIM the loss plot shows
 
 
-def _picture(pipe: Any, person: Any, garment: Any, sampling: SamplingSettings, like: Image.Image) -> Image.Image:
+def _picture(pipe: TryOnPipeline, person: PersonInputs, garment: GarmentInputs, sampling: SamplingSettings,
+             like: Image.Image) -> Image.Image:
     return pipe.generate(person, garment, sampling).images[0].convert("RGB").resize(like.size)
 
 
-def validate_few_step(models: Any, cache: Path, index: CacheIndex, settings: DistillSettings, step: int,
+def validate_few_step(models: TrainingModels, cache: Path, index: CacheIndex, settings: DistillSettings, step: int,
                       folder: Path, teacher_pictures: dict[str, Image.Image]) -> dict[str, Any] | None:
     """Try on the first `validation_pairs` held-out pairs; write the sheet; its record (None without any pair):
     the SSIM to the teacher per pair at 4 steps (`ssim`, `ssim_mean`) and its mean at every step count."""
@@ -40,26 +46,26 @@ def validate_few_step(models: Any, cache: Path, index: CacheIndex, settings: Dis
     entries = index.split("val")[: settings.validation_pairs]
     if not entries:
         return None
-    pipe, resolution = models.pipe, parse_resolution(index.resolution)
+    resolution = parse_resolution(index.resolution)
     teacher = SamplingSettings(num_samples=1, steps=TEACHER_STEPS, guidance_scale=settings.guidance,
                                seed=settings.seed, resolution=resolution, scheduler=SchedulerName.UNIPC)
     rows, scores = [], {n: [] for n in STUDENT_STEPS}
-    for entry in entries:
-        if entry.key not in teacher_pictures:
-            with adapters_off(*models.unets.values()):  # the garment's features too, if its UNet is adapted
-                person, garment, real = held_out_inputs(pipe, cache, entry, index)
-                teacher_pictures[entry.key] = _picture(pipe, person, garment, teacher, real)
-        person, garment, real = held_out_inputs(pipe, cache, entry, index)
-        reference = teacher_pictures[entry.key]
-        tiles = [real, garment.garment, reference]
-        for steps in STUDENT_STEPS:
-            student = SamplingSettings(num_samples=1, steps=steps, guidance_scale=0.0, seed=settings.seed,
-                                       resolution=resolution, scheduler=settings.sampler)
-            tried = _picture(pipe, person, garment, student, real)
-            scores[steps].append(ssim(np.asarray(reference), np.asarray(tried)))
-            tiles.append(tried)
-        rows.append(contact_sheet(tiles))
-    pipe.residency.place("none")  # a validation plan may have offloaded a model the training needs on the device
+    with models.validating() as pipe:  # the models back where training needs them after
+        for entry in entries:
+            if entry.key not in teacher_pictures:
+                with adapters_off(*models.unets.values()):  # the garment's features too, if its UNet is adapted
+                    person, garment, real = held_out_inputs(pipe, cache, entry, index)
+                    teacher_pictures[entry.key] = _picture(pipe, person, garment, teacher, real)
+            person, garment, real = held_out_inputs(pipe, cache, entry, index)
+            reference = teacher_pictures[entry.key]
+            tiles = [real, garment.garment, reference]
+            for steps in STUDENT_STEPS:
+                student = SamplingSettings(num_samples=1, steps=steps, guidance_scale=0.0, seed=settings.seed,
+                                           resolution=resolution, scheduler=settings.sampler)
+                tried = _picture(pipe, person, garment, student, real)
+                scores[steps].append(ssim(np.asarray(reference), np.asarray(tried)))
+                tiles.append(tried)
+            rows.append(contact_sheet(tiles))
     by_steps = {str(n): round(float(np.mean(values)), 5) for n, values in scores.items()}
     sheet = write_sheet(rows, folder, step, {
         "columns": f"photo | garment | teacher {TEACHER_STEPS} steps | student "

@@ -7,6 +7,16 @@ validation sheets every `validate_every` steps and at the end. Ctrl-C or SIGTERM
 checkpoint of the last finished step before the run exits (130 or 143): nothing is half-written, and `--resume`
 continues from it as if the run had never stopped. The optimizer's update, the schedule's step and the step count
 are one unit for a signal (it waits for them), so a checkpoint's step always names the weights it holds.
+
+Why not Hugging Face accelerate for the mixed-precision scaling, `no_sync` and the optimizer's state (it is a
+dependency): its `save_state` writes the optimizer with torch.save (a pickle) in place, where a checkpoint here is
+safetensors written in a hidden folder and renamed (whole or absent, ootd/app/train/checkpoints.py) and readable
+without unpickling; its `accumulate` decides when gradients synchronise from a counter of its own that a resume
+must restore, where here the last micro-batch of each optimizer step synchronises (`_sync`), a function of the
+step alone; its prepared scheduler steps once per process unless told otherwise, and on Ray Train it would have
+to own the DDP wrapping that `ray.train.torch.prepare_model` does. What the loop writes by hand is torch's own
+GradScaler, DDP's own `no_sync` and the optimizer's own `state_dict`, a few lines each, and the tests hold the
+bit-exact resume and the accumulation arithmetic (tests/app/train/test_loop.py).
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,17 +41,20 @@ from ootd.app.train.checkpoints import (
     signals_deferred,
 )
 from ootd.app.train.logs import LossLog, plot_losses
-from ootd.app.train.models import TrainingModels, load_training_models
 from ootd.app.train.validation import validate
 from ootd.errors import NumericalError, OutputError, UsageError, printable
 from ootd.imaging.atomic import write_text_atomic
+from ootd.models.training import TrainingModels
+from ootd.pipeline_types import Progress
 from ootd.settings import AttentionName, ModelType
 from ootd.training.cache import CacheIndex, read_index
 from ootd.training.data import Layout, load_batch, step_batches
 from ootd.training.settings import LrSchedule, MixedPrecision, TrainSettings
 
+if TYPE_CHECKING:
+    from ootd.models import Models
+
 logger = logging.getLogger(__name__)
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -56,10 +69,9 @@ class TrainOptions:
     attention: AttentionName = AttentionName.AUTO
     resume: bool = False
 
-    def load_models(self, index: CacheIndex, device: str | None = None) -> TrainingModels:
-        """The models this run trains (`device`: a Ray worker's; None: the options' own)."""
-        return load_training_models(self.checkpoints, ModelType.parse(index.model_type), self.settings,
-                                    device if device is not None else self.device, self.attention)
+    def load_models(self, index: CacheIndex, models: Models | None = None) -> TrainingModels:
+        """The models this run trains, for the cache's model type, from `models` (None: the options' own owner)."""
+        return (models or training_models(self)).trainable(ModelType.parse(index.model_type), self.settings)
 
     def make_trainer(self, models: TrainingModels, index: CacheIndex, *, rank: int = 0, workers: int = 1,
                      model: torch.nn.Module | None = None) -> Trainer:
@@ -75,6 +87,35 @@ class TrainReport:
     adapter: Path
     validation: list[dict]
     seconds: float
+
+
+def check_mixed_precision(mixed: MixedPrecision, device: str | None) -> None:
+    """bf16/fp16 only where the device profile allows them (the same check as --precision: exit 3 elsewhere)."""
+    if mixed is MixedPrecision.NO:
+        return
+    from ootd.runtime import RuntimeRequest, choose_hardware
+    from ootd.settings import PrecisionName
+
+    choose_hardware(RuntimeRequest(device=device, precision=PrecisionName(mixed.value)))
+
+
+def training_models(options: TrainOptions) -> Models:
+    """The model owner of a fine-tune: its runtime on the chosen device and attention, in the dtype the UNets
+    train in (fp32, or the mixed precision's)."""
+    from ootd.models import Models
+    from ootd.runtime import RuntimeRequest
+    from ootd.settings import PrecisionName
+
+    mixed = options.settings.mixed_precision
+    precision = PrecisionName.FP32 if mixed is MixedPrecision.NO else PrecisionName(mixed.value)
+    return Models(options.checkpoints, RuntimeRequest(device=options.device, precision=precision,
+                                                      attention=options.attention))
+
+
+def load_trainable(options: TrainOptions, index: CacheIndex, models: Models | None = None) -> TrainingModels:
+    """The models of the run `options` asks for (a fine-tune's or a distillation's), for the cache's model type,
+    from `models` (None: the options' own owner)."""
+    return options.load_models(index, models)
 
 
 def open_run(options: TrainOptions, index: CacheIndex) -> None:
@@ -214,7 +255,7 @@ class Trainer:
         return {}
 
     def run_validation(self) -> None:
-        result = validate(self.models.pipe, self.options.cache, self.index, self.options.settings, self.step,
+        result = validate(self.models, self.options.cache, self.index, self.options.settings, self.step,
                           self.options.output / "validation")
         if result is not None:
             self.validations.append(result.record())

@@ -10,11 +10,14 @@ prints for the same settings.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ootd.settings import ModelType, Resolution
 from ootd.training.memory import TrainingEstimate, estimate_training
 from ootd.training.settings import TrainSettings
+
+if TYPE_CHECKING:
+    from ootd.models.training import TrainingModels
 
 
 def _params(module: Any) -> int:
@@ -25,8 +28,8 @@ def _latent_tokens(resolution: Resolution) -> int:
     return (resolution.width // 8) * (resolution.height // 8)
 
 
-def training_estimate(models: Any, resolution: Resolution, settings: TrainSettings) -> TrainingEstimate:
-    """The estimate of one worker from loaded models (ootd/app/train/models.py), adapters added."""
+def training_estimate(models: TrainingModels, resolution: Resolution, settings: TrainSettings) -> TrainingEstimate:
+    """The estimate of one worker from loaded models (ootd/models/training.py), adapters added."""
     c = models.pipe.components
     adapter = sum(p.numel() for p in models.params)
     weight_bytes = c.unet_vton.conv_in.weight.element_size()
@@ -53,7 +56,7 @@ def config_estimate(checkpoints: Path, model_type: ModelType, resolution: Resolu
     import torch
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
-    from ootd.app.train.models import weight_dtype
+    from ootd.models.training import weight_dtype
     from ootd.weights.layout import Layout, require_file
     from ootd.weights.loading import quiet_loading
 
@@ -80,11 +83,12 @@ def batch_line(settings: TrainSettings, workers: int) -> str:
             f"{settings.batch_size * settings.accumulation * workers} pairs per step")
 
 
-def explain_lines(models: Any, resolution: Resolution, settings: TrainSettings, workers: int = 1) -> list[str]:
+def explain_lines(models: TrainingModels, resolution: Resolution, settings: TrainSettings,
+                  workers: int = 1) -> list[str]:
     """--explain on the local engine: what was chosen for the loaded models, the batch, the estimate."""
-    info = models.pipe.describe()
-    shown = {"device": "device", "precision": "precision_word", "attention": "attention"}
-    lines = [f"{label}: {info[key]}" for label, key in shown.items() if info.get(key)]
+    ran = models.pipe.describe()
+    shown = {"device": ran.device, "precision": ran.precision_word, "attention": ran.attention}
+    lines = [f"{label}: {value}" for label, value in shown.items() if value]
     lines.append(batch_line(settings, workers))
     lines.append(training_estimate(models, resolution, settings).explain(per_worker=workers > 1))
     return lines

@@ -17,14 +17,22 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from ootd.app.train.layouts import Row, read_rows
 from ootd.errors import InputImageError, NoPersonError, OotdError, UsageError, printable
-from ootd.settings import Category, FitMode, ModelType, Resolution, check_model_category, default_model_type
+from ootd.models import Models
+from ootd.pipeline_types import Progress
+from ootd.settings import (
+    Category,
+    FitMode,
+    ModelType,
+    ParsingProvider,
+    Resolution,
+    check_model_category,
+    default_model_type,
+)
 from ootd.training.cache import (
     CacheEntry,
     CacheIndex,
@@ -38,7 +46,6 @@ from ootd.training.cache import (
 )
 
 logger = logging.getLogger(__name__)
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -108,44 +115,16 @@ def held_out(person_ids: list[str], fraction: float, seed: int) -> set[str]:
     return set(order[:count])
 
 
-class _Models:
-    """The models prepare needs, loaded when the first pair needs them: the VAE, the CLIP encoders, and pose +
-    parsing (none of the UNets)."""
+def prepare_models(options: PrepareOptions) -> Models:
+    """The model owner of a prepare (what it loads, when the first pair needs them: the VAE, the CLIP encoders,
+    and pose + parsing for automatic masks; none of the UNets)."""
+    from ootd.runtime import RuntimeRequest
 
-    def __init__(self, options: PrepareOptions, preprocessor: Any = None) -> None:
-        self.options = options
-        self.preprocessor = preprocessor
-        self._loaded: Any = None
-
-    def get(self) -> Any:
-        if self._loaded is None:
-            self._loaded = _load_prepare_models(self.options)
-            self._loaded.preprocessor = self.preprocessor
-        return self._loaded
+    return Models(options.checkpoints, RuntimeRequest(device=options.device),
+                  parsing_provider=ParsingProvider.parse(options.parsing_provider, "parsing provider"))
 
 
-def _load_prepare_models(options: PrepareOptions) -> Any:
-    from types import SimpleNamespace
-
-    from ootd.preprocessing import Preprocessor
-    from ootd.runtime import RuntimeRequest, resolve_runtime
-    from ootd.weights import loading
-    from ootd.weights.layout import Layout
-
-    runtime = resolve_runtime(RuntimeRequest(device=options.device))
-    layout, dtypes = Layout(options.checkpoints), runtime.precision.dtypes()
-    device = runtime.device.torch_device
-    models = SimpleNamespace(
-        tokenizer=loading.load_tokenizer(layout), image_processor=loading.load_image_processor(layout),
-        text_encoder=loading.load_text_encoder(layout, dtypes["text_encoder"]).to(device).eval(),
-        image_encoder=loading.load_image_encoder(layout, dtypes["image_encoder"]).to(device).eval(),
-        vae=loading.load_vae(layout, dtypes["vae"]).to(device).eval(), device=device, preprocessor=None)
-    models.preprocessor_factory = lambda: Preprocessor.from_checkpoints(options.checkpoints, device,
-                                                                        options.parsing_provider)
-    return models
-
-
-def _prepare_one(checked: _Checked, model_type: ModelType, options: PrepareOptions, models: _Models,
+def _prepare_one(checked: _Checked, model_type: ModelType, options: PrepareOptions, models: Models,
                  val: bool) -> None:
     """Compute and write one entry (and a held-out pair's photos)."""
     from ootd.app.tryon.masking import PREPARE_REMEDY, no_person_error
@@ -160,17 +139,15 @@ def _prepare_one(checked: _Checked, model_type: ModelType, options: PrepareOptio
     person = load_image(row.person, "person")
     garment, _ = fit_to_aspect(load_image(row.garment, "garment"), options.resolution.size, options.fit,
                                pad_color="edge")
-    loaded = models.get()
-    if row.mask is None and loaded.preprocessor is None:
-        loaded.preprocessor = loaded.preprocessor_factory()
+    encoders = models.encoders()
     try:
         masked = mask_person(person, row.category, model_type, options.resolution, options.fit, 0,
                              mask=load_image(row.mask, "mask") if row.mask is not None else None,
-                             preprocessor=loaded.preprocessor if row.mask is None else None)
+                             preprocessor=models.preprocessor() if row.mask is None else None)
     except NoPersonError:
         raise no_person_error(str(row.person), PREPARE_REMEDY) from None
     tensors = pair_tensors(masked.person, masked.masked_person, masked.mask, garment, row.category, model_type,
-                           loaded, loaded.device)
+                           encoders)
     if val:
         person_png, garment_png = image_paths(cache, checked.key)
         person_png.parent.mkdir(parents=True, exist_ok=True)
@@ -202,9 +179,9 @@ def _check_cache(options: PrepareOptions, model_type: ModelType) -> None:
                          "another -o folder")
 
 
-def prepare(options: PrepareOptions, progress: Progress | None = None, preprocessor: Any = None) -> PrepareReport:
-    """Prepare every good row into the cache (see the module docstring); `preprocessor`: pose + parsing already
-    loaded (else loaded when the first automatic mask is made)."""
+def prepare(options: PrepareOptions, progress: Progress | None = None, models: Models | None = None) -> PrepareReport:
+    """Prepare every good row into the cache (see the module docstring); `models`: the model owner (None: one of
+    the options' own, `prepare_models`), asked for each model when the first pair needs it."""
     tick = progress or (lambda stage, done, total: None)
     layout, rows = read_rows(options.data, options.pairs)
     if not rows:
@@ -221,7 +198,7 @@ def prepare(options: PrepareOptions, progress: Progress | None = None, preproces
             report.problems.append(f"{row.where()}: {exc}")
         tick("check", i, len(rows))
     val_people = held_out([c.person_id for c in checked], options.split, options.seed)
-    loader = _Models(options, preprocessor)
+    models = models or prepare_models(options)
     done: dict[str, _Checked] = {}
     for i, item in enumerate(checked, 1):
         val = item.person_id in val_people
@@ -233,7 +210,7 @@ def prepare(options: PrepareOptions, progress: Progress | None = None, preproces
             done[item.key] = item
         else:
             try:
-                _prepare_one(item, model_type, options, loader, val)
+                _prepare_one(item, model_type, options, models, val)
                 report.prepared += 1
                 done[item.key] = item
             except (UsageError, NoPersonError, InputImageError) as exc:  # the pair's own problem, not the run's

@@ -38,16 +38,19 @@ STOP_WAIT_S = 600.0  # after a signal, how long the driver waits for the workers
 
 def _worker(config: dict[str, Any]) -> None:
     """One Ray Train worker: load, wrap in DDP, run the loop, report."""
+    from dataclasses import replace
+
     import ray.train
     import ray.train.torch
 
-    from ootd.app.train.loop import run_loop
+    from ootd.app.train.loop import load_trainable, run_loop
 
     options: TrainOptions = config["options"]  # a fine-tune's, or a distillation's (DistillOptions)
     context = ray.train.get_context()
     rank, workers = context.get_world_rank(), context.get_world_size()
     index = read_index(options.cache)
-    models = options.load_models(index, options.device if config["gpus"] else "cpu")
+    device = options.device if config["gpus"] else "cpu"
+    models = load_trainable(replace(options, device=device), index)  # the worker's own model owner
     model = ray.train.torch.prepare_model(models.objective, move_to_device=False)
     trainer = options.make_trainer(models, index, rank=rank, workers=workers, model=model)
     if options.resume:

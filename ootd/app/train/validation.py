@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -22,10 +22,14 @@ from ootd.imaging.contact_sheet import GAP, contact_sheet
 from ootd.imaging.framing import FitInfo
 from ootd.imaging.masks import masked_person_image
 from ootd.imaging.similarity import ssim
-from ootd.pipeline_types import GarmentInputs, PersonInputs
+from ootd.pipeline_types import GarmentInputs, PersonInputs, Timings
 from ootd.settings import Category, SamplingSettings, parse_resolution
 from ootd.training.cache import CacheEntry, CacheIndex, image_paths, read_entry
 from ootd.training.settings import TrainSettings
+
+if TYPE_CHECKING:
+    from ootd.models.training import TrainingModels
+    from ootd.pipeline import TryOnPipeline
 
 VALIDATION_SCALE = 2.0  # image guidance of the validation try-ons: the inference default
 
@@ -41,8 +45,8 @@ class ValidationResult:
                 "ssim_mean": round(float(np.mean(self.ssim)), 5) if self.ssim else None}
 
 
-def held_out_inputs(pipe: Any, cache: Path, entry: CacheEntry, index: CacheIndex) -> tuple[
-        PersonInputs, GarmentInputs, Image.Image]:
+def held_out_inputs(pipe: TryOnPipeline, cache: Path, entry: CacheEntry,
+                    index: CacheIndex) -> tuple[PersonInputs, GarmentInputs, Image.Image]:
     """A held-out pair as the pipeline takes it (from its cache entry), and its real photo."""
     tensors = read_entry(cache, entry.key)
     person_png, garment_png = image_paths(cache, entry.key)
@@ -55,29 +59,31 @@ def held_out_inputs(pipe: Any, cache: Path, entry: CacheEntry, index: CacheIndex
     mask = Image.fromarray(tensors["mask"].numpy(), mode="L")
     fit = FitInfo("stretch", person.size, person.size, (0, 0, *person.size))
     person_in = PersonInputs(category, resolution, person, mask, masked_person_image(person, mask), fit, {},
-                             tensors["masked"][None].to(device, dtype), tensors["target"][None].to(device, dtype), {})
+                             tensors["masked"][None].to(device, dtype), tensors["target"][None].to(device, dtype),
+                             Timings())
     prompt = tensors["prompt"][None].to(device, dtype)
     with torch.inference_mode():
         features = pipe.garment_features(tensors["garment"][None].to(device, dtype), prompt)
-    return person_in, GarmentInputs(category, resolution, garment, prompt, features, {}), person
+    return person_in, GarmentInputs(category, resolution, garment, prompt, features, Timings()), person
 
 
-def validate(pipe: Any, cache: Path, index: CacheIndex, settings: TrainSettings, step: int,
+def validate(models: TrainingModels, cache: Path, index: CacheIndex, settings: TrainSettings, step: int,
              folder: Path) -> ValidationResult | None:
-    """Try on the first `validation_pairs` held-out pairs at this step; write the sheet; None without any."""
+    """Try on the first `validation_pairs` held-out pairs at this step with the fine-tune's own pipeline (its
+    models are back where training needs them afterwards); write the sheet; None without any."""
     entries = index.split("val")[: settings.validation_pairs]
     if not entries:
         return None
     sampling = SamplingSettings(num_samples=1, steps=settings.validation_steps, guidance_scale=VALIDATION_SCALE,
                                 seed=settings.seed, resolution=parse_resolution(index.resolution))
     rows, scores = [], []
-    for entry in entries:
-        person_in, garment_in, real = held_out_inputs(pipe, cache, entry, index)
-        result = pipe.generate(person_in, garment_in, sampling)
-        tried = result.images[0].convert("RGB").resize(real.size)
-        scores.append(ssim(np.asarray(real), np.asarray(tried)))
-        rows.append(contact_sheet([real, garment_in.garment, tried]))
-    pipe.residency.place("none")  # a validation plan may have offloaded a model the training needs on the device
+    with models.validating() as pipe:
+        for entry in entries:
+            person_in, garment_in, real = held_out_inputs(pipe, cache, entry, index)
+            result = pipe.generate(person_in, garment_in, sampling)
+            tried = result.images[0].convert("RGB").resize(real.size)
+            scores.append(ssim(np.asarray(real), np.asarray(tried)))
+            rows.append(contact_sheet([real, garment_in.garment, tried]))
     return ValidationResult(step, write_sheet(rows, folder, step, {"ssim": json.dumps([round(s, 5) for s in scores])}),
                             scores)
 

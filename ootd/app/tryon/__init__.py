@@ -2,14 +2,14 @@
 
     config.py       RunConfig (the run defaults) and build_config (user words -> validated config)
     inputs.py       JobInputs: the person photo and its garments (category, mask, names) as paths, images or bytes
-    autocategory.py `auto` categories resolved (resolve_inputs), the classifier cached per process
+    autocategory.py `auto` categories resolved (resolve_inputs) by the model owner's classifier
     job.py          plan_job -> TryOnJob: its passes (one garment or two), run, save; JobOutcome
     passes.py       one pass: a garment tried on the photo or on the pass before's results; seeds, the one parse
     preflight.py    every pre-flight check in one order, per pair or per batch: prepare_job, check_batch
     record.py       the typed record of a picture: its PNG text, JSON, what resume expects
     provenance.py   reading a PNG's record back: "is this our file", how it differs from what is expected
     request.py      TryOnRequest: one pass's person, garment, category and mask
-    loader.py       config -> pipeline (PipelineLoader: one model at a time, one runtime; the seam to inject models)
+    loader.py       config -> the model owner (models_for, ootd/models/); hardware and checkpoint checks
     outputs.py      targets (output paths), saving atomically, PNG bytes, how a pipeline ran
     outcome.py      one finished pass (TryOnOutcome), the caches a batch hands in
     naming.py       the output name template (--name) and its fields

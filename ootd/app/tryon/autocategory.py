@@ -1,83 +1,30 @@
 """`--category auto`: the garment's category from the checkpoints' CLIP model (ootd/method/classify.py), resolved
 to a real Category before a job is planned, so nothing past this point ever sees the word `auto`.
 
-The classifier (text features, CLIP's image tower and processor) loads only when a request asks for `auto`, once
-per process and checkpoints folder (`classifier_for`), on the CPU in fp32: its cost is one ViT-L/14 image
-embedding per garment (docs/benchmarks.md). The text tower itself is dropped once the per-category features are
-computed. A garment whose likeliest category is not ahead of the second by `RunConfig.category_margin` is
-refused with one line naming both and `--category` as the way out.
+The classifier comes from the model owner (`Models.classifier`, ootd/models/): loaded only when a request asks
+for `auto`, once, on the CPU in fp32; its cost is one ViT-L/14 image embedding per garment (docs/benchmarks.md). A
+command's owner drops it when the try-on's pipeline loads; a server's keeps it. A garment whose likeliest category
+is not ahead of the second by `RunConfig.category_margin` is refused with one line naming both and `--category`
+as the way out.
 """
 
 from __future__ import annotations
 
-import functools
-import gc
-import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ootd.app.tryon.inputs import JobInputs
 from ootd.errors import CheckpointError, OotdError, UsageError
 from ootd.imaging.files import decode_image, load_image
 from ootd.settings import Category
 
+if TYPE_CHECKING:
+    from ootd.method.classify import Classification, GarmentClassifier
+    from ootd.models import Models
+
 CATEGORY_SOURCE_AUTO = "auto"
-
-
-@dataclass
-class GarmentClassifier:
-    """What classifying a garment needs, loaded once per process (`classifier_for`)."""
-
-    texts: Any  # ootd.method.classify.CategoryTexts
-    image_processor: Any
-    image_encoder: Any
-    load_seconds: float = 0.0
-
-    def classify(self, garment: Any) -> Any:
-        """The Classification of a garment image (PIL)."""
-        from ootd.method.classify import classify_garment
-
-        return classify_garment(garment, self.texts, self.image_processor, self.image_encoder)
-
-
-def load_classifier(checkpoints: Path) -> GarmentClassifier:
-    """Load the text tower (features computed, tower dropped), the image tower and the image processor."""
-    import torch
-
-    from ootd.hardware.torch_builds import require_usable_torchvision
-    from ootd.method.classify import category_texts
-    from ootd.weights.layout import Layout
-    from ootd.weights.loading import load_image_encoder, load_image_processor, load_text_tower, load_tokenizer
-
-    require_usable_torchvision()  # transformers imports it with CLIP: a mismatch is one line, not CLIP's error
-    started = time.perf_counter()
-    layout = Layout(Path(checkpoints))
-    text_model, logit_scale = load_text_tower(layout, torch.float32)
-    texts = category_texts(load_tokenizer(layout), text_model, logit_scale)
-    del text_model
-    gc.collect()
-    encoder = load_image_encoder(layout, torch.float32).eval()
-    return GarmentClassifier(texts, load_image_processor(layout), encoder, time.perf_counter() - started)
-
-
-@functools.lru_cache(maxsize=2)
-def _cached_classifier(root: str, given: str) -> GarmentClassifier:
-    return load_classifier(Path(given))  # the folder as the user gave it: its messages name it so, as run's do
-
-
-def classifier_for(checkpoints: Path) -> GarmentClassifier:
-    """The process's classifier for a checkpoints folder (loaded on first use; a failed load is not cached)."""
-    return _cached_classifier(str(Path(checkpoints).resolve()), str(checkpoints))
-
-
-def release_classifier() -> None:
-    """Drop the process's classifiers before the diffusion models load (`ootd run`, `ootd batch`: every garment
-    is classified first), so the memory plan of the try-on has the memory it counts on; a server keeps its
-    classifier for the next request (host memory: docs/benchmarks.md)."""
-    if _cached_classifier.cache_info().currsize:
-        _cached_classifier.cache_clear()
-        gc.collect()
 
 
 def check_margin(classification: Any, margin: float, label: str) -> None:
@@ -92,12 +39,12 @@ def check_margin(classification: Any, margin: float, label: str) -> None:
     )
 
 
-def classify_image(garment: Any, label: str, checkpoints: Path, margin: float) -> Any:
+def classify_image(garment: Any, label: str, classifier: GarmentClassifier, margin: float) -> Classification:
     """The Classification of one garment (a path, PIL image or encoded bytes), refused under the margin."""
     if isinstance(garment, bytes | bytearray):
         garment = decode_image(bytes(garment), "garment", label)
     image = load_image(garment, "garment") if isinstance(garment, str | Path) else garment
-    classification = classifier_for(checkpoints).classify(image)
+    classification = classifier.classify(image)
     check_margin(classification, margin, label)
     return classification
 
@@ -105,11 +52,12 @@ def classify_image(garment: Any, label: str, checkpoints: Path, margin: float) -
 Classified = dict[Any, "tuple[Category, float] | OotdError"]  # a garment's key -> its category, or why not
 
 
-def resolve_inputs(inputs: JobInputs, checkpoints: Path, margin: float, known: Classified | None = None
+def resolve_inputs(inputs: JobInputs, models: Models, margin: float, known: Classified | None = None
                    ) -> JobInputs:
-    """The inputs with every `auto` garment classified (refused under the margin: that garment's UsageError, or
-    its image's error): what every front end calls before a job is planned. `known`: garments already classified
-    (a batch classifies each of its garment files once), filled as garments are classified."""
+    """The inputs with every `auto` garment classified by the owner's classifier (refused under the margin: that
+    garment's UsageError, or its image's error): what every front end calls before a job is planned. `known`:
+    garments already classified (a batch classifies each of its garment files once), filled as garments are
+    classified."""
     if all(garment.resolved for garment in inputs.garments):
         return inputs
     garments = []
@@ -121,7 +69,7 @@ def resolve_inputs(inputs: JobInputs, checkpoints: Path, margin: float, known: C
         found = known.get(key) if known is not None and key is not None else None
         if found is None:
             try:
-                classification = classify_image(garment.image, garment.label(), checkpoints, margin)
+                classification = classify_image(garment.image, garment.label(), models.classifier(), margin)
                 found = (classification.category, classification.probability)
             except CheckpointError:
                 raise
@@ -157,12 +105,10 @@ class Review:
                 "refused": self.refused, "error": self.error}
 
 
-def review_garments(paths: list[Path], checkpoints: Path, margin: float) -> Any:
+def review_garments(paths: list[Path], models: Models, margin: float) -> Iterator[Review]:
     """Classify each garment as `auto` would (a bad file is reported and the review goes on): what a team reads
     before spending GPU time on a catalogue (`ootd classify DIR`)."""
-    from ootd.errors import OotdError
-
-    classifier = classifier_for(checkpoints)  # a checkpoint problem stops the review at once
+    classifier = models.classifier()  # a checkpoint problem stops the review at once
     for path in paths:
         try:
             found = classifier.classify(load_image(path, "garment"))

@@ -73,7 +73,7 @@ class RunConfig:
 
     @property
     def runtime_request(self) -> RuntimeRequest:
-        """Where and how to run, as this config asks it (resolved by ootd/runtime.py, once per loader)."""
+        """Where and how to run, as this config asks it (resolved by ootd/runtime.py, once per model owner)."""
         from ootd.runtime import RuntimeRequest  # imports torch: not at --help time
 
         speed = self.speed

@@ -2,8 +2,8 @@
 the local server and the Ray Serve replicas): one garment or an outfit of two, planned as passes, checked once,
 run, saved.
 
-    job = prepare_job(config, inputs, loader)       # every check (ootd/app/tryon/preflight.py); nothing heavy
-    outcome = job.run(loader.get)                   # the passes, in order, each on its model
+    job = prepare_job(config, inputs, models)       # every check (ootd/app/tryon/preflight.py); nothing heavy
+    outcome = job.run(models)                       # the passes, in order, each on its model (ootd/models/)
     images, intermediates = job.save(outcome)       # complete files or none, each with its record
 
 `plan_job` makes the job of some inputs without any I/O: its passes (one garment: one pass on the photo; two: the
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.grid import grid_image
@@ -25,17 +25,19 @@ from ootd.app.tryon.inputs import JobInputs
 from ootd.app.tryon.masking import check_mask_input, no_person_error
 from ootd.app.tryon.outcome import InputCache, TryOnOutcome
 from ootd.app.tryon.outputs import INTERMEDIATES, WITH_MASK_INTERMEDIATES, Targets, job_targets, save_pictures
-from ootd.app.tryon.passes import PASS_NAMES, ParseOnce, Pass, order_outfit, pass_seed, run_pass
+from ootd.app.tryon.passes import PASS_NAMES, Pass, order_outfit, pass_seed, run_pass
 from ootd.app.tryon.record import PassRecord, Record, comparable
-from ootd.errors import NoPersonError, OotdError, UsageError
+from ootd.errors import NoPersonError, UsageError
 from ootd.imaging.files import image_size, load_photo
-from ootd.imaging.framing import frame_of, restore_framing
+from ootd.imaging.framing import frame_of
 from ootd.imaging.photo import photo_pictures
-from ootd.pipeline_types import Progress
-from ootd.preprocessing import mask_person
+from ootd.pipeline_types import Progress, RunInfo, Timings
+from ootd.preprocessing import ParseOnce, frame_like_results, mask_person
 from ootd.settings import Category, ModelType, default_model_type
 
-PipeFor = Callable[[ModelType], Any]  # a pass's pipeline by model type (a PipelineLoader's `get`)
+if TYPE_CHECKING:
+    from ootd.models import Models
+
 PHOTO_MASK = "photo_mask"  # --keep-unmasked --save-intermediates: the blend weight at the photo's size
 
 
@@ -113,8 +115,21 @@ class TryOnJob:
         return len(self.passes) == 1
 
     def relocated(self, output: Path) -> TryOnJob:
-        """The same job writing into another folder (a replica's own)."""
-        return plan_job(replace(self.config, output=output), self.inputs)
+        """The same job writing into another folder (a replica's own): the same passes and names, not planned
+        again."""
+        passes = tuple(replace(one, config=replace(one.config, output=output)) for one in self.passes)
+        return replace(self, config=replace(self.config, output=output), passes=passes,
+                       targets=self.targets.moved(output))
+
+    def decoded(self) -> TryOnJob:
+        """The job with every image decoded and checked (step 2 of the pre-flight, in the order the passes use
+        them); its passes and output names stay (the inputs keep their names), so it is not planned again."""
+        inputs = self.inputs.decoded(self.config.fit, [one.garment for one in self.passes])
+        if inputs is self.inputs:
+            return self
+        given = self.inputs.garments
+        passes = tuple(replace(one, garment=inputs.garments[given.index(one.garment)]) for one in self.passes)
+        return replace(self, inputs=inputs, passes=passes)
 
     def with_masks(self, preprocessor: Any) -> TryOnJob:
         """Every mask that is not the user's, made now from one pose + parsing of the photo (step 7 of the
@@ -134,30 +149,30 @@ class TryOnJob:
                 made = mask_person(photo, one.garment.category, one.model_type, config.sampling.resolution,
                                    config.fit, config.mask_grow, preprocessor=parse)
                 if one.on_results:
-                    passes.append(replace(one, mask=restore_framing(made.mask, made.fit, keep_scale=True)))
+                    passes.append(replace(one, mask=frame_like_results({"mask": made.mask}, made.fit)["mask"]))
                 else:
                     passes.append(replace(one, person_mask=made))
         except NoPersonError:
             raise no_person_error(self.inputs.person_label()) from None
         return replace(self, passes=tuple(passes), parses=getattr(parse, "parses", 1))
 
-    def run(self, pipe_for: PipeFor, progress: Progress | None = None, callback: Callable[..., Any] | None = None,
-            *, persons: InputCache | None = None, garments: InputCache | None = None,
-            preprocessor: Callable[[], Any] | None = None) -> JobOutcome:
-        """Every pass in order, each on `pipe_for(its model)` (a PipelineLoader's `get`: one model held at a
-        time). `persons`/`garments`: a batch's caches of prepared inputs, for the passes on the photo.
-        `preprocessor`: pose + parsing, for masks a later pass needs and the checks did not make (a batch)."""
+    def run(self, models: Models, progress: Progress | None = None, callback: Callable[..., Any] | None = None,
+            *, persons: InputCache | None = None, garments: InputCache | None = None) -> JobOutcome:
+        """Every pass in order, each on its pipeline from the model owner (`models.pipeline`: it decides what
+        stays loaded; `progress` hears a load). `persons`/`garments`: a batch's caches of prepared inputs, for the
+        passes on the photo. Pose + parsing, for masks a later pass needs and the checks did not make (a batch),
+        come from the owner too."""
+        from ootd.app.console import quiet_libraries
+
         job = self
         if any(one.on_results and one.made_mask and one.mask is None for one in self.passes):
             # a mask for another pass's results comes from the photo's one parse: made now (steps 2 and 7)
-            if preprocessor is None:
-                raise OotdError("this job's masks were not made: prepare it (prepare_job) or pass its preprocessor")
-            decoded = self.inputs.decoded(self.config.fit, [one.garment for one in self.passes])
-            job = plan_job(self.config, decoded).with_masks(preprocessor())
+            job = self.decoded().with_masks(models.preprocessor())
         done: list[list[TryOnOutcome]] = []
         pixels = job.photo_pixels()
         for number, one in enumerate(job.passes):
-            pipe = pipe_for(one.model_type)
+            pipe = models.pipeline(one.model_type, one.config.lora, progress=progress)
+            quiet_libraries()  # importing the libraries to load a pipeline may have reset their loggers' levels
             last = pixels if number == len(job.passes) - 1 else 0
             if not one.on_results:
                 done.append([run_pass(pipe, one.request(job.inputs), one.config, progress, callback, persons=persons,
@@ -226,9 +241,9 @@ class JobOutcome:
         return [image for outcome in self.final for image in outcome.result.images]
 
     @property
-    def info(self) -> dict[str, Any]:
+    def ran(self) -> RunInfo:
         """How the last pass ran (device, precision, attention, the memory plan)."""
-        return self.final[0].info
+        return self.final[0].ran
 
     @property
     def reused(self) -> dict[str, bool]:
@@ -244,17 +259,17 @@ class JobOutcome:
 
     def record(self, sample: int | None) -> Record:
         """The record of picture `sample` (None: of the job's other pictures: masks, intermediates, grid)."""
-        job, info = self.job, self.info
+        job = self.job
         records = []
         for number, one in enumerate(job.passes):
             outcome, _ = self._outcome(number, sample)
             records.append(PassRecord.of(outcome.request, outcome.config or one.config, one.name))
         outcome, _ = self._outcome(len(job.passes) - 1, sample)
-        described = outcome.info or info
-        ran = {"device": str(described.get("device", "")), "precision": str(described.get("precision", "")),
-               "attention": str(described.get("attention", "")), "threads": str(described.get("threads", ""))}
+        ran = outcome.ran
         passes = tuple(records) if len(records) > 1 else ()
-        return Record(records[-1], passes, sample=sample, **job.record_facts(), **ran)
+        return Record(records[-1], passes, sample=sample, **job.record_facts(), device=ran.device,
+                      precision=ran.precision, attention=ran.attention,
+                      threads=str(ran.threads) if ran.threads is not None else "")
 
     def describe(self) -> dict[str, Any]:
         """What the job tried on, as its answers report it (`--json`): one garment's inputs, category and
@@ -320,14 +335,10 @@ class JobOutcome:
             union = mask if union is None else ImageChops.lighter(union, mask)
         return union
 
-    def timings(self) -> dict[str, Any]:
+    def timings(self) -> Timings:
         """Seconds per stage, every pass's added up (stages of inputs reused from an earlier pair left out)."""
-        total: dict[str, Any] = {}
+        total = Timings()
         for outcomes in self.passes:
             for outcome in outcomes:
-                for key, value in outcome.timings().items():
-                    if isinstance(value, list):
-                        total[key] = [*total.get(key, []), *value]
-                    elif isinstance(value, float):
-                        total[key] = total.get(key, 0.0) + value
+                total.extend(outcome.timings())
         return total

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ootd.app.tryon.request import TryOnRequest
+from ootd.pipeline_types import Timings
 from ootd.settings import ModelType
 
 if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
-    from ootd.pipeline_types import TryOnResult
+    from ootd.pipeline_types import RunInfo, TryOnResult
 
 PERSON_STAGES = ("preprocess", "encode_person")  # result timings that belong to preparing the person
 GARMENT_STAGES = ("conditioning", "encode_garment", "garment_unet")  # ... and to preparing the garment
@@ -31,11 +32,13 @@ class TryOnOutcome:
     request: TryOnRequest
     model_type: ModelType
     result: TryOnResult
-    info: dict[str, Any] = field(default_factory=dict)  # describe_pipeline(...) after the call
+    ran: RunInfo  # where and how the call ran (the result's, or a stand-in's attributes)
     reused: dict[str, bool] = field(default_factory=lambda: {"person": False, "garment": False})
     config: RunConfig | None = None
 
-    def timings(self) -> dict[str, Any]:
+    def timings(self) -> Timings:
         """Seconds per stage of this try-on, leaving out stages of inputs reused from an earlier one."""
         skip = (PERSON_STAGES if self.reused["person"] else ()) + (GARMENT_STAGES if self.reused["garment"] else ())
-        return {k: v for k, v in (self.result.timings or {}).items() if k not in skip and k != "total"}
+        own = Timings()
+        own.extend(self.result.timings, leave_out=skip)
+        return own

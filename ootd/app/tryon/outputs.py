@@ -21,10 +21,13 @@ from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import OotdError, OutputError, UsageError
 from ootd.imaging.atomic import check_output_dir, png_info, save_png_atomic
 from ootd.imaging.files import sanitise_stem
+from ootd.pipeline_types import RunInfo
 from ootd.settings import ModelType
 
 if TYPE_CHECKING:
     from PIL import Image
+
+    from ootd.pipeline import TryOnPipeline
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +53,14 @@ class Targets:
     def path(self, kind: int | str) -> Path:
         """The file named by the template with `{i}` = `kind` (a sample number or a kind of picture)."""
         return self.folder / f"{render_name(self.template, {**self.fields, 'i': kind})}.png"
+
+    def moved(self, folder: Path) -> Targets:
+        """The same files in another folder."""
+        def there(path: Path) -> Path:
+            return folder / path.relative_to(self.folder)
+
+        return Targets([there(p) for p in self.images], {k: there(p) for k, p in self.intermediates.items()},
+                       there(self.grid) if self.grid is not None else None, folder, self.fields, self.template)
 
 
 def name_fields(request: TryOnRequest, config: RunConfig) -> dict[str, Any]:
@@ -133,50 +144,35 @@ def encode_png(image: Image.Image, metadata: dict[str, str] | None = None) -> by
     return buffer.getvalue()
 
 
-def describe_pipeline(pipe: Any, config: RunConfig) -> dict[str, Any]:
-    """Device, precision and attention backend of a loaded pipeline as short strings (for --json, PNG metadata
-    and the summary line), plus whatever else `pipe.describe()` reports (the memory plan, per-component dtypes).
+def describe_pipeline(pipe: TryOnPipeline, config: RunConfig) -> RunInfo:
+    """Where and how `pipe` runs: its own description (`TryOnPipeline.describe`: device, precision, attention,
+    speed options, memory plan), or for a stand-in without one what its attributes say."""
+    import torch
 
-    Pipelines without `describe()` are described from their attributes.
-    """
     from ootd.hardware.dtypes import dtype_name
 
     described = getattr(pipe, "describe", None)
-    info: dict[str, Any] = {}
     if callable(described):
         try:
-            info = dict(described() or {})
+            return described()
         except Exception as exc:  # a description must never fail a try-on
             logger.debug("pipe.describe() failed: %s", exc)
     device = getattr(pipe, "device", None)
-    if "device" not in info and device is not None:
-        info["device"] = str(getattr(device, "torch_device", None) or getattr(device, "type", device))
-        info.setdefault("device_name", getattr(device, "name", None))
-    name = info.get("device_name")
-    if name and name != info.get("device") and "(" not in str(info.get("device")):
-        info["device"] = f"{info['device']} ({name})"
-    if "arch" not in info and getattr(device, "arch", None):
-        info["arch"] = device.arch
-    precision = info.get("precision")
-    if precision is None:
-        precision = getattr(pipe, "precision", None)
-        precision = getattr(precision, "unet", precision)
-    if isinstance(precision, dict):  # per component: the UNets' dtype is the one that matters
-        info["precision_by_component"] = precision
-        precision = precision.get("unet", next(iter(precision.values()), None))
-    info["precision"] = dtype_name(precision) if precision is not None else "unknown"
-    info["attention"] = str(info.get("attention") or config.attention)
-    torch = sys.modules.get("torch")
-    if "threads" not in info and torch is not None:  # a CPU float sum's last bit depends on it (RunConfig.threads)
-        info["threads"] = torch.get_num_threads()
-    return info
+    name = getattr(device, "name", None)
+    where = str(getattr(device, "torch_device", None) or getattr(device, "type", device))
+    precision = getattr(pipe, "precision", None)
+    precision = getattr(precision, "unet", precision)
+    return RunInfo(device=f"{where} ({name})" if name and name != where and "(" not in where else where,
+                   precision=dtype_name(precision) if precision is not None else "unknown",
+                   attention=str(config.attention), threads=torch.get_num_threads(), device_name=name,
+                   arch=getattr(device, "arch", None) or None)
 
 
-def peak_memory(pipe: Any = None) -> dict[str, int | None]:
-    """Peak device memory allocated by torch (GPUs) and the process's peak resident memory, in bytes."""
+def peak_memory(device: Any = None) -> dict[str, int | None]:
+    """Peak memory allocated by torch on `device` (a GPU's; the model owner's `device`, None before any model ran)
+    and the process's peak resident memory, in bytes."""
     device_peak = None
     torch = sys.modules.get("torch")
-    device = getattr(getattr(pipe, "device", None), "torch_device", None)
     if torch is not None and device is not None and getattr(device, "type", None) == "cuda":
         try:
             device_peak = int(torch.cuda.max_memory_allocated(device))
@@ -200,19 +196,6 @@ def attention_used(described: Any) -> str:
         used = text.split("(used:", 1)[1].rstrip(") ")
         return ", ".join(part.split(" x ")[0].strip() for part in used.split(","))
     return text.split(":", 1)[0]
-
-
-def rounded(timings: dict[str, Any], digits: int = 4) -> dict[str, Any]:
-    """Seconds per stage as answers report them: to a tenth of a millisecond (the step lists too)."""
-    out: dict[str, Any] = {}
-    for key, value in timings.items():
-        if isinstance(value, float):
-            out[key] = round(value, digits)
-        elif isinstance(value, list):
-            out[key] = [round(v, digits) if isinstance(v, float) else v for v in value]
-        else:
-            out[key] = value
-    return out
 
 
 def format_seconds(value: float) -> str:

@@ -4,9 +4,9 @@ own model and seed (the job, ootd/app/tryon/job.py, plans its passes and runs th
 An outfit is two passes. The lower garment goes first, with the dc model (the only one that dresses legs); the
 upper garment is then tried on each result of the first pass, with the model its category asks for (hd, or dc with
 `--model-type dc`). Pose and parsing run once, on the original photo: both masks come from that one parse
-(`ParseOnce`), or from the user's mask per garment. Each pass has its own seed derived from the run's seed
-(`pass_seed`), so every pass can be rerun by hand with `ootd run` (pass 2: `--model` the first pass's result,
-`--mask` its mask): the PNG record names every pass.
+(ootd/preprocessing.py `ParseOnce`), or from the user's mask per garment. Each pass has its own seed derived from
+the run's seed (`pass_seed`), so every pass can be rerun by hand with `ootd run` (pass 2: `--model` the first
+pass's result, `--mask` its mask): the PNG record names every pass.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.inputs import GarmentInput, JobInputs
@@ -24,10 +24,12 @@ from ootd.app.tryon.outputs import describe_pipeline
 from ootd.app.tryon.record import AUTO_MASK
 from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import NoPersonError, UsageError
-from ootd.imaging.framing import restore_framing
 from ootd.pipeline_types import Progress
 from ootd.preprocessing import PersonMask
 from ootd.settings import Category, ModelType
+
+if TYPE_CHECKING:
+    from ootd.pipeline import TryOnPipeline
 
 
 @dataclass(frozen=True)
@@ -103,38 +105,13 @@ def pass_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "big") % 2**63
 
 
-class ParseOnce:
-    """A Preprocessor that parses a photo once however many masks are made from it (every pass's mask)."""
-
-    def __init__(self, preprocessor: Any) -> None:
-        self.preprocessor = preprocessor
-        self.parses = 0
-        self._last: tuple[bytes, Any] | None = None
-
-    def __call__(self, person: Any, category: Category, model_type: ModelType, grow: int = 0) -> Any:
-        key = person.convert("RGB").tobytes()
-        if self._last is None or self._last[0] != key:
-            self._last = (key, self.preprocessor.parse(person))
-            self.parses += 1
-        return self.preprocessor.mask_from(*self._last[1], category, model_type, grow)
-
-
-def frame_like_results(result: Any, fit: Any) -> None:
-    """Crop the padding off the intermediates (mask, masked person, pose, parsing) as the pipeline crops it off
-    the results, so every saved picture of a --fit pad try-on has the photo's framing."""
-    intermediates = getattr(result, "intermediates", None)
-    if fit is None or not intermediates:
-        return
-    result.intermediates = {k: restore_framing(v, fit, keep_scale=True) for k, v in intermediates.items()}
-
-
 def _cached(cache: InputCache | None, key: tuple | None, compute: Callable[[], Any]) -> tuple[Any, bool]:
     if cache is None or key is None:
         return compute(), True
     return cache.get(key, compute)
 
 
-def run_pass(pipe: Any, request: TryOnRequest, config: RunConfig, progress: Progress | None = None,
+def run_pass(pipe: TryOnPipeline, request: TryOnRequest, config: RunConfig, progress: Progress | None = None,
              callback: Callable[..., Any] | None = None, *, persons: InputCache | None = None,
              garments: InputCache | None = None, person_mask: PersonMask | None = None,
              photo_pixels: int = 0) -> TryOnOutcome:
@@ -185,6 +162,6 @@ def run_pass(pipe: Any, request: TryOnRequest, config: RunConfig, progress: Prog
 
     result = pipe.generate(person, garment, config.sampling, progress=staged if progress else None,
                            modes=config.speed, **extra)
-    frame_like_results(result, getattr(person, "fit", None))
-    return TryOnOutcome(request, model_type, result, describe_pipeline(pipe, config),
-                        {"person": not person_new, "garment": not garment_new}, config)
+    ran = result.ran if result.ran is not None else describe_pipeline(pipe, config)  # a stand-in's: its attributes
+    return TryOnOutcome(request, model_type, result, ran, {"person": not person_new, "garment": not garment_new},
+                        config)

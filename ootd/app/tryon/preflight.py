@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ootd.app.tryon.budget import check_memory_budget
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.inputs import JobInputs
 from ootd.app.tryon.job import TryOnJob, plan_job
-from ootd.app.tryon.loader import PipelineLoader, check_checkpoints_present
+from ootd.app.tryon.loader import check_checkpoints_present, models_for
 from ootd.app.tryon.masking import MaskJob, mask_targets
 from ootd.app.tryon.outputs import prepare_output_dir, refuse_existing
 from ootd.app.tryon.request import load_input
@@ -39,17 +40,19 @@ from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.pipeline_types import Progress
 from ootd.settings import Category, ModelType
 
+if TYPE_CHECKING:
+    from ootd.models import Models
+
 
 def plan_inputs(config: RunConfig, inputs: JobInputs) -> TryOnJob:
     """Steps 1 and 2: the job's passes, then every image decoded and checked (in the order the passes use them)."""
-    job = plan_job(config, inputs)  # 1
-    return plan_job(config, inputs.decoded(config.fit, [one.garment for one in job.passes]))  # 2
+    return plan_job(config, inputs).decoded()  # 1, then 2 (planned once: decoding keeps the names)
 
 
-def check_job(job: TryOnJob, loader: PipelineLoader | None = None, *, protect: Iterable[Path | None] = (),
+def check_job(job: TryOnJob, models: Models | None = None, *, protect: Iterable[Path | None] = (),
               progress: Progress | None = None) -> TryOnJob:
-    """Steps 3 to 7 of a planned job (`plan_inputs`), and the job with its masks. `loader` gives the pose and
-    parsing models (None: a loader of the job's config); `protect`: files besides the job's own inputs that no
+    """Steps 3 to 7 of a planned job (`plan_inputs`), and the job with its masks. `models` gives the pose and
+    parsing models (None: an owner of the job's config); `protect`: files besides the job's own inputs that no
     output may replace."""
     config = job.config
     check_checkpoints_present(config.checkpoints, job.models, need_preprocess=job.made_masks)  # 3
@@ -62,18 +65,18 @@ def check_job(job: TryOnJob, loader: PipelineLoader | None = None, *, protect: I
         return job
     tick = progress or (lambda stage, done, total: None)
     tick("pose", 0, 2)  # 7
-    preprocessor = (loader or PipelineLoader(config)).preprocessor()
+    preprocessor = (models or models_for(config)).preprocessor()
     tick("pose", 1, 2)
     job = job.with_masks(preprocessor)
     tick("pose", 2, 2)
     return job
 
 
-def prepare_job(config: RunConfig, inputs: JobInputs, loader: PipelineLoader | None = None, *,
+def prepare_job(config: RunConfig, inputs: JobInputs, models: Models | None = None, *,
                 protect: Iterable[Path | None] = (), progress: Progress | None = None) -> TryOnJob:
     """Every pre-flight step of one job, in order, and the job that passed them (nothing heavy loads, nothing is
     written but the checked output folder)."""
-    return check_job(plan_inputs(config, inputs), loader, protect=protect, progress=progress)
+    return check_job(plan_inputs(config, inputs), models, protect=protect, progress=progress)
 
 
 def check_output_folder(folder: Path) -> None:

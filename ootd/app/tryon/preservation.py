@@ -52,11 +52,11 @@ Parser = Callable[[], Any]  # the pose + parsing models (a Preprocessor), loaded
 
 
 def parser_for(config: RunConfig) -> Parser:
-    """The pose and parsing models as a try-on with `config` gets them (its loader's: checkpoints, device,
-    parsing provider, threads; the `use_models` seam applies), loaded when first called."""
-    from ootd.app.tryon.loader import PipelineLoader
+    """The pose and parsing models as a try-on with `config` gets them (from the model owner of its config:
+    checkpoints, device, parsing provider, threads; the `use_models` seam applies), loaded when first called."""
+    from ootd.app.tryon.loader import models_for
 
-    return PipelineLoader(config).preprocessor
+    return models_for(config).preprocessor
 
 
 class PreservationError(OotdError):

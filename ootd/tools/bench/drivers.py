@@ -9,37 +9,36 @@ besides our call.
 
 from __future__ import annotations
 
-import gc
 import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
 
 from ootd.app.tryon.config import RunConfig
-from ootd.attention import Dispatcher
 from ootd.errors import UsageError
-from ootd.hardware.device import DeviceInfo
 from ootd.hardware.dtypes import dtype_name
 from ootd.hardware.policy import Precision, SpeedOptions, choose_precision
-from ootd.memory.estimate import STAGES, PlanRequest
-from ootd.memory.planner import Plan, apply_plan_to_vae, make_plan
-from ootd.memory.sizes import ModelSizes
-from ootd.runtime import Runtime, resolve_runtime
-from ootd.settings import RESOLUTIONS, ModelType, PrecisionName, Resolution
-from ootd.speedups.quantize import quantize_unets
+from ootd.memory.estimate import STAGES
+from ootd.memory.planner import apply_plan_to_vae
+from ootd.settings import RESOLUTIONS, ModelType, PrecisionName, Resolution, SamplingSettings
 from ootd.tools.bench.flops import count_step_flops
 from ootd.tools.bench.profiling import PeakMemory, machine, profile_step, stage_meter, stage_modules, versions
 from ootd.tools.bench.random_weights import build_random_components, synthetic_inputs
 from ootd.tools.bench.reference import run_original
 from ootd.tools.bench.side_by_side import compare_steps
-from ootd.weights.loading import Components, load_components
+from ootd.weights.loading import Components
+
+if TYPE_CHECKING:
+    from ootd.models import Models
+    from ootd.pipeline import TryOnPipeline
+    from ootd.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -72,142 +71,143 @@ def run_bench(config: RunConfig, *, model_type: ModelType = ModelType.HD, random
     versions, config, load time, the memory plan, per-stage times and s/it, peak memory measured vs estimated,
     and (optionally) ours/original ratios and FLOPs per step.
 
-    Models: `random_weights` ("full" or "tiny"), `components` already built (the matrix run reuses them), or
-    else the checkpoints tree of `config`. The speed modes' channels_last and compile apply to ours only; the
-    original formulation runs in the default layout, eagerly. `log` gets one line per finished part.
+    Models, from the model owner (ootd/models/): `random_weights` ("full" or "tiny"), `components` already built
+    (the matrix run reuses them), each handed to it as a source, or else the checkpoints tree of `config`. The
+    speed modes' channels_last and compile apply to ours only; the original formulation runs in the default
+    layout, eagerly. `log` gets one line per finished part.
     """
     say = log or (lambda line: logger.info("%s", line))
     if random_weights is not None and components is not None:
         raise UsageError("give random weights or components, not both")
     if options.threads is not None:  # the runtime applies the config's count
         config = replace(config, threads=options.threads)
-    # before the weights are loaded: the plan's budget is what is free now
-    runtime = resolve_runtime(config.runtime_request)
-    sampling, precision, info = config.sampling, runtime.precision, runtime.device
-    other = _original_precision(options, precision, info, runtime)
+    models = bench_models(config, random_weights, components)
+    runtime = models.runtime()  # before the weights are loaded: the plan's budget is what is free now
+    other = _original_precision(options, runtime)
     if other is not None and (components is not None or options.step_repeats > 0):
         raise UsageError("the original formulation in another precision needs models of its own: give random "
                          "weights or checkpoints (not built components), and no step repeats")
-    report: dict[str, Any] = {
-        "machine": machine(info), "versions": versions(),
-        "config": {"checkpoints": None if random_weights or components else str(config.checkpoints),
-                   "random_weights": random_weights, "model_type": model_type.value, "dtype": str(precision.unet),
-                   "vae_dtype": str(precision.vae), "attention": config.attention.value,
-                   "resolution": list(sampling.resolution.size), "num_samples": sampling.num_samples,
-                   "steps": sampling.steps, "guidance_scale": sampling.guidance_scale, "seed": sampling.seed,
-                   "scheduler": sampling.scheduler.value, "cache_interval": config.speed.feature_cache.interval,
-                   "token_merge": config.speed.token_merge.ratio, "quantize": config.speed.quantize.value,
-                   "max_memory": config.max_memory, "channels_last": runtime.speed.channels_last,
-                   "vae_channels_last": runtime.speed.vae_channels_last, "compile": runtime.speed.compile,
-                   "original_dtype": str((other or precision).unet)},
-    }
-    meter = PeakMemory(info.torch_device)
+    report: dict[str, Any] = {"machine": machine(runtime.device), "versions": versions(),
+                              "config": _config_report(config, runtime, model_type, random_weights, components,
+                                                       other)}
+    meter = PeakMemory(runtime.device.torch_device)
     report["memory_before_load"] = meter.current()
     t = time.perf_counter()
-    if components is None:
-        components = _load(config.checkpoints, random_weights, model_type, info, precision, sampling.seed)
-    quantize_unets(components, runtime.quantize, info)  # in place: components passed in stay quantized
+    pipe = models.pipeline(model_type)
     report["load_seconds"] = time.perf_counter() - t
     say(f"models ready in {report['load_seconds']:.1f} s")
+    bench = _Bench(pipe, meter, config.sampling, say)
+    bench.plan(report, config)
+    _measure(bench, report, config, options, models, other, runtime)
+    if options.count_flops:
+        report["flops"] = _flops(dict(bench.components.unet_vton.config), options.flops_samples,
+                                 options.flops_resolution.size, config.sampling.guidance, say)
+    return report
 
-    bench = _Bench(components, model_type, info, precision, meter, sampling.resolution.size, sampling.seed, say)
-    bench.plan_and_pipeline(report, config, runtime)
+
+def bench_models(config: RunConfig, random_weights: str | None, components: Components | None) -> Models:
+    """The benchmark's model owner: the config's runtime, its networks from the checkpoints or, handed in as a
+    source, random weights built for each precision asked (seeded by the config's seed) or given components."""
+    from ootd.app.tryon.loader import models_for
+    from ootd.models import ModelSource
+
+    seed = config.sampling.seed or 0
+    if random_weights is not None:
+        return models_for(config, source=ModelSource(components=lambda model_type, precision, device:
+                                                     build_random_components(random_weights, precision, device,
+                                                                             seed)))
+    if components is not None:
+        return models_for(config, source=ModelSource(components=lambda model_type, precision, device: components))
+    return models_for(config)
+
+
+def _measure(bench: _Bench, report: dict[str, Any], config: RunConfig, options: BenchOptions, models: Models,
+             other: Precision | None, runtime: Runtime) -> None:
+    """Ours, the original formulation (in its own precision: on its own models, ours let go first) and the
+    alternating step comparison, as the options ask."""
     if options.run_ours:
         bench.ours(report, warmup=options.warmup, profile=options.profile)
         if options.save_images is not None:
             report["images_saved"] = _save_images(bench.images, Path(options.save_images))
     if options.compare_original:
         if other is not None:  # ours' models go before the original's are loaded
+            model_type = bench.pipe.model_type
             bench.release()
-            components = None
-            gc.collect()
+            models.release()
             t = time.perf_counter()
-            bench.use(_load(config.checkpoints, random_weights, model_type, info, other, sampling.seed), other)
-            say(f"the original's {dtype_name(other.unet)} models ready in {time.perf_counter() - t:.1f} s")
+            bench.use(models.components(model_type, other), other)
+            bench.say(f"the original's {dtype_name(other.unet)} models ready in {time.perf_counter() - t:.1f} s")
         bench.original(report, config, warmup=options.warmup, profile=options.profile)
     if options.step_repeats > 0:
         bench.compare_steps(report, config, options.step_repeats, runtime.speed)
-    if options.count_flops:
-        report["flops"] = _flops(dict(bench.components.unet_vton.config), options.flops_samples,
-                                 options.flops_resolution.size, sampling.guidance, say)
-    return report
 
 
-def _original_precision(options: BenchOptions, ours: Precision, info: DeviceInfo, runtime: Runtime
-                        ) -> Precision | None:
+def _config_report(config: RunConfig, runtime: Runtime, model_type: ModelType, random_weights: str | None,
+                   components: Components | None, other: Precision | None) -> dict[str, Any]:
+    sampling, precision = config.sampling, runtime.precision
+    return {"checkpoints": None if random_weights or components else str(config.checkpoints),
+            "random_weights": random_weights, "model_type": model_type.value, "dtype": str(precision.unet),
+            "vae_dtype": str(precision.vae), "attention": config.attention.value,
+            "resolution": list(sampling.resolution.size), "num_samples": sampling.num_samples,
+            "steps": sampling.steps, "guidance_scale": sampling.guidance_scale, "seed": sampling.seed,
+            "scheduler": sampling.scheduler.value, "cache_interval": config.speed.feature_cache.interval,
+            "token_merge": config.speed.token_merge.ratio, "quantize": config.speed.quantize.value,
+            "max_memory": config.max_memory, "channels_last": runtime.speed.channels_last,
+            "vae_channels_last": runtime.speed.vae_channels_last, "compile": runtime.speed.compile,
+            "original_dtype": str((other or precision).unet)}
+
+
+def _original_precision(options: BenchOptions, runtime: Runtime) -> Precision | None:
     """The original formulation's precision where it is not ours (None: the same)."""
     if not options.compare_original or options.original_precision is None:
         return None
-    chosen = choose_precision(info, options.original_precision.value, runtime.profile)
-    return None if chosen.dtypes() == ours.dtypes() else chosen
+    chosen = choose_precision(runtime.device, options.original_precision.value, runtime.profile)
+    return None if chosen.dtypes() == runtime.precision.dtypes() else chosen
 
 
-def _load(checkpoints: Path, random_weights: str | None, model_type: ModelType, info: DeviceInfo,
-          precision: Precision, seed: int | None) -> Components:
-    if random_weights is not None:
-        return build_random_components(random_weights, precision, info.torch_device, seed or 0)
-    return load_components(Path(checkpoints), model_type, precision.dtypes())
-
-
-@dataclass
 class _Bench:
-    """One benchmark's components, device and synthetic inputs; fills the report part by part."""
+    """One benchmark's pipeline (from the owner), its networks, device and synthetic inputs; fills the report
+    part by part."""
 
-    components: Components
-    model_type: ModelType
-    info: DeviceInfo
-    precision: Precision
-    meter: PeakMemory
-    resolution: tuple[int, int]
-    seed: int
-    say: Log
-    plan: Plan = field(init=False)  # these three are set by plan_and_pipeline, before any run
-    pipe: Any = field(init=False)
-    attention_fn: Dispatcher = field(init=False)
-    sampling: Any = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.person, self.garment, self.mask = synthetic_inputs(seed=self.seed)
+    def __init__(self, pipe: TryOnPipeline, meter: PeakMemory, sampling: SamplingSettings, say: Log) -> None:
+        self.pipe: TryOnPipeline | None = pipe
+        self.components: Components = pipe.components
+        self.model_type, self.info, self.precision = pipe.model_type, pipe.device, pipe.precision
+        self.attention_fn = pipe.attention
+        self.meter, self.sampling, self.say = meter, sampling, say
+        self.resolution = sampling.resolution.size
+        self.person, self.garment, self.mask = synthetic_inputs(seed=sampling.seed or 0)
         self.images: list[Image.Image] = []  # ours, to compare the original's with
+        self.estimate: dict[str, int] = {}
 
     def release(self) -> None:
         """Let go of the models (ours' pipeline too), before other ones are loaded."""
-        self.components = self.pipe = None
+        self.components = self.pipe = None  # type: ignore[assignment]
 
     def use(self, components: Components, precision: Precision) -> None:
         """Other models, for the original formulation in another precision."""
         self.components, self.precision = components, precision
 
-    def plan_and_pipeline(self, report: dict[str, Any], config: RunConfig, runtime: Runtime) -> None:
-        """The memory plan (into the report) and our pipeline on the components."""
-        from ootd.pipeline import TryOnPipeline
-
+    def plan(self, report: dict[str, Any], config: RunConfig) -> None:
+        """The memory plan of the call (into the report), made by the pipeline's own residency."""
+        assert self.pipe is not None
         sampling = config.sampling
-        attention_fn = runtime.attention_fn()
-        attention = str(getattr(attention_fn, "label", config.attention.value))
-        plan = make_plan(PlanRequest(self.info, self.resolution, sampling.num_samples, sampling.guidance,
-                                     self.precision.unet, attention, ModelSizes.from_components(self.components),
-                                     config.max_memory, vae_dtype=self.precision.vae, profile=runtime.profile))
+        plan = self.pipe.residency.make_plan(self.resolution, sampling.num_samples, sampling.guidance)
         report["plan"] = plan.to_dict()
         report["plan_text"] = plan.explain()
         self.say(plan.explain())
-        self.plan = plan
-        self.pipe = TryOnPipeline(self.components, self.model_type, self.info, self.precision,
-                                  attention=attention_fn, speed=runtime.speed, profile=runtime.profile,
-                                  modes=replace(config.speed, quantize=runtime.quantize),
-                                  max_memory=config.max_memory)  # the call plans with the budget the report shows
+        self.estimate = plan.estimate
         apply_plan_to_vae(self.components.vae, plan)
         report["memory_after_load"] = self.meter.current()
-        self.attention_fn = attention_fn
-        self.sampling = sampling
 
     def ours(self, report: dict[str, Any], *, warmup: bool, profile: bool) -> None:
-        s = self.sampling
+        s, pipe = self.sampling, self.pipe
+        assert pipe is not None
 
         def run(steps: int = s.steps) -> Any:
-            return self.pipe(self.person, self.garment, "upper", mask=self.mask, num_samples=s.num_samples,
-                             steps=steps, guidance_scale=s.guidance_scale, seed=s.seed, resolution=s.resolution,
-                             scheduler=s.scheduler)
+            return pipe(self.person, self.garment, "upper", mask=self.mask, num_samples=s.num_samples,
+                        steps=steps, guidance_scale=s.guidance_scale, seed=s.seed, resolution=s.resolution,
+                        scheduler=s.scheduler)
 
         if warmup:
             run(steps=1)
@@ -215,9 +215,9 @@ class _Bench:
         self.images = result.images
         self.say(_timing_line("ours", report["ours"]))
         report["memory"] = {
-            "kind": self.meter.kind, "estimated_peak": self.plan.estimate["peak"],
+            "kind": self.meter.kind, "estimated_peak": self.estimate["peak"],
             "measured_peak": report["ours"]["peak_memory"],
-            "stages": {s: {"estimated": self.plan.estimate[s], "measured": peaks.get(s)} for s in STAGES},
+            "stages": {s: {"estimated": self.estimate[s], "measured": peaks.get(s)} for s in STAGES},
         }
         describe = getattr(self.attention_fn, "describe", None)
         report["attention_used"] = describe() if callable(describe) else str(self.attention_fn)
@@ -277,7 +277,7 @@ def _save_images(images: Sequence[Image.Image], folder: Path) -> list[str]:
 
 def _timed_result(run: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
     result = run()
-    return result, result.timings
+    return result, result.timings.to_json(total=result.timings.total)
 
 
 def _ratios(ours: dict[str, Any], orig: dict[str, Any]) -> dict[str, float]:

@@ -25,7 +25,7 @@ def count_step_flops(unet_config: dict | None = None, *, num_samples: int = 4,
     from ootd.attention import install_attention, sdpa_attention
 
     cfg = dict(unet_config or RELEASED_UNET_CONFIG)
-    with _META, quiet_loading():
+    with torch.device("meta"), quiet_loading():  # shapes only: nothing is allocated
         garm = UNet2DConditionModel.from_config({**cfg, "in_channels": 4})
         vton = UNet2DConditionModel.from_config({**cfg, "in_channels": 8})
     width, height = resolution

@@ -41,19 +41,20 @@ def bench_training(kind: str, resolution: Resolution, settings: TrainSettings, s
     """Build the `kind` architectures with random weights, add the adapters and time `steps` optimizer steps (of a
     distillation with DistillSettings: the teacher's guided step, the target network and the student)."""
     from ootd.app.train.distill import load_distill_models
-    from ootd.app.train.models import load_training_models
     from ootd.app.train.plan import training_estimate
-    from ootd.hardware.device import detect_device
-    from ootd.hardware.policy import choose_precision
+    from ootd.models import Models, ModelSource
+    from ootd.runtime import RuntimeRequest
+    from ootd.settings import PrecisionName
     from ootd.tools.bench.random_weights import build_random_components
 
-    precision = choose_precision(detect_device("cpu"), "fp32")
-    components = build_random_components(kind, precision)
+    source = ModelSource(components=lambda model_type, precision, device: build_random_components(kind, precision,
+                                                                                                  device))
+    owner = Models(None, RuntimeRequest(device="cpu", precision=PrecisionName.FP32), source=source)
     distill = isinstance(settings, DistillSettings)
-    if distill:
-        models = load_distill_models(None, ModelType.HD, settings, "cpu", components=components)
-    else:
-        models = load_training_models(None, ModelType.HD, settings, "cpu", components=components)
+    # the random networks handed to the owner as a source
+    models = (load_distill_models(owner, ModelType.HD, settings) if distill
+              else owner.trainable(ModelType.HD, settings))
+    components = models.pipe.components
     baseline = _peak_rss()
     h, w = resolution.height // 8, resolution.width // 8
     b = settings.batch_size

@@ -75,8 +75,9 @@ def cpu_memory_items(info: object | None = None) -> list[Item]:
     import torch
 
     from ootd.hardware.device import detect_device
+    from ootd.hardware.units import size_text
     from ootd.memory.estimate import PlanRequest
-    from ootd.memory.planner import make_plan, size_text
+    from ootd.memory.planner import make_plan
     from ootd.memory.sizes import RELEASED_SIZES
 
     info = info if info is not None else detect_device("cpu")

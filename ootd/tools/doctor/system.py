@@ -159,7 +159,9 @@ def detect_gpus(build: TorchBuild) -> tuple[list[GpuInfo], list[str]]:
 
 
 def _gib(value: int | None) -> str:
-    return "?" if value is None else f"{value / 2**30:.1f} GiB"
+    from ootd.hardware.units import size_text
+
+    return "?" if value is None else size_text(value)
 
 
 def gpu_items(gpus: Sequence[GpuInfo], errors: Sequence[str] = ()) -> list[Item]:

@@ -300,7 +300,7 @@ def test_batch_usage_errors(models, tmp_path: Path, tiny_tree: Path, monkeypatch
 
 
 def test_batch_real_pipeline_prepares_each_input_once(models, tmp_path: Path, example_images: dict[str, Path], pipe_hd,  # noqa: ANN001
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      tiny_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """2 people x 2 garments on the tiny model: 4 try-ons, 2 person and 2 garment preparations."""
     people, garments = images_tree(tmp_path, example_images, people=2, garments=2)
     csv_file = tmp_path / "pairs.csv"
@@ -319,7 +319,7 @@ def test_batch_real_pipeline_prepares_each_input_once(models, tmp_path: Path, ex
     models.use(pipe_hd)
     out = tmp_path / "out"
     result = CliRunner().invoke(cli.app, ["batch", str(csv_file), "-o", str(out), "--checkpoints",
-                                          str(pipe_hd.checkpoints_dir), "--steps", "1", "--resolution", "384x512",
+                                          str(tiny_tree), "--steps", "1", "--resolution", "384x512",
                                           "--seed", "3"])
     assert result.exit_code == 0, result.output
     assert counts == {"prepare_person": 2, "prepare_garment": 2, "generate": 4}

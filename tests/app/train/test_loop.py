@@ -17,8 +17,7 @@ from safetensors.torch import load_file
 
 from ootd.app.signals import sigterm_as_interrupt
 from ootd.app.train.checkpoints import checkpoints, load_checkpoint
-from ootd.app.train.loop import Trainer, TrainOptions, open_run, run_loop, train_local
-from ootd.app.train.models import load_training_models
+from ootd.app.train.loop import Trainer, TrainOptions, open_run, run_loop, train_local, training_models
 from ootd.errors import OutputError, UsageError
 from ootd.settings import ModelType
 from ootd.training.cache import read_index
@@ -34,6 +33,12 @@ def cache(tmp_path_factory: pytest.TempPathFactory, tiny_tree: Path, example_ima
     return prepared_cache(tmp_path_factory.mktemp("train"), tiny_tree, example_images, split=0.0)
 
 
+def _trainable(tiny_tree: Path, settings: TrainSettings):  # noqa: ANN202
+    """A fine-tune's models from the model owner a run of these settings makes (on the CPU)."""
+    options = TrainOptions(Path("unused"), Path("unused"), tiny_tree, settings, device="cpu")
+    return training_models(options).trainable(ModelType.HD, settings)
+
+
 def _settings(**kw: object) -> TrainSettings:
     base = {"steps": 4, "batch_size": 1, "learning_rate": 1e-2, "warmup": 0, "validation_pairs": 0,
             "train_garment": True, "checkpoint_every": 2}
@@ -46,7 +51,7 @@ def test_learning_lowers_the_loss(cache: Path, tiny_tree: Path, tmp_path: Path) 
                                                                          checkpoint_every=100, train_garment=False))
     index = read_index(cache)
     open_run(options, index)
-    models = load_training_models(tiny_tree, ModelType.HD, options.settings, "cpu")
+    models = _trainable(tiny_tree, options.settings)
     trainer = Trainer(options, models, index)
     fixed = load_batch(cache, trainer.train_keys, models.device)
 
@@ -124,7 +129,7 @@ def test_a_signal_during_the_optimizer_step_labels_the_checkpoint_with_the_step_
     options = TrainOptions(cache, run, tiny_tree, _settings(steps=3, checkpoint_every=100, train_garment=False))
     index = read_index(cache)
     open_run(options, index)
-    trainer = Trainer(options, load_training_models(tiny_tree, ModelType.HD, options.settings, "cpu"), index)
+    trainer = Trainer(options, _trainable(tiny_tree, options.settings), index)
 
     def signal_after_the_update(optimizer: Any, args: Any, kwargs: Any) -> None:
         if trainer.step == 1:  # the second step: the weights updated, the step not yet counted
@@ -150,7 +155,7 @@ def test_accumulation_gives_the_gradients_and_weights_of_the_larger_batch(cache:
     the passes' gradients as the batch's mean does: the same loss, gradients and weights after a step, within float
     tolerance. The gradients are compared too: AdamW's update hides a gradient's scale from the weights (one step
     keeps the test cheap; the draws of later steps follow the same positions)."""
-    models = load_training_models(tiny_tree, ModelType.HD, _settings(train_garment=False), "cpu")
+    models = _trainable(tiny_tree, _settings(train_garment=False))
     index = read_index(cache)
     initial = [p.detach().clone() for p in models.params]
     runs = []

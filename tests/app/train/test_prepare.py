@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ootd.app.train.prepare import PrepareOptions, held_out, prepare
+from ootd.models import use_models
 from ootd.settings import Category, ModelType, parse_resolution
 from ootd.training.cache import entry_path, image_paths, read_entry, read_index
 from tests.helpers.synthetic import synthetic_preprocessor
@@ -22,8 +23,8 @@ def _options(data: Path, cache: Path, tree: Path, **kw: object) -> PrepareOption
 def test_three_layouts_give_the_same_cache(tmp_path: Path, tiny_tree: Path, example_images: dict) -> None:
     layouts = three_layouts(tmp_path / "data", example_images)
     preprocessor = synthetic_preprocessor()
-    reports = {name: prepare(_options(data, tmp_path / name, tiny_tree), preprocessor=preprocessor)
-               for name, data in layouts.items()}
+    with use_models(preprocessor=lambda: preprocessor):  # pose + parsing stand in for the tiny tree's random ones
+        reports = {name: prepare(_options(data, tmp_path / name, tiny_tree)) for name, data in layouts.items()}
     assert {name: r.layout for name, r in reports.items()} == {name: name for name in layouts}
     keys = {name: sorted(e.key for e in r.index.entries) for name, r in reports.items()}
     assert len(keys["csv"]) == len(PAIRS) and keys["viton-hd"] == keys["dress-code"] == keys["csv"]

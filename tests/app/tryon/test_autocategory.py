@@ -5,6 +5,7 @@ garment must not keep 10^5 tracebacks alive)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,17 +20,18 @@ def test_a_known_failure_is_raised_again_with_a_fresh_traceback(monkeypatch: pyt
 
     calls = []
 
-    def refuse(garment, label, checkpoints, margin):  # noqa: ANN001, ANN202
+    def refuse(garment, label, classifier, margin):  # noqa: ANN001, ANN202
         calls.append(label)
         raise UsageError(f"garment {label}: not sure what it is")
 
     monkeypatch.setattr(autocategory, "classify_image", refuse)
     known: autocategory.Classified = {}
+    owner = SimpleNamespace(classifier=lambda: None)  # the classifier itself is `refuse`
     inputs = JobInputs.of(Path("person.png"), [GarmentInput(Path("coat.png"), AUTO_CATEGORY, None)])
     lengths = []
     for _ in range(200):
         with pytest.raises(UsageError, match="not sure") as caught:
-            autocategory.resolve_inputs(inputs, Path("checkpoints"), 0.1, known)
+            autocategory.resolve_inputs(inputs, owner, 0.1, known)
         lengths.append(traceback_length(caught.value))
     assert len(calls) == 1  # classified once
     assert max(lengths) == lengths[1] < 10, lengths[:5]

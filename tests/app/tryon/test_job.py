@@ -14,7 +14,7 @@ import ootd.app.tryon.preflight as preflight
 from ootd.app.tryon.config import RunConfig, parse_size
 from ootd.app.tryon.inputs import GarmentInput, JobInputs
 from ootd.app.tryon.job import plan_job
-from ootd.app.tryon.loader import PipelineLoader
+from ootd.app.tryon.loader import models_for
 from ootd.app.tryon.passes import pass_seed
 from ootd.app.tryon.preflight import check_batch, prepare_job
 from ootd.app.tryon.provenance import differences
@@ -175,12 +175,38 @@ def test_the_batch_steps_run_once_and_the_pair_steps_per_pair(models, monkeypatc
     pairs.append(Pair(x["person"], x["trousers"], Category.LOWER, index=3, source="row 3", garment2=x["tshirt"],
                       category2=Category.UPPER))
     config = config_for(tiny_tree, tmp_path / "out")
-    summary = BatchRunner(config, PipelineLoader(config)).run(pairs)
+    summary = BatchRunner(config, models_for(config)).run(pairs)
     assert summary.count("ok") == 4, summary.tally.errors()
     assert calls == ["check_checkpoints_present", "check_memory_budget"]  # once for the whole batch
     calls.clear()
     check_batch(config_for(tiny_tree, tmp_path / "x"), [ModelType.HD, ModelType.DC, ModelType.HD], True)
     assert calls == ["check_checkpoints_present", "check_memory_budget"]
+
+
+def test_a_job_is_planned_once(models, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, example_images,  # noqa: ANN001
+                               tiny_tree: Path) -> None:
+    """The pre-flight decodes the inputs of the job it planned (their names kept, so its passes and output names
+    stand), a run that makes a later pass's mask decodes them in the same job, and a replica's copy of a job is
+    the job moved to its folder: no step plans it again."""
+    import ootd.app.tryon.job as job_module
+
+    planned = []
+    real = job_module.plan_job
+    for module in (job_module, preflight):
+        monkeypatch.setattr(module, "plan_job", lambda *a, **k: planned.append(1) or real(*a, **k))
+    models.fake(synthetic_preprocessor())
+    config = config_for(tiny_tree, tmp_path / "out")
+    owner = models_for(config)
+    job = prepare_job(config, outfit(example_images), owner)
+    moved = job.relocated(tmp_path / "replica")
+    assert [p.parent for p in moved.targets.all()] == [tmp_path / "replica"] * len(job.targets.all())
+    assert [p.name for p in moved.targets.all()] == [p.name for p in job.targets.all()]
+    assert all(one.config.output == tmp_path / "replica" for one in moved.passes)
+    moved.run(owner)
+    assert planned == [1]
+    batch_like = job_module.plan_job(config, outfit(example_images))  # a batch's pair: masks made as it runs
+    outcome = batch_like.run(owner)
+    assert planned == [1, 1] and outcome.job.inputs.checked and outcome.job.targets == batch_like.targets
 
 
 # --------------------------------------------------------------------------------------------- records
@@ -191,9 +217,9 @@ def test_an_outfit_runs_its_passes_on_their_models_and_records_each(models, tmp_
     made = models.fake()
     x = example_images
     config = config_for(tiny_tree, tmp_path / "out")
-    loader = PipelineLoader(config)
-    job = prepare_job(config, outfit(x, x["mask"], x["mask"]), loader)
-    outcome = job.run(loader.get)
+    owner = models_for(config)
+    job = prepare_job(config, outfit(x, x["mask"], x["mask"]), owner)
+    outcome = job.run(owner)
     dc, hd = made["dc"][0], made["hd"][0]
     assert (dc.calls["generate"], hd.calls["generate"]) == (1, 2)  # the lower pass once, the upper per result
     images, intermediates = job.save(outcome)
@@ -216,9 +242,9 @@ def test_one_garment_records_its_settings_once_for_every_answer(models, tmp_path
                                                                 tiny_tree: Path) -> None:
     models.fake()
     config = config_for(tiny_tree, tmp_path / "out", save_intermediates=True, grid=True)
-    loader = PipelineLoader(config)
-    job = prepare_job(config, one(example_images, mask=example_images["mask"]), loader)
-    outcome = job.run(loader.get)
+    owner = models_for(config)
+    job = prepare_job(config, one(example_images, mask=example_images["mask"]), owner)
+    outcome = job.run(owner)
     record = outcome.record(1)
     text = record.text()
     assert list(text)[:3] == ["software", "model_type", "category"] and text["sample"] == "1"
@@ -234,4 +260,4 @@ def test_one_garment_records_its_settings_once_for_every_answer(models, tmp_path
     with Image.open(intermediates["grid"]) as im:  # the job's other pictures: the record without a sample
         assert im.info["seed"] == "5" and "sample" not in im.info
     with pytest.raises(OutputError, match="already exists"):  # nothing is replaced without --overwrite
-        prepare_job(config, one(example_images, mask=example_images["mask"]), loader)
+        prepare_job(config, one(example_images, mask=example_images["mask"]), owner)

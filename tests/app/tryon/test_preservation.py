@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ootd.app.tryon.loader import use_models
 from ootd.app.tryon.preservation import (
     Measured,
     PairPreservation,
@@ -24,6 +23,7 @@ from ootd.app.tryon.preservation import (
 )
 from ootd.app.tryon.provenance import read_record
 from ootd.imaging.atomic import save_png_atomic
+from ootd.models import use_models
 from tests.helpers.cli import invoke
 from tests.helpers.synthetic import synthetic_preprocessor
 

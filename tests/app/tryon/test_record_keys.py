@@ -99,9 +99,6 @@ OWNERS = ("ootd/app/tryon/record.py", "ootd/app/tryon/provenance.py")  # where t
 READ_ON = re.compile("text|record|info|meta", re.IGNORECASE)  # the names a record is read from
 # (file, the name read from): places that read one of the record's words from something else, and why
 ALLOWED = {
-    ("ootd/app/tryon/outputs.py", "info"): "describe_pipeline's dict of where a call ran, which the Record is made of",
-    ("ootd/cli/run.py", "info"): "the run's describe_pipeline dict for --json and the time line, not a PNG's text",
-    ("ootd/serve/service.py", "info"): "the latest run's describe_pipeline dict, for the API's answers",
     ("ootd/weights/lora.py", "metadata"): "a LoRA file's safetensors header, which names its model type",
 }
 

@@ -18,6 +18,7 @@ from ootd.app.tryon.passes import run_pass as run_tryon
 from ootd.app.tryon.request import TryOnRequest
 from ootd.errors import InputImageError, NoPersonError, UsageError
 from ootd.imaging.files import decode_image
+from ootd.models import Models, ModelSource
 from ootd.settings import Category, FitMode, SamplingSettings, parse_resolution
 from tests.helpers.fakes import FakePipe
 
@@ -46,7 +47,7 @@ def test_in_memory_request_gives_the_images_of_the_same_files(pipe_hd, tiny_tree
     job = plan_job(config, JobInputs.single(person, example_images["tshirt"].read_bytes(), Category.UPPER, mask,
                                             person_name="alice.png", garment_name="upload/shirt.png"))
     assert [p.name for p in job.targets.images] == ["alice__shirt__0.png"]
-    meta = job.run(lambda model_type: pipe_hd).record(0).text()
+    meta = job.run(Models(tiny_tree, source=ModelSource(lambda model_type: pipe_hd))).record(0).text()
     assert (meta["person"], meta["garment"], meta["mask"], meta["seed"]) == ("alice.png", "shirt.png", "mask", "11")
 
 

@@ -4,7 +4,9 @@ text tower; a given category records nothing new."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from pathlib import Path
 
 import pytest
@@ -18,9 +20,23 @@ RUN = ["--steps", "1", "--resolution", "384x512", "--seed", "7"]
 
 
 @pytest.fixture
-def use_pipes(models, pipe_hd, pipe_dc):  # noqa: ANN001, ANN201
-    pipes = {"hd": pipe_hd, "dc": pipe_dc}
-    models.use(lambda model_type: pipes[model_type.value])
+def use_pipes(models, pipe_hd, pipe_dc, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001, ANN201
+    """The session's pipelines; each pipeline load records whether a classifier the owner loaded is still alive
+    (it must be dropped before a diffusion model loads)."""
+    from ootd.models import build
+
+    pipes, classifiers, alive = {"hd": pipe_hd, "dc": pipe_dc}, [], []
+    load = build.load_classifier
+    monkeypatch.setattr(build, "load_classifier", lambda root: classifiers.append(weakref.ref(made := load(root)))
+                        or made)
+
+    def pipeline(model_type):  # noqa: ANN001, ANN202
+        gc.collect()
+        alive.append([ref() is not None for ref in classifiers])
+        return pipes[model_type.value]
+
+    models.use(pipeline)
+    return alive
 
 
 def _args(tree: Path, out: Path, example_images: dict[str, Path], *extra: object) -> list[object]:
@@ -46,9 +62,7 @@ def test_auto_category_is_printed_recorded_and_in_json(tiny_tree: Path, tmp_path
     result = invoke(*_args(tree, tmp_path / "out2", example_images, "--category", "auto"))
     assert result.exit_code == 0, result.output
     assert f"category: dress (auto, p {p:.2f})" in result.stdout.splitlines()
-    from ootd.app.tryon.autocategory import _cached_classifier
-
-    assert _cached_classifier.cache_info().currsize == 0  # dropped before the diffusion models loaded
+    assert use_pipes == [[False], [False, False]]  # each run's classifier dropped before its diffusion model loaded
 
 
 def test_auto_refuses_a_garment_under_the_margin(tiny_tree: Path, tmp_path: Path, example_images: dict[str, Path],

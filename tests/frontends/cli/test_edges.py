@@ -202,15 +202,15 @@ def test_a_setting_this_machine_cannot_run_is_exit_3_everywhere(case: str, model
 
 def test_the_library_raises_the_same_class(tiny_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Loading a pipeline with such a setting raises UnsupportedError (exit code 3) before any weight is read."""
-    from ootd import TryOnPipeline
+    from ootd.models import Models
 
-    monkeypatch.setattr("ootd.pipeline.load_components", lambda *a, **k: pytest.fail("weights were read"))
+    monkeypatch.setattr("ootd.models.build.read_components", lambda *a, **k: pytest.fail("weights were read"))
     cases = [{"device": "cpu", "dtype": "fp16"}, {"device": "cpu", "quantize": "fp8"}, {"device": "cuda:7"}]
     if not _has_flash():
         cases.append({"device": "cpu", "attention": "flash"})
     for kwargs in cases:
         with pytest.raises(UnsupportedError) as caught:
-            TryOnPipeline.from_pretrained(tiny_tree, "hd", **kwargs)
+            Models.from_pretrained(tiny_tree, **kwargs).pipeline("hd")
         assert caught.value.exit_code == 3, kwargs
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ootd.app.tryon import loader as app_load
 from ootd.cli import run as cli_run
 from ootd.errors import CheckpointError
+from ootd.models import build
+from ootd.pipeline_types import RunInfo
 from tests.helpers import REPO
 from tests.helpers.cli import assert_hints_are_its_options, assert_one_line_error, invoke
 from tests.helpers.fakes import FakePipe, images_tree
@@ -101,8 +102,7 @@ def test_timing_line_adds_up_plain_attention_and_json_numbers(models, tmp_path: 
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     models.use(WarningPipe)
     monkeypatch.setattr("ootd.app.tryon.passes.describe_pipeline",
-                        lambda pipe, config: {"device": "cpu", "precision": "fp32",
-                                              "attention": "auto: sdpa > chunked > math (used: sdpa x 17)"})
+                        lambda pipe, config: RunInfo("cpu", "fp32", "auto: sdpa > chunked > math (used: sdpa x 17)"))
     result = invoke(*run_args(example_images, tiny_tree, tmp_path / "a"), "--max-memory", "1GiB")
     assert result.exit_code == 0, result.output
     line = next(x for x in result.stdout.splitlines() if x.startswith("time: "))
@@ -128,8 +128,7 @@ def test_an_outfits_time_line_has_a_single_runs_shape_and_json_timings_are_round
         models, tmp_path: Path, tiny_tree: Path, example_images, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     models.use(WarningPipe)
     monkeypatch.setattr("ootd.app.tryon.passes.describe_pipeline",
-                        lambda pipe, config: {"device": "cpu", "precision": "fp32",
-                                              "attention": "auto: sdpa > chunked > math (used: sdpa x 17)"})
+                        lambda pipe, config: RunInfo("cpu", "fp32", "auto: sdpa > chunked > math (used: sdpa x 17)"))
     x = example_images
     outfit = ["run", "-m", x["person"], "-c", x["tshirt"], "-c", x["trousers"], "-k", "upper", "-k", "lower",
               "--mask", x["mask"], "--mask", x["mask"], "--checkpoints", tiny_tree, "--steps", "1",
@@ -397,9 +396,10 @@ def test_checkpoints_in_the_per_user_folder_work_from_any_folder(tmp_path: Path,
     verify = invoke("checkpoints", "verify", "--quick", "--json")
     assert verify.exit_code == 0, verify.output
     assert json.loads(verify.stdout)["root"] == str(user)
-    seen = []  # what the loader hands to the real loading: its own arguments are the subject here
-    monkeypatch.setattr(app_load, "load_pipeline",
-                        lambda config, model_type, **_: seen.append(config.checkpoints) or FakePipe(model_type))
+    seen = []  # what the model owner hands to the real loading: its own arguments are the subject here
+    monkeypatch.setattr(build, "read_components", lambda root, model_type, precision, progress: seen.append(root))
+    monkeypatch.setattr(build, "build_pipeline", lambda components, model_type, runtime, **_: components()
+                        or FakePipe(model_type))
     result = invoke("run", "-m", example_images["person"], "-c", example_images["tshirt"], "-k", "upper", "--mask",
                     example_images["mask"], "-o", tmp_path / "out", *RUN)
     assert result.exit_code == 0, result.output
@@ -425,9 +425,9 @@ def test_download_reports_size_checks_disk_and_leaves_nothing_empty(tmp_path: Pa
     dest = tmp_path / "new" / "checkpoints"
     result = invoke("download", "--dest", dest, "--models", "hd")
     assert result.exit_code == 1
-    assert "levihsu/OOTDiffusion: 3.0 GiB to fetch" in result.stderr and "1.0 GiB free" in result.stderr
+    assert "levihsu/OOTDiffusion: 3.00 GiB to fetch" in result.stderr and "1.00 GiB free" in result.stderr
     error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: not enough free disk space") and "3.0 GiB" in error
+    assert error.startswith("error: not enough free disk space") and "3.00 GiB" in error
     assert not dest.exists()
 
 
@@ -573,10 +573,12 @@ def test_loading_reports_progress_per_component(tmp_path: Path, tiny_tree: Path,
     load_components(tiny_tree, "hd", dtypes, progress=lambda *tick: ticks.append(tick))
     assert ticks == [("load", k, 8) for k in range(1, 9)]
 
-    handed: list[object] = []  # what the loader hands to the real loading: its own arguments are the subject here
+    handed: list[object] = []  # what the owner hands to the real loading: its own arguments are the subject here
     monkeypatch.setattr(cli_run, "show_progress", lambda quiet, json_out: True)
-    monkeypatch.setattr(app_load, "load_pipeline",
-                        lambda config, model_type, **kw: handed.append(kw.get("progress")) or FakePipe(model_type))
+    monkeypatch.setattr(build, "read_components",
+                        lambda root, model_type, precision, progress: handed.append(progress))
+    monkeypatch.setattr(build, "build_pipeline", lambda components, model_type, runtime, **_: components()
+                        or FakePipe(model_type))
     result = invoke(*run_args(example_images, tiny_tree, tmp_path / "out"))
     assert result.exit_code == 0, result.output
     assert handed and callable(handed[0])  # the display itself

@@ -251,9 +251,10 @@ needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
                                    reason="the noise comes from torchao (the quant extra), which is not installed")
 
 SNIPPET = """
-from ootd import TryOnPipeline
+from ootd import Models
 
-pipe = TryOnPipeline.from_pretrained({tree!r}, model_type="hd")
+models = Models.from_pretrained({tree!r})
+pipe = models.pipeline("hd")
 result = pipe({person!r}, {garment!r}, "upper", num_samples=1, seed=1, mask={mask!r}, steps=1, resolution="384x512")
 print(result.seed)
 """

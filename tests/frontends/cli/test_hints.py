@@ -57,7 +57,9 @@ def test_out_of_memory_names_only_the_commands_own_remedies(monkeypatch: pytest.
     def fail(*args: object, **kwargs: object) -> None:
         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr("ootd.app.evaluate.run.evaluate", fail)
+    # the command's own step, not ootd.app.evaluate.run.evaluate: a module first imported while that is patched
+    # (app/evaluate/folder.py) would keep the failing stand-in for every later test
+    monkeypatch.setattr("ootd.cli.eval._evaluate", fail)
     (tmp_path / "r").mkdir()
     (tmp_path / "p").mkdir()
     result = invoke("eval", tmp_path / "r", "--truth", tmp_path / "p")

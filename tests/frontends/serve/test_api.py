@@ -23,7 +23,7 @@ httpx = pytest.importorskip("httpx")
 
 from PIL import Image  # noqa: E402
 
-from ootd.app.tryon.loader import ModelSource  # noqa: E402
+from ootd.models import ModelSource  # noqa: E402
 from ootd.serve.limits import Auth, Limits  # noqa: E402
 from tests.helpers import REPO  # noqa: E402
 from tests.helpers.serving import (  # noqa: E402

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e .[serve])")
 httpx = pytest.importorskip("httpx")
 
-from ootd.app.tryon.loader import ModelSource  # noqa: E402
+from ootd.models import ModelSource  # noqa: E402
 from ootd.serve.limits import Limits  # noqa: E402
 from tests.helpers.serving import (  # noqa: E402
     StepCounter,

@@ -27,7 +27,7 @@ from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
-from ootd.app.tryon.loader import ModelSource  # noqa: E402
+from ootd.models import ModelSource  # noqa: E402
 from ootd.serve.limits import Limits  # noqa: E402
 from tests.helpers.serving import live_server, tiny_config  # noqa: E402
 from tests.helpers.synthetic import synthetic_preprocessor  # noqa: E402

@@ -144,7 +144,7 @@ def test_the_next_server_removes_a_killed_servers_folder(tmp_path: Path, tiny_tr
 STUCK = textwrap.dedent("""
     import sys, time
     from ootd.app.tryon.config import build_config
-    from ootd.app.tryon.loader import use_models
+    from ootd.models import use_models
     from ootd.serve.limits import Limits
     from ootd.serve.server import serve
 

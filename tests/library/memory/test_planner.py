@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from ootd.hardware.device import DeviceInfo
+from ootd.hardware.units import size_text
 from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, PlanRequest, attention_workspace, estimate
-from ootd.memory.planner import apply_plan_to_vae, make_plan, memory_budget, size_text
+from ootd.memory.planner import apply_plan_to_vae, make_plan, memory_budget
 from ootd.memory.sizes import RELEASED_SIZES, ModelSizes
 from ootd.memory.trace import trace_activations
 from ootd.weights.released import RELEASED_UNET_CONFIG, RELEASED_VAE_CONFIG

@@ -81,7 +81,7 @@ def test_pipeline_callback(pipe_hd, example_images) -> None:  # noqa: ANN001
     sched = build_scheduler(settings.scheduler, pipe_hd.components.scheduler_config)
     set_timesteps(sched, settings.steps)
     assert seen == [(i, float(t)) for i, t in enumerate(sched.timesteps)]
-    assert len(watched.timings["steps"]) == settings.steps
+    assert len(watched.timings.steps) == settings.steps
     edited = pipe_hd.generate(person, garment, settings, callback=lambda i, t, x: x + 1.0 if i == 1 else None)
     assert not np.array_equal(np.asarray(plain.images[0]), np.asarray(edited.images[0]))
 

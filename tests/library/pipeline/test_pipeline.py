@@ -31,7 +31,7 @@ def test_hd_images_have_the_working_size(pipe_hd, example_images, resolution) ->
     assert result.mask.size == resolution and result.mask.mode == "L"
     assert result.masked_person.size == resolution
     assert result.seed == 5
-    assert len(result.timings["steps"]) == steps
+    assert len(result.timings.steps) == steps
     assert str(result.sampling.resolution) == f"{resolution[0]}x{resolution[1]}"
 
 

@@ -17,6 +17,7 @@ from ootd.hardware.device import DeviceInfo
 from ootd.hardware.policy import SpeedOptions, choose_speed, keep_freed_memory, malloc_heap_bytes
 from ootd.hardware.profiles import load_profile
 from ootd.method.fusion import capture_block_inputs, transformer_blocks
+from ootd.models import Models
 from ootd.pipeline import TryOnPipeline
 from ootd.speedups.execution import (
     ChannelsLastGroupNorm,
@@ -216,13 +217,13 @@ def test_memory_format_helpers_convert_and_restore() -> None:
 
 
 def test_pipeline_applies_the_options_to_its_models(tiny_tree: Path) -> None:
-    on = TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu", channels_last=True)
-    off = TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu", channels_last=False)
+    on = Models.from_pretrained(tiny_tree, device="cpu", channels_last=True).pipeline("hd")
+    off = Models.from_pretrained(tiny_tree, device="cpu", channels_last=False).pipeline("hd")
     for module in (on.components.unet_garm, on.components.unet_vton, on.components.vae):
         assert _conv_weights_channels_last(module)
     for module in (off.components.unet_garm, off.components.unet_vton, off.components.vae):
         assert not _conv_weights_channels_last(module)
-    assert on.describe()["channels_last"] is True and off.describe()["channels_last"] is False
+    assert on.describe().channels_last is True and off.describe().channels_last is False
 
 
 def test_channels_last_gives_nearly_the_same_images(tiny_tree: Path, example_images) -> None:  # noqa: ANN001
@@ -232,7 +233,7 @@ def test_channels_last_gives_nearly_the_same_images(tiny_tree: Path, example_ima
     kwargs = {"mask": example_images["mask"], "steps": 2, "seed": 5, "resolution": (384, 512), "num_samples": 2}
     seen: dict[bool, torch.Tensor] = {}
     for channels_last in (True, False):
-        pipe = TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu", channels_last=channels_last)
+        pipe = Models.from_pretrained(tiny_tree, device="cpu", channels_last=channels_last).pipeline("hd")
         original_decode = pipe._decode
         pipe._decode = lambda lat, prog, _o=original_decode, _k=channels_last: (  # noqa: E731
             seen.__setitem__(_k, lat.clone()), _o(lat, prog))[1]
@@ -261,13 +262,13 @@ def test_bf16_runs_the_vae_channels_last_within_bf16_rounding(tiny_tree: Path, e
     """bf16 on the CPU: the VAE in NHWC, the UNets in NCHW; the images are as close to fp32's as the NCHW VAE's
     are, and differ from those by bf16's rounding (two paths that round independently are about sqrt(2) times as
     far apart as each is from fp32; a layout mix-up would give unrelated images)."""
-    cl = TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu", dtype="bf16")
-    assert cl.speed.vae_channels_last and not cl.speed.channels_last and cl.describe()["vae_channels_last"] is True
+    cl = Models.from_pretrained(tiny_tree, device="cpu", dtype="bf16").pipeline("hd")
+    assert cl.speed.vae_channels_last and not cl.speed.channels_last and cl.describe().vae_channels_last is True
     assert _conv_weights_channels_last(cl.components.vae)
     assert not _conv_weights_channels_last(cl.components.unet_vton)
-    nchw = TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu", dtype="bf16", channels_last=False)
+    nchw = Models.from_pretrained(tiny_tree, device="cpu", dtype="bf16", channels_last=False).pipeline("hd")
     assert not nchw.speed.vae_channels_last and not _conv_weights_channels_last(nchw.components.vae)
-    fp32 = _images(TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu", dtype="fp32"),
+    fp32 = _images(Models.from_pretrained(tiny_tree, device="cpu", dtype="fp32").pipeline("hd"),
                    example_images)
     ours, stock = _images(cl, example_images), _images(nchw, example_images)
 
@@ -332,9 +333,9 @@ def test_compiled_try_on_unet_gives_the_same_images(tiny_tree: Path, example_ima
     torch._dynamo.reset()
     person = Image.open(example_images["person"]).convert("RGB")
     kwargs = {"mask": example_images["mask"], "steps": 2, "seed": 9, "resolution": (384, 512)}
-    eager = TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu")
-    compiled = TryOnPipeline.from_pretrained(tiny_tree, model_type="hd", device="cpu", compile=True)
-    assert compiled.describe()["compile"] is True
+    eager = Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd")
+    compiled = Models.from_pretrained(tiny_tree, device="cpu", compile=True).pipeline("hd")
+    assert compiled.describe().compile is True
     seen: dict[str, torch.Tensor] = {}
     for label, pipe in (("eager", eager), ("compiled", compiled)):
         original_decode = pipe._decode

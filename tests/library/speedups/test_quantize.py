@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from ootd import TryOnPipeline
 from ootd.errors import DeviceError, UnsupportedError, UsageError
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.policy import choose_quantization, supported_quantization
 from ootd.memory.estimate import PlanRequest
 from ootd.memory.planner import make_plan
 from ootd.memory.sizes import RELEASED_SIZES, ModelSizes
+from ootd.models import Models
+from ootd.pipeline import TryOnPipeline
 from ootd.settings import QuantizeName
 from ootd.speedups.quantize import is_quantized, module_weight_bytes
 from ootd.weights.released import RELEASED_UNET_CONFIG
@@ -30,12 +31,12 @@ CALL = dict(num_samples=2, steps=2, seed=7, resolution=(384, 512))
 
 @pytest.fixture(scope="module")
 def exact(tiny_tree):  # noqa: ANN001, ANN201
-    return TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", dtype="fp32")
+    return Models.from_pretrained(tiny_tree, device="cpu", dtype="fp32").pipeline("hd")
 
 
 @pytest.fixture(scope="module")
 def int8(tiny_tree):  # noqa: ANN001, ANN201
-    return TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", dtype="fp32", quantize="int8-dynamic")
+    return Models.from_pretrained(tiny_tree, device="cpu", dtype="fp32", quantize="int8-dynamic").pipeline("hd")
 
 
 def _try_on(pipe: TryOnPipeline, images: dict) -> list[np.ndarray]:
@@ -49,8 +50,8 @@ def _linears(pipe: TryOnPipeline) -> list[torch.nn.Linear]:
 
 
 def test_none_is_the_exact_path_bit_for_bit(tiny_tree, exact, example_images) -> None:  # noqa: ANN001
-    none = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", dtype="fp32", quantize="none")
-    assert none.describe()["quantize"] == "none" == exact.describe()["quantize"]
+    none = Models.from_pretrained(tiny_tree, device="cpu", dtype="fp32", quantize="none").pipeline("hd")
+    assert none.describe().quantize == "none" == exact.describe().quantize
     for unet in (none.components.unet_garm, none.components.unet_vton):
         assert not any(is_quantized(t) for t in (*unet.parameters(), *unet.buffers()))
     for ours, theirs in zip(_try_on(none, example_images), _try_on(exact, example_images), strict=True):
@@ -59,7 +60,7 @@ def test_none_is_the_exact_path_bit_for_bit(tiny_tree, exact, example_images) ->
 
 @needs_torchao
 def test_int8_dynamic_runs_and_stays_close(int8, exact, example_images) -> None:  # noqa: ANN001
-    assert int8.describe()["quantize"] == "int8-dynamic"
+    assert int8.describe().quantize == "int8-dynamic"
     quantized, reference = _try_on(int8, example_images), _try_on(exact, example_images)
     assert [img.shape for img in quantized] == [(512, 384, 3)] * 2
     for ours, theirs in zip(quantized, reference, strict=True):
@@ -182,7 +183,7 @@ def test_which_devices_run_which_modes(device: str, fp8: bool) -> None:
 
 def test_fp8_on_the_cpu_is_a_one_line_error(tiny_tree) -> None:  # noqa: ANN001
     with pytest.raises(DeviceError) as err:
-        TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", dtype="fp32", quantize="fp8")
+        Models.from_pretrained(tiny_tree, device="cpu", dtype="fp32", quantize="fp8").pipeline("hd")
     assert str(err.value) == ("quantization fp8 is not supported on the CPU: use none, int8-dynamic, int8-weight")
     with pytest.raises(DeviceError, match="not supported on gfx1100: use none, int8-dynamic, int8-weight$"):
         choose_quantization(FAKE["gfx1100"], "fp8")
@@ -197,8 +198,8 @@ def test_fp8_on_the_cpu_is_a_one_line_error(tiny_tree) -> None:  # noqa: ANN001
 def test_missing_torchao_is_a_one_line_error(tiny_tree, monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # what an environment without it raises
     loads = []
-    monkeypatch.setattr("ootd.pipeline.load_components", lambda *args: loads.append(args))
+    monkeypatch.setattr("ootd.models.build.read_components", lambda *args: loads.append(args))
     with pytest.raises(UnsupportedError) as err:  # a setting this machine cannot run (exit 3)
-        TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", dtype="fp32", quantize="int8-dynamic")
+        Models.from_pretrained(tiny_tree, device="cpu", dtype="fp32", quantize="int8-dynamic").pipeline("hd")
     assert str(err.value) == "quantization needs torchao, which is not installed: pip install 'ootd[quant]'"
     assert not loads  # said before loading anything

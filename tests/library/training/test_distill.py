@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from ootd.app.train.distill import load_distill_models
-from ootd.settings import ModelType
+from ootd.models import Models
+from ootd.runtime import RuntimeRequest
+from ootd.settings import ModelType, PrecisionName
 from ootd.training.distill import ConsistencyGrid, boundary_scalings
 from ootd.training.objective import TryOnObjective
 from ootd.training.settings import DistillSettings
@@ -37,7 +39,8 @@ def _f(x: torch.Tensor, eps: torch.Tensor, t: torch.Tensor, alphas: torch.Tensor
 
 def test_one_step_of_the_consistency_loss_is_the_reference(tiny_tree: Path) -> None:
     settings = DistillSettings.from_words(rank=4, alpha=4, guidance=3.0, huber_c=0.01)
-    models = load_distill_models(tiny_tree, ModelType.HD, settings, "cpu")
+    owner = Models(tiny_tree, RuntimeRequest(device="cpu", precision=PrecisionName.FP32))
+    models = load_distill_models(owner, ModelType.HD, settings)
     objective, unet = models.objective, models.pipe.components.unet_vton
     torch.manual_seed(0)
     with torch.no_grad():  # a trained student and a target network that lags it: three different networks

@@ -13,6 +13,7 @@ import pytest
 
 from ootd import TryOnPipeline
 from ootd.errors import CheckpointError, UsageError
+from ootd.models import Models
 from ootd.settings import ModelType, SamplingSettings, SchedulerName
 from ootd.weights.fewstep import FewStep, fill_sampling
 from ootd.weights.lora import LoraChoice, read_adapter, read_choice
@@ -40,7 +41,7 @@ def test_the_file_records_its_sampling_and_base(adapters: dict, tiny_tree: Path)
 
 @pytest.fixture(scope="module")
 def few_pipe(adapters: dict, tiny_tree: Path) -> TryOnPipeline:
-    return TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["few"])
+    return Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd", lora=adapters["few"])
 
 
 def test_the_api_samples_with_the_adapters_settings_unless_told(adapters: dict, tiny_tree: Path,
@@ -53,20 +54,20 @@ def test_the_api_samples_with_the_adapters_settings_unless_told(adapters: dict, 
     assert (own.steps, own.scheduler, own.guidance_scale, own.guidance) == (4, SchedulerName.LCM, 0.0, False)
     told = _call(few_pipe, example_images, steps=1, scheduler="tcd").sampling
     assert (told.steps, told.scheduler, told.guidance_scale) == (1, SchedulerName.TCD, 0.0)
-    plain = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["plain"])
+    plain = Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd", lora=adapters["plain"])
     assert _call(plain, example_images, steps=1).sampling.scheduler is SchedulerName.UNIPC  # as before: no defaults
 
 
 def test_an_adapter_from_other_base_weights_is_refused(adapters: dict, tiny_tree: Path) -> None:
     with pytest.raises(CheckpointError, match="other.safetensors was distilled from other base weights"):
-        TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["other"])
+        Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd", lora=adapters["other"])
 
 
 def test_consistency_schedulers_run_one_to_eight_steps(pipe_hd: TryOnPipeline, example_images: dict) -> None:
     """Their steps draw fresh noise: from the seed, so a call gives the same pixels twice."""
     for scheduler, steps in (("lcm", 1), ("tcd", 8)):
         assert len(_call(pipe_hd, example_images, steps=steps, scheduler=scheduler,
-                         guidance_scale=0.0).timings["steps"]) == steps
+                         guidance_scale=0.0).timings.steps) == steps
     first, again = (_call(pipe_hd, example_images, steps=8, scheduler="lcm", guidance_scale=0.0) for _ in range(2))
     assert np.array_equal(np.asarray(first.images[0]), np.asarray(again.images[0]))
     with pytest.raises(UsageError, match="between 1 and 50 with the lcm scheduler"):
@@ -75,7 +76,7 @@ def test_consistency_schedulers_run_one_to_eight_steps(pipe_hd: TryOnPipeline, e
 
 def test_scale_zero_gives_the_base_picture_bit_for_bit(adapters: dict, tiny_tree: Path, example_images: dict,
                                                        pipe_hd: TryOnPipeline, few_pipe: TryOnPipeline) -> None:
-    pipe = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["few"], lora_scale=0.0)
+    pipe = Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd", lora=adapters["few"], lora_scale=0.0)
     zero = _call(pipe, example_images)
     base = _call(pipe_hd, example_images, steps=4, scheduler="lcm", guidance_scale=0.0)
     assert np.array_equal(np.asarray(zero.images[0]), np.asarray(base.images[0]))

@@ -102,10 +102,10 @@ def test_pickled_weights_load_without_unpickling_code(tree: Path) -> None:
 
 
 def test_unknown_model_type_is_a_usage_error(tiny_tree: Path) -> None:
-    from ootd import TryOnPipeline
+    from ootd.models import Models
 
     with pytest.raises(UsageError, match="model type"):
-        TryOnPipeline.from_pretrained(tiny_tree, model_type="xx")
+        Models.from_pretrained(tiny_tree).pipeline("xx")
 
 
 def test_released_class_names_are_loaded_with_stock_classes(tiny_tree: Path) -> None:

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from ootd import TryOnPipeline
 from ootd.errors import CheckpointError, UsageError
+from ootd.models import Models
+from ootd.pipeline import TryOnPipeline
 from ootd.settings import ModelType
 from ootd.weights.lora import LoraChoice, adapter_bytes, check_lora_scale, read_adapter
 from tests.helpers.training import write_adapter
@@ -36,11 +37,11 @@ def test_scale_zero_and_a_fresh_adapter_keep_the_base_images(tiny_tree: Path, ad
     base, base_settings = _images(pipe_hd, example_images)
     assert base_settings is None
     for path, scale in ((adapters["trained"], 0.0), (adapters["fresh"], 1.0)):
-        pipe = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=path, lora_scale=scale)
+        pipe = Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd", lora=path, lora_scale=scale)
         images, settings = _images(pipe, example_images)
         assert np.array_equal(images, base), (path.name, scale)
         assert settings.path.name == path.name and settings.scale == scale
-    pipe = TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=adapters["trained"], lora_scale=0.5)
+    pipe = Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd", lora=adapters["trained"], lora_scale=0.5)
     images, settings = _images(pipe, example_images)
     assert not np.array_equal(images, base)
     assert settings.sha256 == read_adapter(adapters["trained"]).sha256 and settings.scale == 0.5
@@ -59,13 +60,13 @@ def test_damaged_and_mismatched_adapters_are_refused_in_one_line(tiny_tree: Path
         assert "\n" not in str(caught.value) and path.name in str(caught.value), name
     dc = write_adapter(tiny_tree, tmp_path / "dc.safetensors", True, ModelType.DC)
     with pytest.raises(CheckpointError, match="trained on the dc model, this try-on uses the hd model"):
-        TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=dc)
+        Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd", lora=dc)
     state = read_adapter(adapters["trained"]).tensors
     wrong = {u: {k: torch.zeros(v.shape[0] + 1, v.shape[1]) if k.endswith("lora_B.weight") else v
                  for k, v in s.items()} for u, s in state.items()}
     (tmp_path / "shape.safetensors").write_bytes(adapter_bytes(wrong, ModelType.HD, 4, 4))
     with pytest.raises(CheckpointError, match="does not fit this model: .* has shape"):
-        TryOnPipeline.from_pretrained(tiny_tree, "hd", device="cpu", lora=tmp_path / "shape.safetensors")
+        Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd", lora=tmp_path / "shape.safetensors")
     with pytest.raises(UsageError, match="--lora-scale must be from 0 to 4"):
         check_lora_scale(-1)
     with pytest.raises(UsageError, match="not found"):

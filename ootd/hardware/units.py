@@ -1,4 +1,5 @@
-"""Byte counts as people read them, for every table and line the memory code prints."""
+"""Byte counts as people read them: the one formatter of every table, line and message that shows a size (memory
+plans, checkpoint files, downloads, the doctor's GPUs)."""
 
 from __future__ import annotations
 
