@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -32,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
 
+    from ootd.imaging.files import load_image
     from ootd.weights.layout import Layout
     from preprocess.masking import inpaint_mask
     from preprocess.parsing import HumanParser
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
         args.checkpoints = make_tiny_checkpoints(Path(tempfile.mkdtemp()) / "ckpt")
     layout = Layout(args.checkpoints)
-    person = Image.open(args.image).convert("RGB").resize((768, 1024))
+    person = load_image(args.image, "person").resize((768, 1024))
     small = person.resize((384, 512))
 
     torch.manual_seed(0)

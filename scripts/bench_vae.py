@@ -116,6 +116,7 @@ def profile(size: tuple[int, int], variants: str, threads: int, stages: str, one
     from PIL import Image
 
     from ootd.hardware.policy import keep_freed_memory
+    from ootd.imaging.files import load_image
     from ootd.tools.bench.architectures import FULL
     from ootd.tools.bench.vae_profile import Variant, profile_table, profile_vae
 
@@ -127,7 +128,7 @@ def profile(size: tuple[int, int], variants: str, threads: int, stages: str, one
     kept = keep_freed_memory(malloc_heap_mib << 20)
     torch.manual_seed(0)
     vae = AutoencoderKL(**FULL.vae).eval().requires_grad_(False)
-    picture = Image.open(REPO_ROOT / "examples" / "person.png").convert("RGB").resize(size, Image.BICUBIC)
+    picture = load_image(REPO_ROOT / "examples" / "person.png", "person").resize(size, Image.BICUBIC)
     image = torch.from_numpy(np.asarray(picture, dtype=np.float32) / 127.5 - 1).permute(2, 0, 1)[None].contiguous()
     print(f"VAE profile {size[0]}x{size[1]}, {threads} thread(s), malloc keeps freed memory: {kept}, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)

@@ -60,14 +60,14 @@ def write_full_clip(root: Path) -> None:
 CHILD = r"""
 import json, sys, time
 from pathlib import Path
-from PIL import Image
 def peak():  # VmHWM: this process's own peak (ru_maxrss keeps the parent's across exec)
     line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
     return int(line.split()[1]) / 1024
 import torch  # noqa
 from ootd.app.tryon.autocategory import load_classifier
+from ootd.imaging.files import load_image
 before = peak()
-garment = Image.open(sys.argv[2]).convert("RGB")
+garment = load_image(sys.argv[2], "garment")
 t, c = time.perf_counter(), time.process_time()
 classifier = load_classifier(Path(sys.argv[1]))
 load = (time.perf_counter() - t, time.process_time() - c)

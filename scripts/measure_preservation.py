@@ -64,6 +64,7 @@ def make_results(folder: Path, size: tuple[int, int], people: int, count: int) -
 
     from ootd.app.tryon.record import PassRecord, Record
     from ootd.imaging.atomic import save_png_atomic
+    from ootd.imaging.files import load_image
     from ootd.settings import Category, FitMode, ModelType, SamplingSettings, parse_resolution
     from ootd.speedups.modes import SpeedModes
 
@@ -74,8 +75,7 @@ def make_results(folder: Path, size: tuple[int, int], people: int, count: int) -
     sampling = SamplingSettings(num_samples=1, steps=20, seed=1, resolution=parse_resolution(f"{size[0]}x{size[1]}"))
     rng = np.random.default_rng(0)
     base = []
-    with Image.open(ROOT / "examples" / "person.png") as im:
-        framed = np.asarray(im.convert("RGB").resize(size)).astype(int)
+    framed = np.asarray(load_image(ROOT / "examples" / "person.png", "person").resize(size)).astype(int)
     for i in range(people):
         name = f"p{i:02d}.png"
         shutil.copy(ROOT / "examples" / "person.png", photos / name)

@@ -15,8 +15,13 @@
 # one-step try-on arguments plus yours), expect_refusal CODE TEXT (checks the last run), pyrun (inline Python).
 # Runs on the CPU; each case loads the tiny tree at most twice (~10-40 s a load on a busy machine). The whole
 # battery takes 15-25 minutes on a loaded machine, too long for CI: CI runs the same classes as pytest
-# (tests/frontends/cli/test_reliability.py, tests/frontends/cli/test_never_lose_a_file.py); run this by hand before a release.
-# The full-device and read-only cases mount small tmpfs folders when run as root (else: /dev/full and chmod).
+# (tests/frontends/cli/test_reliability.py, tests/frontends/cli/test_never_lose_a_file.py,
+# tests/frontends/cli/test_full_disk.py, tests/frontends/*/test_image_corpus.py, tests/frontends/serve/test_contract.py);
+# run this by hand before a release.
+# The full-device and read-only cases mount small tmpfs folders when run as root (else: /dev/full and chmod); the
+# colour case needs Debian's ICC profiles (scripts/install_test_packages.sh); the corpus cases use the test suite's
+# generator (tests/helpers/corpus.py, with hypothesis from the dev extra); the API contract cases need Schemathesis (the
+# serve-test extra).
 set -u
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
   sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -949,6 +954,320 @@ CASES+=(
   csv_quoted_newline_is_one_cell csv_unicode_line_separator_splits_nothing csv_nul_byte
   csv_extra_columns_end_and_middle
 )
+
+# -- cases: colours, the generated image corpus, full disks under every writer, a worker killed mid-write ------
+
+ICC=/usr/share/color/icc
+profiles_here() {  # Debian's ICC profiles (scripts/install_test_packages.sh installs them as root)
+  [ -f "$ICC/colord/AdobeRGB1998.icc" ] && [ -f "$ICC/ghostscript/default_cmyk.icc" ] \
+    || { WHY="ICC profiles missing: run scripts/install_test_packages.sh as root"; return 1; }
+}
+case_colour_managed_inputs() {  # Adobe RGB photo, CMYK garment: a picture; --keep-unmasked in the photo's profile
+  profiles_here || return 1
+  rm -rf "$WORK/col"; mkdir -p "$WORK/col"
+  pyrun "$EX" "$WORK/col" "$ICC" <<'EOF' || { WHY="could not build the inputs"; return 1; }
+import sys
+from PIL import Image
+ex, out, icc = sys.argv[1:]
+Image.open(f"{ex}/person.png").convert("RGB").save(f"{out}/adobe.png", icc_profile=open(f"{icc}/colord/AdobeRGB1998.icc", "rb").read())
+Image.open(f"{ex}/tshirt.png").convert("CMYK").save(f"{out}/cmyk.jpg", quality=95, icc_profile=open(f"{icc}/ghostscript/default_cmyk.icc", "rb").read())
+EOF
+  OUT="$WORK/col/out"
+  cli_run run -m "$WORK/col/adobe.png" -c "$WORK/col/cmyk.jpg" -k upper --mask "$EX/person_mask_upper.png" \
+    --checkpoints "$WORK/tiny" -o "$OUT" --steps 1 --resolution 384x512 --seed 1 --keep-unmasked --save-intermediates
+  [ "$RC" -eq 0 ] || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  pyrun "$WORK/col" <<'EOF' || { WHY="the picture is not in the photo's profile, or changed outside the mask"; return 1; }
+import sys
+import numpy as np
+from PIL import Image
+col = sys.argv[1]
+photo, kept = Image.open(f"{col}/adobe.png"), Image.open(f"{col}/out/adobe__cmyk__0.png")
+weight = np.asarray(Image.open(f"{col}/out/adobe__cmyk__photo_mask.png"))
+assert kept.info["icc_profile"] == photo.info["icc_profile"] and kept.text["colour"].startswith("sRGB")
+assert np.array_equal(np.asarray(kept)[weight == 0], np.asarray(photo)[weight == 0])
+EOF
+}
+
+corpus() {  # corpus DIR COUNT SUFFIX: the generated corpus (tests/helpers/corpus.py) written into DIR
+  rm -rf "$1"; mkdir -p "$1"
+  pyrun "$1" "$2" "$3" <<'EOF'
+import sys
+from pathlib import Path
+from tests.helpers.corpus import drawn, mutated, written
+folder, count, suffix = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+written(folder, [*mutated(7, flips=1, cuts=1, fields=1), *drawn(count)], suffix)
+EOF
+}
+clean_output() {  # clean_output FILE...: no traceback, no internal error in any of them
+  if grep -l "Traceback\|internal error" "$@" >/dev/null 2>&1; then
+    WHY="$(grep -h -m1 "Traceback\|internal error" "$@" | head -c 300)"; return 1
+  fi
+}
+case_corpus_batch() {  # each file as a person, a mask or (every ninth: a try-on each) a garment: a picture or a line
+  corpus "$WORK/corp" 10 "" || { WHY="could not build the corpus"; return 1; }
+  local n=0 f
+  { echo "person,garment,category,mask"
+    for f in "$WORK"/corp/*; do
+      case $(( n % 9 )) in
+        0) echo "$EX/person.png,$f,upper,$EX/person_mask_upper.png" ;;
+        1|3|5|7) echo "$f,$EX/tshirt.png,upper," ;;
+        *) echo "$EX/person.png,$EX/tshirt.png,upper,$f" ;;
+      esac
+      n=$(( n + 1 ))
+    done; } >"$WORK/corp.csv"
+  CASE_TIMEOUT=1200 run_batch "$WORK/outc" "$WORK/corp.csv"
+  { [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ]; } || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  clean_output "$WORK/stderr" "$WORK/outc/batch_report.jsonl" || return 1
+  check_report "$WORK/outc/batch_report.jsonl" || { WHY="report damaged"; return 1; }
+  [ "$(grep -c . "$WORK/outc/batch_report.jsonl")" -eq "$(ls "$WORK/corp" | wc -l)" ] || { WHY="a pair is missing"; return 1; }
+}
+case_corpus_classify_and_prepare() {  # ootd classify and ootd train prepare over the corpus: lines, no traceback
+  corpus "$WORK/corp" 10 ".png" || { WHY="could not build the corpus"; return 1; }
+  CASE_TIMEOUT=600 cli_run classify "$WORK/corp" --checkpoints "$WORK/tiny"
+  { [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ]; } || { WHY="classify exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  clean_output "$WORK/stdout" "$WORK/stderr" || return 1
+  { echo "person,garment,category"
+    for f in "$WORK"/corp/*; do echo "$f,$EX/tshirt.png,upper"; echo "$EX/person.png,$f,upper"; done; } >"$WORK/corp.csv"
+  CASE_TIMEOUT=600 cli_run train prepare "$WORK/corp.csv" -o "$WORK/corp-cache" --checkpoints "$WORK/tiny" --resolution 384x512
+  [ "$RC" -ne 124 ] || { WHY="train prepare hung"; return 1; }
+  clean_output "$WORK/stdout" "$WORK/stderr"
+}
+eval_with_stand_ins() {  # eval_with_stand_ins ARGS...: `ootd eval ARGS` with the test suite's stand-in networks
+  timeout "$CASE_TIMEOUT" "$PY" - "$@" >"$WORK/stdout" 2>"$WORK/stderr" </dev/null <<'EOF'
+import sys
+from ootd.cli import main
+from ootd.evaluation.networks import use_networks
+from tests.helpers.evaluation import stand_in_networks
+with use_networks(stand_in_networks):
+    sys.exit(main(["eval", *sys.argv[1:]]))
+EOF
+  RC=$?
+}
+case_corpus_eval() {  # the corpus as results, good photos as the truth: each unusable result skipped with its reason
+  corpus "$WORK/corp" 10 ".png" || { WHY="could not build the corpus"; return 1; }
+  rm -rf "$WORK/truth"; mkdir -p "$WORK/truth"
+  for f in "$WORK"/corp/*; do cp "$EX/person.png" "$WORK/truth/$(basename "$f")"; done
+  eval_with_stand_ins "$WORK/corp" --truth "$WORK/truth"
+  { [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ]; } || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  clean_output "$WORK/stdout" "$WORK/stderr"
+}
+case_corpus_serve() {  # the corpus uploaded as person, garment and mask: never a 5xx, the server stays up
+  corpus "$WORK/corp" 10 "" || { WHY="could not build the corpus"; return 1; }
+  start_serve || return 1
+  local answer
+  answer="$(pyrun "$SERVE_URL" "$EX" "$WORK/corp" <<'PY'
+import sys
+from pathlib import Path
+import httpx
+url, ex, corp = sys.argv[1:]
+good = {r: open(f"{ex}/{n}.png", "rb").read() for r, n in (("person", "person"), ("garment", "tshirt"), ("mask", "person_mask_upper"))}
+bad = []
+for number, path in enumerate(sorted(Path(corp).iterdir())):
+    role = ("person", "garment", "mask")[number % 3]
+    files = {r: (f"{r}.png", data, "image/png") for r, data in good.items()}
+    files[role] = (path.name, path.read_bytes(), "application/octet-stream")
+    answer = httpx.post(url + "api/tryon", files=files, data={"category": "upper", "seed": "1"}, timeout=300)
+    if answer.status_code >= 500 or (answer.status_code >= 400 and "\n" in answer.json()["error"]):
+        bad.append(f"{path.name} as {role}: {answer.status_code} {answer.text[:200]}")
+health = httpx.get(url + "api/health", timeout=10).json()["status"]
+print("ok" if not bad and health == "ok" else (bad + [f"health {health}"])[0])
+PY
+)"
+  stop_serve TERM
+  [ "$answer" = ok ] || { WHY="$answer"; return 1; }
+  serve_clean_exit
+}
+
+fill_leaving() {  # fill_leaving DIR BYTES: the filesystem of DIR full but for BYTES (a filler file in DIR)
+  pyrun "$1" "$2" <<'EOF'
+import os, sys
+folder, free = sys.argv[1], int(sys.argv[2])
+stats = os.statvfs(folder)
+size = stats.f_bavail * stats.f_frsize - free
+with open(os.path.join(folder, ".filler"), "wb") as handle:
+    while size > 0:
+        handle.write(b"\0" * min(size, 1 << 20)); size -= 1 << 20
+EOF
+}
+one_full_line() {  # one_full_line: the last run ($RC, $WORK/stderr) ended with one "no space left" line, exit 1
+  [ "$RC" -eq 1 ] && [ "$(grep -c '^error: ' "$WORK/stderr")" -eq 1 ] \
+    && tail -1 "$WORK/stderr" | grep -q "^error: no space left on device (" \
+    || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  clean_output "$WORK/stderr"
+}
+case_full_tmpfs_run_partial() {  # some files fit, then one does not: those written are whole; freed, a rerun ends
+  small_device "$WORK/fullp" 4m || { WHY="cannot mount a tmpfs (needs root)"; return 1; }
+  mkdir -p "$WORK/fullp/out"; fill_leaving "$WORK/fullp" 400000
+  run_ootd "$WORK/tiny" -o "$WORK/fullp/out" --samples 2 --save-intermediates; OUT="$WORK/fullp/out"
+  one_full_line || return 1
+  no_temp_files "$OUT" && pictures_whole "$OUT" || { WHY="a half-written file"; return 1; }
+  rm -f "$WORK/fullp/.filler"
+  run_ootd "$WORK/tiny" -o "$WORK/fullp/out" --samples 2 --save-intermediates --overwrite
+  [ "$RC" -eq 0 ] || { WHY="after freeing: exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+}
+train_cache() {  # a prepared cache of two pairs (masks given) in $WORK/tc, one person held out
+  [ -f "$WORK/tc/cache/index.json" ] && return 0
+  rm -rf "$WORK/tc"; mkdir -p "$WORK/tc"
+  pyrun "$EX" "$WORK/tc" <<'EOF'
+import shutil, sys
+from PIL import Image, ImageOps
+ex, root = sys.argv[1:]
+shutil.copy(f"{ex}/person.png", f"{root}/p1.png"); shutil.copy(f"{ex}/person_mask_upper.png", f"{root}/m1.png")
+ImageOps.mirror(Image.open(f"{ex}/person.png")).save(f"{root}/p2.png")
+ImageOps.mirror(Image.open(f"{ex}/person_mask_upper.png")).save(f"{root}/m2.png")
+shutil.copy(f"{ex}/tshirt.png", f"{root}/g1.png")
+open(f"{root}/pairs.csv", "w").write("person,garment,category,mask\np1.png,g1.png,upper,m1.png\np2.png,g1.png,upper,m2.png\n")
+EOF
+  cli_run train prepare "$WORK/tc/pairs.csv" -o "$WORK/tc/cache" --checkpoints "$WORK/tiny" --resolution 384x512 --split 0.5
+}
+case_full_tmpfs_train_prepare() {  # the cache's device is full: one line; freed, the rerun finishes it
+  train_cache || { WHY="cannot prepare the reference cache"; return 1; }
+  small_device "$WORK/fullt" 4m || { WHY="cannot mount a tmpfs (needs root)"; return 1; }
+  fill_leaving "$WORK/fullt" 0
+  cli_run train prepare "$WORK/tc/pairs.csv" -o "$WORK/fullt/cache" --checkpoints "$WORK/tiny" --resolution 384x512 --split 0.5
+  one_full_line || return 1
+  no_temp_files "$WORK/fullt/cache" || { WHY="a temporary file was left"; return 1; }
+  rm -f "$WORK/fullt/.filler"
+  cli_run train prepare "$WORK/tc/pairs.csv" -o "$WORK/fullt/cache" --checkpoints "$WORK/tiny" --resolution 384x512 --split 0.5
+  [ "$RC" -eq 0 ] && cmp -s "$WORK/fullt/cache/index.json" "$WORK/tc/cache/index.json" \
+    || { WHY="after freeing: exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+}
+TRAIN_ARGS=(--checkpoints "$WORK/tiny" --steps 4 --checkpoint-every 2 --validation-pairs 0 --device cpu --seed 3 --batch-size 1)
+case_full_tmpfs_train_run_resume() {  # room for the first checkpoint only: one line; freed, --resume ends bitwise
+  train_cache || { WHY="cannot prepare the cache"; return 1; }
+  rm -rf "$WORK/whole"
+  cli_run train run "$WORK/tc/cache" -o "$WORK/whole" "${TRAIN_ARGS[@]}"
+  [ "$RC" -eq 0 ] || { WHY="the uninterrupted run: exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  small_device "$WORK/fullr2" 64m || { WHY="cannot mount a tmpfs (needs root)"; return 1; }
+  local before after checkpoint
+  before="$(df -B1 --output=used "$WORK/fullr2" | tail -1)"
+  cli_run train run "$WORK/tc/cache" -o "$WORK/fullr2/probe" "${TRAIN_ARGS[@]}" --steps 2
+  after="$(df -B1 --output=used "$WORK/fullr2" | tail -1)"
+  checkpoint="$(du -sb "$WORK/whole/checkpoints/step-00000002" | cut -f1)"
+  rm -rf "$WORK/fullr2/probe"
+  fill_leaving "$WORK/fullr2" $(( after - before + checkpoint / 2 ))
+  cli_run train run "$WORK/tc/cache" -o "$WORK/fullr2/run" "${TRAIN_ARGS[@]}"
+  one_full_line || return 1
+  [ -d "$WORK/fullr2/run/checkpoints/step-00000002" ] && [ -z "$(find "$WORK/fullr2/run" -name '.*tmp*' -print -quit)" ] \
+    || { WHY="no whole first checkpoint, or a temporary file or folder left"; return 1; }
+  rm -f "$WORK/fullr2/.filler"
+  cli_run train run "$WORK/tc/cache" -o "$WORK/fullr2/run" "${TRAIN_ARGS[@]}" --resume
+  [ "$RC" -eq 0 ] || { WHY="--resume: exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  cmp -s "$WORK/fullr2/run/lora.safetensors" "$WORK/whole/lora.safetensors" \
+    || { WHY="the resumed adapter differs from the uninterrupted run's"; return 1; }
+}
+case_full_tmpfs_eval() {  # eval's files do not fit beside a batch's results: one line, the page unchanged
+  batch_inputs
+  small_device "$WORK/fulle" 8m || { WHY="cannot mount a tmpfs (needs root)"; return 1; }
+  folder_batch "$WORK/fulle/out"
+  [ "$RC" -eq 0 ] || { WHY="the batch: exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  mkdir -p "$WORK/etruth"; cp "$EX/person.png" "$WORK/etruth/pA.png"; cp "$EX/person.png" "$WORK/etruth/pB.png"
+  local page; page="$(md5sum <"$WORK/fulle/out/index.html")"
+  fill_leaving "$WORK/fulle" 0
+  eval_with_stand_ins "$WORK/fulle/out" --truth "$WORK/etruth"
+  one_full_line || return 1
+  [ "$(md5sum <"$WORK/fulle/out/index.html")" = "$page" ] && no_temp_files "$WORK/fulle/out" \
+    || { WHY="the page changed or a temporary file was left"; return 1; }
+  rm -f "$WORK/fulle/.filler"
+  eval_with_stand_ins "$WORK/fulle/out" --truth "$WORK/etruth"
+  [ "$RC" -eq 0 ] && [ -f "$WORK/fulle/out/eval.json" ] || { WHY="after freeing: exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+}
+case_full_tmpfs_serve_job() {  # the server's folder is full: 507 and one line; freed, the next job is done
+  local keep="$SERVE_TMP" full first second
+  SERVE_TMP="$WORK/fulls"
+  small_device "$SERVE_TMP" 16m || { SERVE_TMP="$keep"; WHY="cannot mount a tmpfs (needs root)"; return 1; }
+  start_serve || { SERVE_TMP="$keep"; return 1; }
+  warm_up || { SERVE_TMP="$keep"; return 1; }
+  fill_leaving "$SERVE_TMP" 0
+  first="$(serve_http POST /api/tryon)"
+  rm -f "$SERVE_TMP/.filler"
+  second="$(serve_http POST /api/tryon)"
+  stop_serve TERM
+  full="$(ls -A "$SERVE_TMP")"; SERVE_TMP="$keep"
+  expect_status "$first" 507 "no space left on device (" || return 1
+  case "$second" in "200 "*) ;; *) WHY="after freeing: $(echo "$second" | head -c 300)"; return 1 ;; esac
+  [ -z "$full" ] || { WHY="left in its folder: $full"; return 1; }
+}
+case_ray_worker_killed_in_write() {  # a Ray worker SIGKILLed inside its write of a picture: swept once settled
+  batch_inputs; rm -rf "$WORK/outk" "$WORK/killed"; mkdir -p "$WORK/outk"
+  timeout "$CASE_TIMEOUT" "$PY" - "$WORK/killed" "$WORK/outk" "$REPO" --models "$WORK/b/people" \
+    --cloths "$WORK/b/garments" --masks "$WORK/b/masks" --category upper "${BATCH_ARGS[@]}" \
+    >"$WORK/stdout" 2>"$WORK/stderr" </dev/null <<'EOF'
+import os, sys
+import ray
+from ootd.cli import main
+from tests.helpers.kill_in_write import KILL_IN_WRITE, KILL_PERSON
+marker, out, repo, *args = sys.argv[1:]
+env = {KILL_IN_WRITE: marker, KILL_PERSON: "pA__", "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+         runtime_env={"env_vars": env, "worker_process_setup_hook": "tests.helpers.kill_in_write.arm"})
+code = main(["batch", *args, "-o", out, "--engine", "ray", "--workers", "1", "--gpus-per-worker", "0"])
+ray.shutdown()
+sys.exit(code)
+EOF
+  RC=$?
+  [ "$RC" -eq 0 ] || { WHY="exit $RC: $(tail -c 300 "$WORK/stderr")"; return 1; }
+  [ -e "$WORK/killed" ] || { WHY="the worker was not killed inside its write"; return 1; }
+  check_report "$WORK/outk/batch_report.jsonl" ok ok || { WHY="report: $(head -c 300 "$WORK/outk/batch_report.jsonl")"; return 1; }
+  no_temp_files "$WORK/outk" && pictures_whole "$WORK/outk" || { WHY="the dead worker's temporary file is still there"; return 1; }
+}
+
+CASES+=(
+  colour_managed_inputs corpus_batch corpus_classify_and_prepare corpus_eval corpus_serve full_tmpfs_run_partial
+  full_tmpfs_train_prepare full_tmpfs_train_run_resume full_tmpfs_eval full_tmpfs_serve_job ray_worker_killed_in_write
+)
+
+# -- cases: the API keeps the contract it publishes (/openapi.json) ------------------------------------------------
+
+case_serve_contract_schemathesis() {  # every check, every phase (stateful too): 0 failures, the server still up
+  start_serve --max-steps 1 --max-samples 1 --max-queue 64 || return 1
+  SCHEMATHESIS_HOOKS=tests.helpers.contract_hooks NO_COLOR=1 timeout 900 "$PY" -m schemathesis.cli \
+    --config-file "$REPO/tests/frontends/serve/schemathesis.toml" run "${SERVE_URL}openapi.json" --checks all \
+    --max-examples 20 --seed 1 --workers 1 --request-timeout 300 --max-response-time 600 --warnings off \
+    >"$WORK/schemathesis.log" 2>&1 </dev/null
+  RC=$?
+  local alive; alive="$(serve_http GET /api/health)"
+  stop_serve TERM
+  [ "$RC" -eq 0 ] || { WHY="schemathesis exit $RC: $(grep -m3 -E "ST[0-9]+ |Error" "$WORK/schemathesis.log")"; return 1; }
+  case "$alive" in "200 "*) ;; *) WHY="the server after the run: $alive"; return 1 ;; esac
+  # requests without a mask load the parsing model: ONNX Runtime (1.32) writes its telemetry session file, $TMPDIR/.ses
+  # (51 bytes, the same file every run, `ootd run` too), which is not the server's; everything else must be gone
+  rm -f "$SERVE_TMP/.ses"
+  serve_clean_exit
+}
+case_serve_contract_findings() {  # what the first runs found: each answered as the document says
+  start_serve --max-steps 1 || return 1
+  local empty; empty="$(serve_http POST /api/jobs category=)"
+  pyrun "$SERVE_URL" "$EX" >"$WORK/contract.out" 2>&1 <<'PY'
+import sys
+import httpx
+url, ex = sys.argv[1].rstrip("/"), sys.argv[2]
+files = {role: (f"{name}.png", open(f"{ex}/{name}.png", "rb").read(), "image/png")
+         for role, name in (("person", "person"), ("garment", "tshirt"), ("mask", "person_mask_upper"))}
+many = httpx.post(url + "/api/jobs", files=files, data={"category": "upper", "seed": [str(n) for n in range(40)]})
+assert many.status_code == 422 and set(many.json()) == {"error"}, ("too many fields", many.status_code, many.text)
+plain = httpx.post(url + "/api/jobs", json={"category": "upper"})
+assert plain.status_code == 415 and set(plain.json()) == {"error"}, ("not multipart", plain.status_code, plain.text)
+options = httpx.request("OPTIONS", url + "/api/jobs/abc")
+allow = {m.strip() for m in options.headers.get("allow", "").split(",")}
+assert options.status_code == 405 and {"GET", "DELETE"} <= allow, ("Allow", options.headers)
+job = httpx.post(url + "/api/jobs", files=files, data={"category": "upper"}, timeout=60).json()
+assert httpx.delete(url + f"/api/jobs/{job['id']}").status_code == 202
+gone = httpx.get(url + f"/api/jobs/{job['id']}")
+assert gone.status_code == 410 and set(gone.json()) == {"error"}, ("deleted job", gone.status_code, gone.text)
+doc = httpx.get(url + "/openapi.json").json()
+codes = set(doc["paths"]["/api/jobs/{job_id}"]["delete"]["responses"])
+assert {"202", "404", "410"} <= codes, ("DELETE's statuses", codes)
+print("ok")
+PY
+  RC=$?
+  stop_serve TERM
+  [ "$RC" -eq 0 ] || { WHY="$(tail -c 300 "$WORK/contract.out")"; return 1; }
+  case "$empty" in 202*|400*) ;; *) WHY="empty category: $empty"; return 1 ;; esac
+  serve_clean_exit
+}
+
+CASES+=(serve_contract_schemathesis serve_contract_findings)
 
 main() {
   local selected=("$@") passed=0 failed=0 name

@@ -4,7 +4,8 @@
 # below at the tested versions of constraints.txt (OOTD_DEPS=newest: the newest releases instead, to try an
 # upgrade), nothing when nothing changed since the last one; the tests take under 10 minutes on a quiet 2-core
 # machine. As root it also installs Debian's chromium and chromium-driver when they are missing
-# (scripts/install_browser.sh), for the page's browser tests.
+# (scripts/install_browser.sh), for the page's browser tests, and Debian's ICC profiles for the colour-management
+# tests (scripts/install_test_packages.sh).
 #   bash scripts/test.sh [pytest args...]           # the everyday group (the README's test command)
 #   bash scripts/test.sh --slow [pytest args...]    # the slow group: Ray instances, the browser, signals to real
 #                                                   # processes, whole scripts (CI runs it too: .ci/run)
@@ -27,6 +28,7 @@ cd "$(dirname "$0")/.."
 # --engine ray (Ray Train) and the loss plot
 EXTRAS="[dev,ray,ray-serve,serve-test,quant,eval-math,ray-train]" . scripts/setup_env.sh
 bash scripts/install_browser.sh  # Debian's chromium + chromium-driver for the page test (as root, when missing)
+bash scripts/install_test_packages.sh  # Debian's ICC profiles for the colour tests (as root, when missing)
 ruff check .
 # the slowest tests are listed at the end, so growth shows
 python -m pytest -q ${marks:+-m "$marks"} --durations=15 "$@"

@@ -33,11 +33,11 @@ def test_the_lock_is_checked_against_what_pyproject_declares(tmp_path: Path) -> 
     """The check that fails once a dependency is added without rerunning `lock` (or one's bound moves past it)."""
     pyproject = tmp_path / "pyproject.toml"
     text = (REPO / "pyproject.toml").read_text()
-    pyproject.write_text(text.replace('dev = ["pytest>=8",', 'dev = ["hypothesis>=6", "pytest>=8",')
+    pyproject.write_text(text.replace('dev = ["pytest>=8",', 'dev = ["pytest-timeout>=2", "pytest>=8",')
                          .replace('"numpy>=1.26"', '"numpy>=99"'))
     problems = deps.unlocked_declarations(deps.read_lock(), pyproject)
-    assert sorted(problems) == ["hypothesis>=6: not in constraints.txt",
-                                f"numpy>=99: constraints.txt pins numpy=={deps.read_lock()['numpy']}"]
+    assert sorted(problems) == [f"numpy>=99: constraints.txt pins numpy=={deps.read_lock()['numpy']}",
+                                "pytest-timeout>=2: not in constraints.txt"]
 
 
 def test_this_environment_holds_what_the_lock_names() -> None:

@@ -1,7 +1,8 @@
 """Every file ootd writes, written atomically: complete under its name or not there at all, whatever stops the
 writer (a crash, a kill, a full disk), and never replacing a file unless asked.
 
-`write_atomic` is the one writer: the others (PNG with its text record, text, bytes) hand it what to write. A
+`write_atomic` is the one writer: the others (PNG with its text record, text, bytes) hand it what to write;
+`append_line` adds one whole line to a log. A
 hidden temporary file in the target's folder is locked while it is written, so a cleaner (ootd.app.tryon.tempfiles)
 knows its writer is alive, then flushed and renamed into place. `check_output_dir` proves a folder writable before
 slow work starts.
@@ -87,6 +88,27 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 def write_bytes_atomic(path: str | Path, data: bytes, overwrite: bool = False) -> Path:
     """Bytes (a PNG made elsewhere, an upload) written complete or not at all."""
     return write_atomic(path, lambda handle: handle.write(data), overwrite)
+
+
+def append_line(path: str | Path, line: str) -> Path:
+    """`line` (one line, its newline included) added to the end of a log (a training run's loss.jsonl) in one
+    write: whole or not at all - a write cut short (a full device) is cut off again, so the file keeps its whole
+    lines; a full device is one NoSpaceError naming the file."""
+    path = Path(path)
+    data = line.encode("utf-8", errors="backslashreplace")
+    size = None
+    try:
+        with open(path, "ab") as handle:
+            size = handle.tell()
+            handle.write(data)
+    except OSError as exc:
+        if size is not None:
+            with suppress(OSError):
+                os.truncate(path, size)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise no_space(path) from None
+        raise OutputError(f"cannot write {path}: {_one_line(exc.strerror or exc)}") from None
+    return path
 
 
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], overwrite: bool = False) -> Path:

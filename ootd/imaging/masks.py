@@ -8,13 +8,15 @@ import numpy as np
 from PIL import Image
 
 from ootd.imaging.files import ImageInput, load_image
+from ootd.imaging.icc import to_srgb
 from preprocess.masking import dilate
 
 
 def as_image(value: ImageInput, role: str) -> Image.Image:
-    """A PIL image from an image, a path or a path string ("mask" gives a grayscale one)."""
+    """A PIL image from an image, a path or a path string ("mask" gives a grayscale one); an image that carries
+    an ICC profile converted through it to sRGB, as a file's is."""
     if isinstance(value, Image.Image):
-        return value.convert("L" if role == "mask" else "RGB")
+        return to_srgb(value, role).convert("L" if role == "mask" else "RGB")
     return load_image(Path(value), role)
 
 

@@ -9,9 +9,12 @@ resizes the try-on's mask the same way, binarises it, widens it into a seam by a
 (finite: beyond that radius the blend weight is exactly 0, inside the mask by more it is exactly 1) and blends the
 generated picture into the photo through it: every pixel outside the feathered mask is the photo's, every pixel
 well inside is the generated one's, the band between is a blend. The photo keeps its mode (L, LA, RGB, RGBA:
-`load_photo`) and its ICC profile; a transparent photo keeps its alpha outside the mask, the repainted region is
-opaque. The pictures are made one at a time as they are read (`PhotoPictures`), so the memory this takes does not
-grow with the number of samples.
+`load_photo`) and its ICC profile: the generated picture (sRGB, as the models saw the photo) is converted into that
+profile before it is blended in (ootd/imaging/icc.py `from_srgb`), so the pixels outside the mask stay the photo's
+own numbers and the ones inside mean the generated colours; a transparent photo keeps its alpha outside the mask, the
+repainted region is opaque. The generated picture at the photo's size (`--output-size photo`) is converted into the
+photo's RGB profile the same way and carries it. The pictures are made one at a time as they are read
+(`PhotoPictures`), so the memory this takes does not grow with the number of samples.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import overload
 from PIL import Image, ImageChops, ImageFilter
 
 from ootd.imaging.framing import FitInfo
+from ootd.imaging.icc import describes, from_srgb
 from ootd.settings import FEATHER_HEIGHT
 
 MASK_THRESHOLD = 128  # a mask resized with a smooth filter: pixels from here are repainted
@@ -55,8 +59,9 @@ def photo_mask(mask: Image.Image, info: FitInfo, feather: int) -> Image.Image:
 
 def kept_photo(photo: Image.Image, generated: Image.Image, weight: Image.Image, info: FitInfo) -> Image.Image:
     """The photo (L, LA, RGB or RGBA, its own size; `ootd.imaging.files.load_photo`) with the generated picture
-    blended in through `weight` (`photo_mask`); only the weight's bounding box is touched. A grey photo gets the
-    generated picture in grey; the copy keeps the photo's `info` (its ICC profile)."""
+    blended in through `weight` (`photo_mask`); only the weight's bounding box is touched. The generated picture
+    (sRGB) is converted into the photo's ICC profile (in grey for a grey photo); the copy keeps the photo's `info`
+    (its profile)."""
     if photo.size != info.original_size:
         raise ValueError(f"the photo is {photo.size}, the framing was made for {info.original_size}")
     out = photo.copy()
@@ -68,7 +73,8 @@ def kept_photo(photo: Image.Image, generated: Image.Image, weight: Image.Image, 
     base = photo.crop(box)
     rgb = base.convert(colour)
     layer = rgb.copy()
-    layer.paste(picture.crop((box[0] - dx, box[1] - dy, box[2] - dx, box[3] - dy)).convert(colour), (0, 0))
+    generated_box = picture.crop((box[0] - dx, box[1] - dy, box[2] - dx, box[3] - dy))
+    layer.paste(from_srgb(generated_box, photo.info.get("icc_profile"), colour), (0, 0))
     if info.mode == "crop":  # the seam may reach past the kept region, where only the photo exists
         outside = Image.new("L", base.size, 255)
         outside.paste(0, (dx - box[0], dy - box[1], dx - box[0] + picture.width, dy - box[1] + picture.height))
@@ -82,11 +88,13 @@ def kept_photo(photo: Image.Image, generated: Image.Image, weight: Image.Image, 
 
 
 def with_profile(picture: Image.Image, icc: object) -> Image.Image:
-    """`picture` carrying the photo's ICC profile `icc` when it describes the picture's colours (an RGB profile on
-    an RGB picture): the model was given the photo's own colour values, so they are in the photo's colour space."""
-    if isinstance(icc, bytes) and icc[16:20] == b"RGB " and picture.mode in ("RGB", "RGBA"):
-        picture.info["icc_profile"] = icc
-    return picture
+    """An sRGB `picture` in the photo's colours: converted into the photo's ICC profile `icc` and carrying it when
+    that is an RGB profile (`from_srgb`), else as it is (sRGB, no profile)."""
+    if not describes(icc, "RGB"):
+        return picture
+    out = from_srgb(picture, icc, "RGB")
+    out.info["icc_profile"] = icc
+    return out
 
 
 class PhotoPictures(Sequence[Image.Image]):

@@ -6,9 +6,11 @@
     POST   /api/tryon                    multipart try-on, answered when done: images as data: URLs
     POST   /api/jobs                     the same request, answered at once with a job id (the page uses this)
     GET    /api/jobs/{id}                place in line, stage and step, then the result (file URLs) or the error
-    DELETE /api/jobs/{id}                cancel: a waiting job leaves the line, a running one stops at its next step
+    DELETE /api/jobs/{id}                cancel: a waiting job leaves the line, a running one stops at its next step;
+                                         the job is gone (410 afterwards)
     GET    /api/jobs/{id}/files/{name}   one of that job's PNGs
-    GET    /openapi.json                 the schema of these routes, with examples
+    GET    /openapi.json                 the schema of these routes, with examples: every status and constraint
+                                         (contract.py)
 
 A /api/tryon whose client goes away is cancelled at the next denoising step; so is every job when the server
 stops (its waiting clients get 503).
@@ -23,6 +25,8 @@ import logging
 import shutil
 import stat
 import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -42,9 +46,9 @@ from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
 from ootd.errors import NoPersonError, OotdError, UsageError
 from ootd.models import ModelSource
-from ootd.serve import schema
+from ootd.serve import contract, schema
 from ootd.serve.access import CLIENT_GONE, AccessLog
-from ootd.serve.forms import FILES, TEXT_FIELDS, build_spec
+from ootd.serve.forms import FILES, TEXT_FIELDS, FieldError, build_spec
 from ootd.serve.limits import Auth, BodyLimit, Limits, RequireAuth
 from ootd.serve.messages import classify, error_response
 from ootd.serve.origins import ANY, Access, BrowserGuard
@@ -56,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 POLL_S = 0.1  # how often a waiting /api/tryon looks whether its client is still there
+DELETED_KEPT = 4096  # cancelled jobs remembered as gone (410) rather than unknown (404)
 
 
 def _data_url(path: Path) -> str:
@@ -95,6 +100,7 @@ class Api:
         self.roots = {str(checkpoints): "<checkpoints>", str(checkpoints.resolve()): "<checkpoints>",
                       str(jobs_root.parent): "<temporary folder>"}
         self._note: Any = ...  # not computed yet
+        self.deleted: OrderedDict[str, None] = OrderedDict()  # jobs cancelled by DELETE: gone (410), newest last
 
     def register(self, app: FastAPI) -> None:
         app.add_api_route("/", self.page, methods=["GET"], include_in_schema=False)
@@ -112,11 +118,14 @@ class Api:
 
     async def submit(self, request: Request) -> Job:
         """Read and check the form (into a new job folder), then take a place in line; on failure, no trace."""
+        kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if kind != "multipart/form-data":
+            raise HTTPException(415, f"the body must be multipart/form-data (files and fields), not {kind or 'none'}")
         self.worker.check_room()
         job_id = uuid.uuid4().hex
         folder = self.jobs_root / job_id
         try:
-            async with request.form(max_files=len(FILES), max_fields=len(TEXT_FIELDS)) as form:
+            async with _form(request) as form:
                 spec = await run_in_threadpool(build_spec, form, self.config, folder, self.limits,
                                                self.service.models)
             job = Job(spec, folder, id=job_id)
@@ -183,8 +192,14 @@ class Api:
         return JSONResponse(body)
 
     async def cancel_job(self, job_id: str) -> dict[str, Any]:
-        job = self._job(job_id)
+        """The job is gone for its client from now on (410); the worker stops it and forgets it as usual."""
+        job = self._job(job_id, gone_ok=True)
+        if job is None:  # deleted before: DELETE is idempotent
+            return {"id": job_id, "state": CANCELLED}
         self.worker.cancel(job, Cancelled("cancelled by its client"))
+        self.deleted[job.id] = None
+        while len(self.deleted) > DELETED_KEPT:
+            self.deleted.popitem(last=False)
         return {"id": job.id, "state": job.state}
 
     async def job_file(self, job_id: str, name: str) -> FileResponse:
@@ -198,11 +213,29 @@ class Api:
             raise HTTPException(404, f"no file {name!r} in job {job_id}")
         return ResultFile(path, media_type="image/png", stat_result=found)
 
-    def _job(self, job_id: str) -> Job:
+    def _job(self, job_id: str, gone_ok: bool = False) -> Job | None:
+        if job_id in self.deleted:
+            if gone_ok:
+                return None
+            raise HTTPException(410, f"job {job_id} was cancelled by its client: it is gone, with its files")
         job = self.worker.get(job_id)
         if job is None:
             raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while, then deleted)")
         return job
+
+
+@contextlib.asynccontextmanager
+async def _form(request: Request) -> AsyncIterator[Any]:
+    """The request's form, at most the fields and files the form has (more: 422, as the document says);
+    a body that is not well-formed multipart stays Starlette's 400."""
+    try:
+        async with request.form(max_files=len(FILES), max_fields=len(TEXT_FIELDS)) as form:
+            yield form
+    except HTTPException as exc:
+        if exc.status_code == 400 and str(exc.detail).startswith("Too many"):
+            raise FieldError(f"too many parts: the form has {len(FILES)} files and {len(TEXT_FIELDS)} other "
+                             "fields") from None
+        raise
 
 
 class ResultFile(FileResponse):
@@ -264,6 +297,7 @@ def create_app(config: RunConfig, workdir: Path, limits: Limits | None = None, a
     api = Api(config, limits, service, worker, jobs_root)
     _add_error_handlers(app, api)
     api.register(app)
+    contract.publish(app, config, limits, auth is not None)
     # the last added runs first: the access log sees every answer, the guards act before any body is read
     app.add_middleware(BodyLimit, limit=limits.max_upload_bytes)
     if auth is not None:
@@ -301,8 +335,11 @@ def _add_error_handlers(app: FastAPI, api: Api) -> None:
     """Every answer that is not a success is {"error": "one line"}; tracebacks go to the server log only."""
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": one_line(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not only the first route's
+            headers["Allow"] = ", ".join(contract.allowed_methods(app, request))
+        return JSONResponse({"error": one_line(exc.detail)}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -99,9 +99,9 @@ def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category
     unknown = sorted(set(form.keys()) - set(TEXT_FIELDS) - set(FILES))
     if unknown:
         raise FieldError(f"unknown field {unknown[0]!r}: use {', '.join(FILES + TEXT_FIELDS)}")
-    words = _text(form, "category")
-    if words is None:
+    if form.get("category") is None:
         raise FieldError(f"category is required: {', '.join(c.value for c in Category)} or {AUTO_CATEGORY}")
+    words = _text(form, "category") or AUTO_CATEGORY  # empty: auto, as a batch row's empty category
     try:
         category = parse_category_word(words)
         numbers = {name: _number(form, name) for name in NUMBERS}

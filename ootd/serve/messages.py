@@ -3,7 +3,8 @@ this server's files.
 
 Statuses: 400 unusable image, impossible combination or a setting this server cannot run (UnsupportedError, exit 3
 in the CLI: retrying cannot help), 413 too large, 422 bad field, 503 busy (Retry-After), stopping, out of memory or
-models that cannot load; 500 only for a fault of the server itself.
+models that cannot load, 507 the server's disk is full (nothing of the request is kept; the same request works once
+space is freed); 500 only for a fault of the server itself.
 
 The library's messages are written for the command line ("give a mask image with --mask"); `for_client` turns
 those hints into the API's words (the `mask` field) and replaces every absolute path by its last part (the
@@ -18,11 +19,13 @@ import re
 from fastapi.responses import JSONResponse
 
 from ootd.app.console import one_line
+from ootd.app.signals import as_no_space
 from ootd.errors import (
     CheckpointError,
     DeviceError,
     InputImageError,
     NoPersonError,
+    NoSpaceError,
     OotdError,
     UnsupportedError,
     UsageError,
@@ -80,6 +83,10 @@ def _classify(exc: BaseException) -> tuple[int, str, dict[str, str]]:
         return 503, f"out of memory: {one_line(exc)[:200]}; {OOM_HINT}", {}
     if isinstance(exc, CheckpointError | DeviceError):
         return 503, f"the server cannot run this model: {exc}", {}
+    if isinstance(exc, NoSpaceError):
+        return 507, str(exc), {}
+    if isinstance(exc, OSError) and (full := as_no_space(exc)) is not None:  # a library's own write (a folder)
+        return 507, str(full), {}
     if isinstance(exc, OotdError):
         return 500, str(exc), {}
     return 500, f"internal error: {type(exc).__name__}: {one_line(exc)[:300]} (details in the server log)", {}

@@ -47,12 +47,14 @@ from typing import Any
 
 from ootd.app.signals import children_stopped_on_failure, ray_for_a_driver, sigterm_kept
 from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.errors import UsageError
 from ootd.imaging.atomic import write_bytes_atomic
 from ootd.serve.ray_replica import TEST_EXIT, TEST_HOLD, TryOnReplica
 from ootd.serve.ray_roster import deployment_status, forget, list_replicas, start_roster
 from ootd.serve.service import Finished
 from ootd.serve.worker import RUNNING, Cancelled, Job, QueueFull, ReplicaLost, ShuttingDown, Worker
+from ootd.serve.workspace import remove_dead
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +219,9 @@ class RayWorker(Worker):
                     self.completed += 1
                 self._threads.discard(threading.current_thread())
             shutil.rmtree(job.folder / "inputs", ignore_errors=True)  # as the local service does, whatever happened
+            clean_stale_temps(job.folder / "results")
+            if isinstance(error, ReplicaLost):  # a replica that died cleans nothing: its folder, if on this node
+                remove_dead()
             if error is not None and job._cancel is not None and not isinstance(error, ReplicaLost | QueueFull):
                 error = job._cancel
             self._finish(job, result=result if error is None else None, error=error)

@@ -125,7 +125,9 @@ class TryOnReplica:
 
 
 def _portable(exc: BaseException) -> BaseException:
-    """The exception itself when it survives pickling as it is, else an OotdError with its words."""
+    """The exception itself when it survives pickling as it is, else the nearest of the library's error kinds
+    (ootd/errors.py: what the API's statuses are chosen by) with its words: an error made from its parts that
+    does not pickle by them still comes back as its kind (a NoPersonError: 400), not as an internal error."""
     import pickle
 
     try:
@@ -134,4 +136,10 @@ def _portable(exc: BaseException) -> BaseException:
             return exc
     except Exception:  # noqa: BLE001 - any failure to pickle means: send the words
         pass
+    for kind in type(exc).__mro__:
+        if kind.__module__ == OotdError.__module__ and issubclass(kind, OotdError):
+            try:
+                return kind(str(exc))
+            except Exception:  # noqa: BLE001 - a kind made otherwise: the next one up
+                continue
     return OotdError(f"{type(exc).__name__}: {exc}")

@@ -42,6 +42,8 @@ FAILURES = {
     422: {"description": "a field is missing, unknown, out of range or over the server's limits", "content": ERROR},
     503: {"description": "busy (Retry-After), stopping, out of memory, or models that cannot load here",
           "content": ERROR},
+    507: {"description": "the server's disk is full: nothing of the request was kept; the same request works once "
+                         "space is freed", "content": ERROR},
 }
 
 

@@ -18,6 +18,7 @@ from ootd.app.tryon.job import JobOutcome, TryOnJob
 from ootd.app.tryon.loader import models_for
 from ootd.app.tryon.outputs import attention_used
 from ootd.app.tryon.preflight import check_job
+from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.imaging.atomic import save_png_atomic
 from ootd.models import Keep, ModelSource
 from ootd.pipeline_types import RunInfo, Timings
@@ -80,11 +81,13 @@ class TryOnService:
         return [m.value for m in ModelType if self.models.holds(m)]
 
     def run(self, job: Job) -> Finished:
-        """Load the model if needed, run the try-on, write its PNGs into the job folder; the uploads go then."""
+        """Load the model if needed, run the try-on, write its PNGs into the job folder; the uploads go then, and
+        any temporary file a writer left (the job is settled: nothing of it is written any more)."""
         try:
             return self._run(job)
         finally:
             shutil.rmtree(job.folder / "inputs", ignore_errors=True)
+            clean_stale_temps(job.spec.config.output)
 
     def _run(self, job: Job) -> Finished:
         spec: JobSpec = job.spec

@@ -38,7 +38,7 @@ from ootd.app.evaluate.preservation import recorded_figures
 from ootd.app.tryon.provenance import is_intermediate_record, is_ours, read_record, setting_changes
 from ootd.errors import InputImageError, OotdError, UsageError, printable
 from ootd.evaluation.preservation import Preservation
-from ootd.imaging.files import open_image_file
+from ootd.imaging.opener import open_image
 from ootd.imaging.similarity import differences, psnr, ssim
 
 
@@ -146,7 +146,7 @@ def _read_rgb(path: Path) -> np.ndarray:
     def fail(problem: str) -> InputImageError:
         return InputImageError(f"{printable(path)}: {' '.join(problem.split())}")
 
-    with open_image_file(path, fail, min_side=1) as im:  # no size is too small to compare
+    with open_image(path, fail, min_side=1) as im:  # no size is too small to compare; the values as stored
         try:
             return np.asarray(im.convert("RGB"))
         except (OSError, ValueError) as exc:

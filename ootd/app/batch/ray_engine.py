@@ -12,7 +12,9 @@ prepared once per actor that sees its pairs, and a pair's outputs, metadata and 
 engine would give.
 
 An actor that dies (killed, out of memory) costs exactly the pair it was running: the pool replaces it and gives
-the pair to the replacement, at most `--retries` more times, then reports the pair as an error. Pairs are taken
+the pair to the replacement, at most `--retries` more times, then reports the pair as an error. A dead actor cleans
+nothing: once such a pair is settled the driver removes the temporary files its dead writers left (`Sweeper`,
+ootd/app/tryon/tempfiles.py; only ours, only unlocked ones). Pairs are taken
 from the run order only as actors free up and results are written as they arrive, so the driver's memory does
 not grow with the batch (ray_pool.py says why Ray Data's pool is not used).
 
@@ -51,6 +53,7 @@ from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.outputs import peak_memory
 from ootd.app.tryon.preservation import PreservationChoice
+from ootd.app.tryon.tempfiles import Sweeper
 from ootd.errors import OotdError, UsageError
 from ootd.models import Models
 from ootd.pipeline_types import Progress
@@ -174,8 +177,11 @@ class RayBatchRunner(BatchRunner):
         self.dispatched = self._todo
         meter = _Meter(self._todo, self.status)
         results = pool.results(order)
+        sweeper = Sweeper()
         try:
             for (pair, job), result in results:
+                if isinstance(result, Lost) or pair.index in pool.attempts:  # a worker died on it: its files
+                    sweeper.settled(job.targets.all())  # half-written by that worker go, now it is settled
                 if isinstance(result, Lost):
                     report = PairReport.of(
                         pair, "error", job.planned_record(),
@@ -198,6 +204,7 @@ class RayBatchRunner(BatchRunner):
         finally:
             results.close()
             self.attempts = pool.attempts
+            sweeper.finish()
         meter.finish()
 
     def _absorb(self, stats: dict[str, Any]) -> None:

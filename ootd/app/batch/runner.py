@@ -8,7 +8,8 @@ so it is prepared once per (person, category, mask) as long as the distinct peop
 Resume: a pair whose outputs all exist and record this run's settings is `skipped` (unless overwrite), so
 rerunning the same command finishes a batch; outputs made with other settings make the batch refuse to start
 (the checks: ootd/app/batch/precheck.py). Each pair's JSON line is written to the report as soon as it is done,
-and the folder's contact sheet (index.html, ootd/app/batch/index.py) is refreshed.
+and the folder's contact sheet (index.html, ootd/app/batch/index.py) is refreshed. When the batch ends, however it
+ends, the stale temporary files of writers that died are swept from the folder (ootd/app/tryon/tempfiles.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ootd.app.tryon.outputs import peak_memory, prepare_output_dir
 from ootd.app.tryon.preflight import check_batch, check_output_folder
 from ootd.app.tryon.preservation import ParseCache, PreservationChoice, measure_pair
 from ootd.app.tryon.record import Record
+from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
 from ootd.models import Models
 from ootd.pipeline_types import Progress, RunInfo
@@ -184,6 +186,7 @@ class BatchRunner:
             if self._report_file is not None:
                 self._report_file.close()
                 self._report_file = None
+            clean_stale_temps(self.config.output)  # what writers that died left (a Ray worker's), however it ended
 
     def _end(self, phase: str, reason: str | None = None) -> None:
         if self._index is not None:

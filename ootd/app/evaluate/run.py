@@ -23,13 +23,14 @@ from ootd.errors import InputImageError, OotdError, UnsupportedError, UsageError
 from ootd.evaluation.framing import frame_to
 from ootd.evaluation.scoring import Scorer
 from ootd.evaluation.settings import DEFAULT_BATCH, MetricWeights, check_batch
-from ootd.imaging.files import open_image_file
+from ootd.imaging.files import read_rgb
 from ootd.pipeline_types import Progress
 
 if TYPE_CHECKING:
     from ootd.models import Models
 
 STAGE = "evaluate"
+SMALLEST_RESULT = 11  # px a side: SSIM's Gaussian window (ootd/evaluation/scoring.py) must fit inside a result
 
 
 @dataclass(frozen=True)
@@ -75,15 +76,11 @@ def _require_for_unpaired(options: EvalOptions, missing: str | None) -> None:
         raise UnsupportedError(f"--unpaired computes FID and KID only, and {missing}")
 
 
-def _read(path: Path) -> Image.Image:
+def _read(path: Path, min_side: int = 1) -> Image.Image:
     def fail(problem: str) -> InputImageError:
         return InputImageError(f"{' '.join(problem.split())}")
 
-    with open_image_file(path, fail, min_side=1) as im:
-        try:
-            return im.convert("RGB")
-        except (OSError, ValueError) as exc:
-            raise fail(f"unsupported image ({im.mode} mode): {exc}") from None
+    return read_rgb(path, fail, min_side)  # in sRGB: a photo's ICC profile applied, as the try-on applies it
 
 
 class _Run:
@@ -103,7 +100,7 @@ class _Run:
 
     def result(self, path: Path) -> np.ndarray | None:
         try:
-            image = _read(path)
+            image = _read(path, SMALLEST_RESULT)
         except InputImageError as exc:
             self.matching.skip(path, f"result: {exc}")
             return None

@@ -16,6 +16,7 @@ ootd/training/objective.py), and the learning-rate schedule is rebuilt by steppi
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ootd.errors import UsageError, printable
-from ootd.imaging.atomic import write_atomic, write_text_atomic
+from ootd.errors import NoSpaceError, UsageError, no_space, printable
+from ootd.imaging.atomic import write_atomic
 from ootd.settings import ModelType
 from ootd.training.settings import TrainSettings
 from ootd.weights.fewstep import FewStep
@@ -112,17 +113,16 @@ def save_checkpoint(run: Path, step: int, adapter: dict[str, dict[str, Any]], mo
     tmp = root / f".{step_name(step)}.{os.getpid()}.tmp"
     lora = adapter_bytes(adapter, model_type, settings.rank, settings.alpha, few_step)
     tensors, meta = _optimizer_files(optimizer_state)
+    state = {"step": step, "settings": settings.to_json(), "optimizer": meta, **extra}
     with signals_deferred():
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            tmp.mkdir()
-            write_atomic(tmp / ADAPTER_FILE, lambda handle: handle.write(lora), overwrite=True)
-            data = save(tensors)
-            write_atomic(tmp / "optimizer.safetensors", lambda handle: handle.write(data), overwrite=True)
-            state = {"step": step, "settings": settings.to_json(), "optimizer": meta, **extra}
+            _make_folder(tmp, final)
+            _write_file(tmp, final, ADAPTER_FILE, lora)
+            _write_file(tmp, final, "optimizer.safetensors", save(tensors))
+            _write_file(tmp, final, "state.json", (json.dumps(state, indent=1) + "\n").encode())
             for name, data in (files or {}).items():
-                write_atomic(tmp / name, lambda handle, data=data: handle.write(data), overwrite=True)
-            write_text_atomic(tmp / "state.json", json.dumps(state, indent=1) + "\n")
+                _write_file(tmp, final, name, data)
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)
@@ -130,6 +130,34 @@ def save_checkpoint(run: Path, step: int, adapter: dict[str, dict[str, Any]], mo
             shutil.rmtree(tmp, ignore_errors=True)
         write_atomic(run / ADAPTER_FILE, lambda handle: handle.write(published or lora), overwrite=True)
     return Checkpoint(step, final)
+
+
+def _make_folder(tmp: Path, final: Path) -> None:
+    """A checkpoint's hidden folder; a full device is named as the checkpoint (the hidden folder never stays)."""
+    try:
+        tmp.mkdir()
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise no_space(final) from None
+        raise
+
+
+def _write_file(tmp: Path, final: Path, name: str, data: bytes) -> None:
+    """One file of a checkpoint, into its hidden folder; a full device is named as the checkpoint's file."""
+    try:
+        write_atomic(tmp / name, lambda handle: handle.write(data), overwrite=True)
+    except NoSpaceError:
+        raise no_space(final / name) from None
+
+
+def adapter_of(run: Path, checkpoint: Checkpoint) -> Path:
+    """RUN/lora.safetensors made the checkpoint's adapter when it is not (a resume: a full device or a kill may
+    have stopped its write after the checkpoint was whole)."""
+    lora = (checkpoint.folder / ADAPTER_FILE).read_bytes()
+    target = run / ADAPTER_FILE
+    if not target.is_file() or target.read_bytes() != lora:
+        write_atomic(target, lambda handle: handle.write(lora), overwrite=True)
+    return target
 
 
 @dataclass(frozen=True)

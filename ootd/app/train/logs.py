@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ootd.imaging.atomic import write_atomic, write_text_atomic
+from ootd.imaging.atomic import append_line, write_atomic, write_text_atomic
 
 SMOOTHING = 0.9  # the plotted trend: an exponential moving average of the loss
 
@@ -33,8 +33,7 @@ class LossLog:
         write_text_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept))
 
     def append(self, row: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(row) + "\n")
+        append_line(self.path, json.dumps(row) + "\n")
 
 
 def plot_unavailable() -> str | None:

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ootd.app.train.checkpoints import (
+    Restored,
+    adapter_of,
     check_resumable,
     checkpoints,
     load_checkpoint,
@@ -43,7 +45,7 @@ from ootd.app.train.checkpoints import (
 from ootd.app.train.logs import LossLog, plot_losses
 from ootd.app.train.validation import validate
 from ootd.errors import NumericalError, OutputError, UsageError, printable
-from ootd.imaging.atomic import write_text_atomic
+from ootd.imaging.atomic import append_line, write_text_atomic
 from ootd.models.training import TrainingModels
 from ootd.pipeline_types import Progress
 from ootd.settings import AttentionName, ModelType
@@ -127,7 +129,7 @@ def open_run(options: TrainOptions, index: CacheIndex) -> None:
     if record.is_file() and not options.resume:
         raise OutputError(f"{printable(run)} already holds a training run: pass --resume to continue it, or -o "
                           "another folder")
-    if options.resume and not checkpoints(run):
+    if options.resume and not checkpoints(run) and not record.is_file():
         raise UsageError(f"--resume: {printable(run)} has no checkpoint to continue from")
     run.mkdir(parents=True, exist_ok=True)
     if not record.is_file():
@@ -172,10 +174,19 @@ class Trainer:
         self.validations: list[dict] = []
 
     def restore(self) -> None:
-        """Continue from the run's latest checkpoint (--resume)."""
+        """Continue from the run's latest checkpoint (--resume); a run stopped before its first one (a full disk,
+        a kill) starts again from step 0, with its own settings."""
         from ootd.training.adapters import load_lora_state
 
-        restored = load_checkpoint(checkpoints(self.options.output)[-1])
+        found = checkpoints(self.options.output)
+        if not found:
+            saved = json.loads((self.options.output / "run.json").read_text(encoding="utf-8"))
+            check_resumable(Restored(0, {}, {}, {"settings": saved.get("settings", {})}), self.options.settings)
+            if self.rank == 0:
+                self.log.keep_until(0)
+            return
+        latest = found[-1]
+        restored = load_checkpoint(latest)
         check_resumable(restored, self.options.settings)
         for name, unet in self.models.unets.items():
             load_lora_state(unet, restored.adapter.get(name, {}))
@@ -187,6 +198,7 @@ class Trainer:
         self.validations = list(restored.state.get("validation", []))
         if self.rank == 0:
             self.log.keep_until(self.step)
+            adapter_of(self.options.output, latest)
 
     def _sync(self, last: bool) -> contextlib.AbstractContextManager:
         no_sync = getattr(self.model, "no_sync", None)
@@ -259,8 +271,7 @@ class Trainer:
                           self.options.output / "validation")
         if result is not None:
             self.validations.append(result.record())
-            with open(self.options.output / "validation.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(result.record()) + "\n")
+            append_line(self.options.output / "validation.jsonl", json.dumps(result.record()) + "\n")
 
 
 def _due(step: int, every: int, total: int) -> bool:

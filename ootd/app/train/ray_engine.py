@@ -91,7 +91,8 @@ def train_ray(options: TrainOptions, workers: int, gpus: bool, *, explain: bool 
     _require_ray_train()
     index = read_index(options.cache)
     open_run(options, index)
-    first = checkpoints(options.output)[-1].step if options.resume else 0
+    found = checkpoints(options.output)
+    first = found[-1].step if options.resume and found else 0
     if explain:
         from ootd.app.train.plan import ray_explain_lines
         from ootd.settings import ModelType, parse_resolution

@@ -19,6 +19,7 @@ from PIL import Image
 
 from ootd.imaging.atomic import save_png_atomic
 from ootd.imaging.contact_sheet import GAP, contact_sheet
+from ootd.imaging.files import load_image
 from ootd.imaging.framing import FitInfo
 from ootd.imaging.masks import masked_person_image
 from ootd.imaging.similarity import ssim
@@ -50,10 +51,7 @@ def held_out_inputs(pipe: TryOnPipeline, cache: Path, entry: CacheEntry,
     """A held-out pair as the pipeline takes it (from its cache entry), and its real photo."""
     tensors = read_entry(cache, entry.key)
     person_png, garment_png = image_paths(cache, entry.key)
-    with Image.open(person_png) as im:
-        person = im.convert("RGB")
-    with Image.open(garment_png) as im:
-        garment = im.convert("RGB")
+    person, garment = load_image(person_png, "person"), load_image(garment_png, "garment")
     resolution, category = parse_resolution(index.resolution), Category.parse(entry.category)
     device, dtype = pipe.device.torch_device, pipe.precision.unet
     mask = Image.fromarray(tensors["mask"].numpy(), mode="L")

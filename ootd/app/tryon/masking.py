@@ -8,7 +8,6 @@ can be edited and passed back with `--mask`. `check_mask_input` refuses a mask w
 
 from __future__ import annotations
 
-import io
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.record import mask_record
 from ootd.app.tryon.request import TryOnRequest
-from ootd.errors import NoPersonError, UsageError
+from ootd.errors import InputImageError, NoPersonError, UsageError
 from ootd.imaging.atomic import save_png_atomic
 from ootd.imaging.files import decode_image, load_image, sanitise_stem
+from ootd.imaging.opener import open_image
 from ootd.preprocessing import mask_person
 from ootd.settings import PREPROCESS_RESOLUTION, Category, FitMode, ModelType
 
@@ -48,17 +48,26 @@ def _is_colour(value: Any) -> bool:
     import numpy as np
     from PIL import Image
 
-    if isinstance(value, bytes | bytearray):
-        value = io.BytesIO(bytes(value))
     try:
-        im = value if isinstance(value, Image.Image) else Image.open(value)
-        if im.mode not in ("RGB", "RGBA", "P", "CMYK", "YCbCr"):
-            return False
-        small = im.convert("RGB").resize((64, 64))
-    except (OSError, ValueError):
+        if isinstance(value, Image.Image):
+            small = _colour_thumbnail(value)
+        else:
+            source = bytes(value) if isinstance(value, bytes | bytearray) else Path(value)
+            with open_image(source, InputImageError, min_side=1) as im:
+                small = _colour_thumbnail(im)
+    except (InputImageError, OSError, ValueError):  # the mask's own load says what is wrong with it
+        return False
+    if small is None:
         return False
     arr = np.asarray(small).astype(np.int16)
     return bool(((arr.max(axis=2) - arr.min(axis=2)) > 24).mean() > GREY_LIMIT)
+
+
+def _colour_thumbnail(im: Image.Image) -> Image.Image | None:
+    """A small RGB copy of a mask of a mode that holds colours (None for a grey one)."""
+    if im.mode not in ("RGB", "RGBA", "P", "CMYK", "YCbCr"):
+        return None
+    return im.convert("RGB").resize((64, 64))
 
 
 def aspect_mismatch(person_size: tuple[int, int], mask_size: tuple[int, int]) -> bool:

@@ -37,6 +37,8 @@ from ootd.app.tryon.outputs import prepare_output_dir, refuse_existing
 from ootd.app.tryon.request import load_input
 from ootd.app.tryon.safety import check_outputs
 from ootd.app.tryon.tempfiles import clean_stale_temps
+from ootd.errors import InputImageError
+from ootd.imaging.opener import read_header
 from ootd.pipeline_types import Progress
 from ootd.settings import Category, ModelType
 
@@ -111,17 +113,14 @@ def check_batch(config: RunConfig, models: Iterable[ModelType], made_masks: bool
 
 
 def _largest_photo(persons: Iterable[str | Path]) -> int:
-    """The pixels of the largest of these photos, from their headers (the orientation does not change the count;
-    `image_size` is not used: a PNG's EXIF may make Pillow decode it); one that cannot be read is left out (its
-    pair fails on its own, with its error)."""
-    from PIL import Image
-
+    """The pixels of the largest of these photos, from their headers (the orientation does not change the count:
+    it is not read, as a PNG's EXIF may make Pillow decode it); one that cannot be read is left out (its pair
+    fails on its own, with its error)."""
     largest = 0
     for person in set(map(Path, persons)):
         try:
-            if person.is_file():
-                with Image.open(person) as im:
-                    largest = max(largest, im.width * im.height)
-        except Exception:  # any unreadable header: that pair's own check says why
+            width, height = read_header(person, InputImageError).size
+        except InputImageError:  # any unreadable header: that pair's own check says why
             continue
+        largest = max(largest, width * height)
     return largest

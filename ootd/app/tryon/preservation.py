@@ -42,8 +42,9 @@ from ootd.evaluation.preservation import (
     percent,
     regions_at_working_size,
 )
-from ootd.imaging.files import load_image, load_photo, open_image_file
+from ootd.imaging.files import load_image, load_photo
 from ootd.imaging.framing import FitInfo, frame_of, restore_framing
+from ootd.imaging.opener import open_image
 from ootd.imaging.photo import feather_pixels, in_photo_frame, photo_mask
 from ootd.settings import Category, FitMode, ModelType, OutputSize, PhotoOutput, Resolution, parse_resolution
 
@@ -162,8 +163,8 @@ def _read_result(path: Path) -> np.ndarray:
     def fail(problem: str) -> InputImageError:
         return InputImageError(f"the result: {' '.join(problem.split())}")
 
-    with open_image_file(path, fail, min_side=1) as im:
-        return np.asarray(im.convert("RGB"))
+    with open_image(path, fail, min_side=1) as im:  # the numbers as stored: the photo's own colours for a picture
+        return np.asarray(im.convert("RGB"))    # that is the photo, sRGB for one at the working size (as measured)
 
 
 def _cut_size(info: FitInfo) -> tuple[int, int]:

@@ -63,12 +63,11 @@ def _head_text(head: bytes) -> dict[str, str] | None:
 
 
 def _read_record_pillow(path: Path) -> dict[str, str]:
-    from PIL import Image
+    from ootd.errors import InputImageError
+    from ootd.imaging.opener import open_image
 
     try:
-        with Image.open(path) as im:
-            if im.format != "PNG":
-                return {}
+        with open_image(path, InputImageError, min_side=0, formats=("PNG",), decode=False) as im:
             found = {str(k): v for k, v in im.info.items() if isinstance(v, str)}
             if SOFTWARE_KEY not in found:  # text written after the pixels (by another tool): decode to find it
                 found = dict(getattr(im, "text", None) or {})

@@ -39,6 +39,10 @@ PASS_KEYS = ("garment", "category", "category_p", "model_type", "seed", "mask") 
 SHARED_SETTINGS = tuple(k for k in PIXEL_SETTINGS if k not in ("model_type", "category", "samples", "seed",
                                                                  "garment", "mask", "mask_grow"))
 GIVEN_CATEGORY = "given"  # a pass's category_p when the category was given, not classified
+# How the inputs' colours were read (ootd/imaging/icc.py): each input's embedded ICC profile applied, so the models
+# saw sRGB; the picture is sRGB, or in the ICC profile its PNG carries (a picture that is the person photo). Not a
+# pixel setting: an input without a profile gives the pixels it gave before this was recorded.
+COLOUR = {"colour": "sRGB (inputs through their ICC profiles)"}
 INPUT_KEYS = ("person", "garment", "mask")  # the keys that name a picture's inputs, not how it was made
 # what `ootd compare` names when two pictures' records differ: the pixel settings and the adapter's file name, not
 # the inputs' names
@@ -121,7 +125,7 @@ class Record:
 
     def text(self) -> dict[str, str]:
         """The PNG text, in the order it is written."""
-        text = {**software(), **self.picture.text(), **_photo_words(self.photo), "device": self.device,
+        text = {**software(), **self.picture.text(), **_photo_words(self.photo), **COLOUR, "device": self.device,
                 "precision": self.precision, "attention": self.attention}
         if self.threads:
             text["threads"] = self.threads
@@ -205,7 +209,8 @@ def comparable(text: dict[str, str]) -> dict[str, str]:
 def mask_record(person: str, category: Category, model_type: ModelType, config: RunConfig) -> dict[str, str]:
     """The PNG text of `ootd mask` files: what made the mask (a try-on with these settings makes the same)."""
     return {**software(), "person": person, "category": category.value, "model_type": model_type.value,
-            "resolution": str(config.sampling.resolution), "fit": config.fit.value, "mask_grow": str(config.mask_grow)}
+            "resolution": str(config.sampling.resolution), "fit": config.fit.value, "mask_grow": str(config.mask_grow),
+            **COLOUR}
 
 
 def _speed_words(modes: SpeedModes) -> dict[str, str]:

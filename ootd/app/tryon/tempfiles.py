@@ -10,6 +10,12 @@ new name (`write_atomic`), so no live write is lost. Another process writing in 
 keeps its files.
 
 Without locks (Windows) age is the only sign a writer is gone: files younger than `UNLOCKED_MIN_AGE_S` stay.
+
+A run sweeps its own too, as it goes: a writer in another process that died (a Ray worker killed while it wrote a
+picture) cleans nothing, so the process that hands out the work (the batch's driver, the server) removes the stale
+temporary files of a pair once the pair is settled (`Sweeper`: one listing of the folder for every pair settled
+since the last, at most one per `SWEEP_EVERY_S`, the rest when the run ends), and the batch sweeps its folder when it
+ends.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from ootd.imaging.atomic import TEMP_FILE_NAME
@@ -30,6 +37,7 @@ except ImportError:  # pragma: no cover - Windows: no locks, so age alone decide
 logger = logging.getLogger(__name__)
 
 UNLOCKED_MIN_AGE_S = 60.0  # without locks: a file this young may still be written
+SWEEP_EVERY_S = 30.0  # a run's sweeps of a folder during the run: at most one listing per this many seconds
 
 
 def _remove_if_stale(path: Path, now: float) -> bool:
@@ -64,14 +72,16 @@ def _remove_if_stale(path: Path, now: float) -> bool:
         os.close(fd)
 
 
-def clean_stale_temps(folder: str | Path) -> list[Path]:
-    """Remove our stale temporary files from `folder` (not recursive); returns what was removed.
+def clean_stale_temps(folder: str | Path, targets: Collection[str] | None = None) -> list[Path]:
+    """Remove our stale temporary files from `folder` (not recursive); with `targets` (file names), only those of
+    these files. Returns what was removed.
 
     Never fails a run: a file that cannot be checked or removed is left alone (and logged).
     """
     folder = Path(folder)
     try:
-        names = [entry.name for entry in os.scandir(folder) if TEMP_FILE_NAME.match(entry.name)]
+        names = [entry.name for entry in os.scandir(folder) if TEMP_FILE_NAME.match(entry.name)
+                 and (targets is None or _target_of(entry.name) in targets)]
     except OSError:
         return []
     now = time.time()
@@ -79,3 +89,33 @@ def clean_stale_temps(folder: str | Path) -> list[Path]:
     if removed:
         logger.info("removed %d stale temporary file(s) left by an interrupted run in %s", len(removed), folder)
     return removed
+
+
+def _target_of(temp_name: str) -> str:
+    """The file a temporary file of ours was to become (`.NAME.<12 hex>.tmp` -> NAME)."""
+    return temp_name[1:].rsplit(".", 2)[0]
+
+
+class Sweeper:
+    """A run's sweeps of the temporary files its dead writers left (module docstring): `settled(paths)` once a
+    pair whose writer died is settled, `finish()` when the run ends."""
+
+    def __init__(self, every: float = SWEEP_EVERY_S) -> None:
+        self.every = every
+        self.pending: dict[Path, set[str]] = {}  # folder -> the names whose temporary files are to go
+        self.last = -float("inf")
+        self.removed: list[Path] = []
+
+    def settled(self, paths: Iterable[Path]) -> None:
+        for path in paths:
+            self.pending.setdefault(Path(path).parent, set()).add(Path(path).name)
+        if time.monotonic() - self.last >= self.every:
+            self.finish()
+
+    def finish(self) -> list[Path]:
+        """Sweep every folder with pending names now; returns what this sweeper removed in all."""
+        pending, self.pending = self.pending, {}
+        for folder, names in pending.items():
+            self.removed += clean_stale_temps(folder, names)
+        self.last = time.monotonic()
+        return self.removed

@@ -346,6 +346,7 @@ async function run() {
     current = await response.json();
     for (;;) {
       const poll = await fetch(`api/jobs/${current.id}`);
+      if (poll.status === 410) { showError("cancelled"); return; }  // cancelled here (DELETE): gone
       if (!poll.ok) { showError(await readError(poll)); return; }
       const job = await poll.json();
       if (job.state === "done") { await addRun(job, inputs); return; }

@@ -46,6 +46,20 @@ def test_pairs_scored_worst_first_with_what_was_skipped(tmp_path: Path) -> None:
     assert data["matched_by"] == {"name": 6}  # six matched, two of them then skipped
 
 
+def test_a_result_smaller_than_the_ssim_window_is_skipped_not_a_crash(tmp_path: Path) -> None:
+    """A result 64x1 first in the folder (it would set the set's size) is skipped with its reason; the others are
+    measured (it was an internal error in SSIM's padding)."""
+    photos = write_photos(tmp_path / "photos", ["a.png", "b.png", "c.png"])
+    results = tmp_path / "results"
+    results.mkdir()
+    noise_image(3, (64, 1)).save(results / "a.png")
+    for name in ("b.png", "c.png"):
+        blurred(photos[name], 2).save(results / name)
+    report = evaluate(results, tmp_path / "photos", OPTIONS)
+    skipped = {Path(s.what).name: s.reason for s in report.skipped}
+    assert "image too small: 64x1" in skipped["a.png"] and report.size == (48, 64) and len(report.pairs) == 2
+
+
 def test_a_photo_shared_by_samples_is_framed_and_counted_once(tmp_path: Path) -> None:
     photos = write_photos(tmp_path / "photos", ["alice.png", "bob.png"], size=(96, 128))
     results = tmp_path / "results"

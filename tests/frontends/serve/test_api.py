@@ -157,7 +157,7 @@ def test_bad_inputs_get_their_status_and_one_line(server, tmp_path: Path,  # noq
         assert_one_line_error(response, status, word)
         assert httpx.get(server.url + "api/health", timeout=10).status_code == 200
     not_multipart = httpx.post(server.url + "api/tryon", json={"category": "upper"}, timeout=10)
-    assert_one_line_error(not_multipart, 422, "category")
+    assert_one_line_error(not_multipart, 415, "multipart/form-data")
     assert_one_line_error(httpx.get(server.url + "api/nothing", timeout=10), 404)
     ok = httpx.post(server.url + "api/tryon", files=with_mask(example_images), data={"category": "upper", **FAST},
                     timeout=120)

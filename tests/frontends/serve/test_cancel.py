@@ -84,10 +84,11 @@ def test_delete_cancels_a_waiting_or_running_job(tiny_tree: Path, pipe_hd,  # no
         assert answer.status_code == 202 and answer.json()["state"] == "cancelled"  # left the line at once
         assert httpx.delete(live.url + f"api/jobs/{running['id']}", timeout=10).status_code == 202
         assert counter.ended.wait(60) and counter.steps < STEPS
-        wait_until(lambda: httpx.get(live.url + f"api/jobs/{running['id']}", timeout=10).json()["state"]
-                   == "cancelled", 30, "the job to say it was cancelled")
-        status = httpx.get(live.url + f"api/jobs/{running['id']}", timeout=10).json()
-        assert "cancelled" in status["error"] and "images" not in status
+        stopped = live.app.state.worker.get(running["id"])
+        wait_until(lambda: stopped.state == "cancelled", 30, "the job to stop, cancelled")
+        assert "cancelled" in str(stopped.error) and stopped.result is None
+        gone = httpx.get(live.url + f"api/jobs/{running['id']}", timeout=10)  # for its client, the job is gone
+        assert gone.status_code == 410 and "cancelled" in gone.json()["error"], gone.text
         assert not (live.workdir / "jobs" / running["id"] / "results").exists() or not any(
             (live.workdir / "jobs" / running["id"] / "results").iterdir())
         assert httpx.delete(live.url + "api/jobs/nope", timeout=10).status_code == 404

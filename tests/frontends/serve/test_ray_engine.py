@@ -97,7 +97,8 @@ def test_requests_spread_over_both_replicas_and_a_full_line_gets_503(deployment:
             dropped = waiting.pop()
             cancel = httpx.delete(live.url + f"api/jobs/{dropped.json()['id']}", timeout=10)
             assert cancel.status_code == 202, cancel.text
-            until(lambda: job(live, dropped.json()["id"])["state"] == "cancelled", timeout=30)
+            until(lambda: live.app.state.worker.get(dropped.json()["id"]).state == "cancelled", timeout=30)
+            assert httpx.get(live.url + f"api/jobs/{dropped.json()['id']}", timeout=10).status_code == 410  # gone
             hold.unlink()
             ids += [w.json()["id"] for w in waiting]
             done = [until(lambda i=i: (s := job(live, i))["state"] in ("done", "failed") and s) for i in ids]

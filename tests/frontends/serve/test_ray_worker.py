@@ -3,6 +3,7 @@ back-pressure, a replica's death) so each maps to the job state and the HTTP ans
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -97,5 +98,13 @@ def test_a_replica_error_comes_back_as_its_kind(tmp_path: Path) -> None:
     found = no_person_error("p.png", "or send a mask")  # what the pose step raises: made from its parts
     job = run(tmp_path, [START, {"kind": "error", "error": _portable(found)}])
     assert type(job.error) is type(found) and str(job.error) == str(found) and classify(job.error)[0] == 400
+
+    class Parts(NoPersonError):  # a library error made from its parts that does not pickle (as PersonNotFound did)
+        def __init__(self, photo: str, remedy: str) -> None:
+            super().__init__(f"no person detected in {photo} ({remedy})")
+
+    back = pickle.loads(pickle.dumps(_portable(Parts("p.png", "send a mask"))))  # the nearest kind, its words
+    assert type(back) is NoPersonError and str(back) == "no person detected in p.png (send a mask)"
+    assert classify(back)[0] == 400
     unpicklable = _portable(QueueFull(3, 7))  # its constructor takes other arguments than its message
     assert "QueueFull" in str(unpicklable) and classify(unpicklable)[0] == 500
