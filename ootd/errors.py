@@ -1,9 +1,18 @@
-"""Error types. Every failure a user can cause or fix is one of these, so the CLI can print one line."""
+"""Error types. Every failure a user can cause or fix is one of these, so the CLI can print one line.
+
+The library speaks its own words: an error about a setting (or an input) names it by its declared name
+(`OotdError.about`: `mask_grow`, `model_type`, `mask`; ootd/app/tryon/settings.py declares them), never by a front
+end's word for it, and each front end words the message its own way (`worded(exc, name)`: a flag for the CLI, a
+form field for the HTTP API, an input for a node), with no rewriting of the text.
+"""
 
 from __future__ import annotations
 
 import re
+import string
+from collections.abc import Callable, Mapping
 from os import PathLike
+from typing import Any, TypeVar
 
 # What must not reach a terminal as it is: C0 and C1 controls, DEL, line and paragraph separators, and the
 # bidirectional overrides and isolates (which reorder what is shown around them).
@@ -33,10 +42,82 @@ def escaped(text: PathLike | str) -> str:
                                               else f"\\u{ord(m.group()):04x}"), shown)
 
 
+# A front end's word for a setting or an input, by its declared name (`mask_grow` -> `--mask-grow` for the CLI);
+# None: that front end does not let its user choose it.
+Namer = Callable[[str], "str | None"]
+Error = TypeVar("Error", bound="OotdError")
+
+
+def library_name(name: str) -> None:
+    """The library's own words: a setting by its declared name, as Python code passes it (`mask_grow=600`), or
+    by the template's words for it (`{@automatic_mask|the automatic mask}`)."""
+    return None
+
+
+class _Names(dict):
+    """The fields of a message template: its values as given, and each `{@name}` (or `{@name|words}`) as the
+    front end calls that setting (`words`, or the name itself, where the front end has no word for it)."""
+
+    def __init__(self, fields: Mapping[str, Any], name: Namer, missing: list[str]) -> None:
+        super().__init__(fields)
+        self.name, self.missing = name, missing
+
+    def __missing__(self, key: str) -> str:
+        if not key.startswith("@"):
+            raise KeyError(key)
+        setting, _, words = key[1:].partition("|")
+        called = self.name(setting)
+        if called is None:
+            self.missing.append(setting)
+            return words or setting
+        return called
+
+
+def fill(template: str, name: Namer, **fields: Any) -> str:
+    """`template` with its values and its settings (`{@name}`) in a front end's words (`name`); a value is put in
+    as it is, never read as a template itself."""
+    return string.Formatter().vformat(template, (), _Names(fields, name, []))
+
+
 class OotdError(Exception):
-    """Base class: a failure with a message meant for the user (exit code 1)."""
+    """Base class: a failure with a message meant for the user (exit code 1).
+
+    Made with `about`, it names the setting (or input) it is about and keeps its message as a template that names
+    settings as `{@mask_grow}`, so each front end can word it (`words`); `str()` is the library's words."""
 
     exit_code = 1
+    setting: str | None = None  # the declared name of the setting or input this error is about, if any
+    value: Any = None  # the value of that setting it refuses, if one
+    _template: tuple[str, str | None, dict[str, Any]] | None = None
+
+    @classmethod
+    def about(cls: type[Error], setting: str, template: str, *, value: Any = None, otherwise: str | None = None,
+              **fields: Any) -> Error:
+        """This error about `setting` (and its `value`, which the template may show as `{value}`): `template`
+        names settings as `{@name}` (`{@name|words}`: `words` where a front end has no name for it); `otherwise`,
+        when given, is the message for a front end that does not offer a setting the template names (the user
+        there cannot change it)."""
+        values = {"value": value, **fields}
+        error = cls(fill(template, library_name, **values))
+        error.setting, error.value, error._template = setting, value, (template, otherwise, values)
+        return error
+
+    def words(self, name: Namer) -> str:
+        """The message, each setting it names worded by `name` (a front end's); the text itself otherwise."""
+        if self._template is None:
+            return str(self)
+        template, otherwise, values = self._template
+        missing: list[str] = []
+        text = string.Formatter().vformat(template, (), _Names(values, name, missing))
+        if missing and otherwise is not None:
+            return fill(otherwise, name, **values)
+        return text
+
+
+def worded(exc: BaseException, name: Namer) -> str:
+    """A failure's message in a front end's words (`name`: its word for each setting and input): the one function
+    every front end words errors with."""
+    return exc.words(name) if isinstance(exc, OotdError) else str(exc)
 
 
 class UsageError(OotdError):

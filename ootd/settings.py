@@ -1,23 +1,31 @@
-"""Choices and settings as frozen dataclasses and str Enums, parsed once from user words."""
+"""Choices and settings as frozen dataclasses and str Enums, parsed once from user words.
+
+The errors here name the setting they are about by its declared name (`{@mask_grow}`: ootd/errors.py), so each
+front end words it its own way; the bounds are constants, which the declarations of ootd/app/tryon/settings.py
+state to every front end (help, the API's schema, a node's inputs).
+"""
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, fields
-from enum import StrEnum
+from enum import StrEnum, nonmember
 
 from ootd.errors import UsageError
 
 
 class Choice(StrEnum):
-    """A closed set of user words: parsed once, case-insensitively, with the valid words in the error."""
+    """A closed set of user words: parsed once, case-insensitively, with the valid words in the error. A subclass
+    names what it is for messages with `label = nonmember("model type")`."""
+
+    label = nonmember("")
 
     @classmethod
     def parse(cls, value: str | Choice, what: str | None = None) -> Choice:
         try:
             return cls(str(getattr(value, "value", value)).strip().lower())
         except ValueError:
-            label = what or cls.__name__
+            label = what or cls.label or cls.__name__
             raise UsageError(f"unknown {label} {value!r}: use one of {', '.join(cls.words())}") from None
 
     @classmethod
@@ -29,9 +37,7 @@ class ModelType(Choice):
     HD = "hd"  # half-body model (VITON-HD): upper-body garments only
     DC = "dc"  # full-body model (Dress Code): upper, lower, dress
 
-    @classmethod
-    def parse(cls, value: str | ModelType, what: str | None = "model type") -> ModelType:
-        return super().parse(value, what)
+    label = nonmember("model type")
 
 
 class Category(StrEnum):
@@ -87,7 +93,8 @@ def parse_category_word(value: str | Category | None) -> CategoryWord:
 def check_category_margin(value: float) -> float:
     """The probability lead `auto` needs over the second likeliest category: 0 (never refuse) up to 1."""
     if not 0.0 <= float(value) < 1.0:
-        raise UsageError(f"--category-margin must be from 0 up to (not including) 1, got {value}")
+        raise UsageError.about("category_margin", "{@category_margin} must be from 0 up to (not including) 1, "
+                               "got {value}", value=value)
     return float(value)
 
 
@@ -98,9 +105,11 @@ def default_model_type(category: Category) -> ModelType:
 
 def check_model_category(model_type: ModelType, category: Category) -> None:
     if model_type is ModelType.HD and category is not Category.UPPER:
-        raise UsageError(
-            f"the hd model only does upper-body garments; use --model-type dc for category {category.value}"
-        )
+        raise UsageError.about(
+            "model_type", "the hd model only does upper-body garments; use {@model_type} dc for category {category}",
+            value=model_type, category=category.value,
+            otherwise="the hd model only does upper-body garments: category {category} needs the dc model, which "
+                      "is not available here")
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,8 @@ MAX_MASK_GROW = PREPROCESS_RESOLUTION.height
 def check_mask_grow(pixels: int) -> int:
     """The mask growth in pixels if it is within 0..MAX_MASK_GROW, else a UsageError."""
     if not 0 <= int(pixels) <= MAX_MASK_GROW:
-        raise UsageError(f"--mask-grow must be 0 to {MAX_MASK_GROW} pixels (of a 512 px high frame), got {pixels}")
+        raise UsageError.about("mask_grow", "{@mask_grow} must be 0 to {most} pixels (of a 512 px high frame), got "
+                               "{value}", value=pixels, most=MAX_MASK_GROW)
     return int(pixels)
 
 
@@ -135,9 +145,10 @@ MAX_THREADS = 1024
 
 
 def check_threads(threads: int) -> int:
-    """A CPU thread count (--threads) if it is 1..MAX_THREADS, else a UsageError."""
+    """A CPU thread count (the `threads` setting) if it is 1..MAX_THREADS, else a UsageError."""
     if not 1 <= int(threads) <= MAX_THREADS:
-        raise UsageError(f"--threads must be 1 to {MAX_THREADS}, got {threads}")
+        raise UsageError.about("threads", "{@threads} must be 1 to {most}, got {value}", value=threads,
+                               most=MAX_THREADS)
     return int(threads)
 
 
@@ -159,6 +170,8 @@ def parse_resolution(value: str | tuple[int, int] | Resolution) -> Resolution:
 class AttentionName(Choice):
     """Attention backends a user can ask for (ootd/attention/select.py builds them)."""
 
+    label = nonmember("attention backend")
+
     AUTO = "auto"
     FLASH = "flash"
     SDPA = "sdpa"
@@ -168,6 +181,8 @@ class AttentionName(Choice):
 
 class PrecisionName(Choice):
     """Compute precision words; `auto` follows the device profile."""
+
+    label = nonmember("precision")
 
     AUTO = "auto"
     FP32 = "fp32"
@@ -183,9 +198,7 @@ class QuantizeName(Choice):
     INT8_WEIGHT = "int8-weight"  # int8 weights, float activations: GPUs
     FP8 = "fp8"  # float8 weights and activations: NVIDIA compute capability 8.9+, AMD MI300 (gfx942)
 
-    @classmethod
-    def parse(cls, value: str | QuantizeName, what: str | None = "quantization") -> QuantizeName:
-        return super().parse(value, what)
+    label = nonmember("quantization")
 
 
 class SpeedPreset(Choice):
@@ -194,13 +207,13 @@ class SpeedPreset(Choice):
     EXACT = "exact"
     FAST = "fast"
 
-    @classmethod
-    def parse(cls, value: str | SpeedPreset, what: str | None = "speed preset") -> SpeedPreset:
-        return super().parse(value, what)
+    label = nonmember("speed preset")
 
 
 class FitMode(Choice):
     """How an input that is not 3:4 is framed."""
+
+    label = nonmember("fit mode")
 
     PAD = "pad"
     CROP = "crop"
@@ -214,9 +227,7 @@ class OutputSize(Choice):
     WORKING = "working"
     PHOTO = "photo"
 
-    @classmethod
-    def parse(cls, value: str | OutputSize, what: str | None = "output size") -> OutputSize:
-        return super().parse(value, what)
+    label = nonmember("output size")
 
 
 # --feather: the half-width of the seam where `--keep-unmasked` blends the generated picture into the photo, in
@@ -228,8 +239,8 @@ MAX_FEATHER = 64
 
 def check_feather(pixels: int) -> int:
     if not 0 <= int(pixels) <= MAX_FEATHER:
-        raise UsageError(f"--feather must be 0 to {MAX_FEATHER} pixels (of a {FEATHER_HEIGHT} px high picture), "
-                         f"got {pixels}")
+        raise UsageError.about("feather", "{@feather} must be 0 to {most} pixels (of a {height} px high picture), "
+                               "got {value}", value=pixels, most=MAX_FEATHER, height=FEATHER_HEIGHT)
     return int(pixels)
 
 
@@ -250,18 +261,31 @@ class PhotoOutput:
     @classmethod
     def from_words(cls, size: str | None = None, keep_unmasked: bool = False,
                    feather: int | None = None) -> PhotoOutput:
-        """Checked: --feather needs --keep-unmasked, which returns the photo at its own size (never `working`)."""
+        """Checked: `feather` needs `keep_unmasked`, which returns the photo at its own size (never `working`)."""
         chosen = OutputSize.parse(size) if size is not None else None
         if keep_unmasked and chosen is OutputSize.WORKING:
-            raise UsageError("--keep-unmasked gives back the photo at its own size: leave out --output-size working")
+            raise UsageError.about("output_size", "{@keep_unmasked} gives back the photo at its own size: leave out "
+                                   "{@output_size} working", value=chosen)
         if feather is not None and not keep_unmasked:
-            raise UsageError("--feather is the seam of --keep-unmasked: pass --keep-unmasked too, or leave it out")
+            raise UsageError.about("feather", "{@feather} is the seam of {@keep_unmasked}: pass {@keep_unmasked} "
+                                   "too, or leave it out", value=feather)
         return cls(OutputSize.PHOTO if keep_unmasked else (chosen or OutputSize.WORKING), keep_unmasked,
                    check_feather(feather if feather is not None else DEFAULT_FEATHER))
+
+    def updated(self, size: str | None = None, keep_unmasked: bool | None = None,
+                feather: int | None = None) -> PhotoOutput:
+        """These pictures, or what a request asks instead (checked as one: `keep_unmasked` not given keeps this
+        one's; nothing given keeps all)."""
+        if size is None and keep_unmasked is None and feather is None:
+            return self
+        kept = self.keep_unmasked if keep_unmasked is None else keep_unmasked
+        return type(self).from_words(size, kept, feather)
 
 
 class ParsingProvider(Choice):
     """ONNX Runtime execution providers for human parsing; `auto` tries the GPU ones first."""
+
+    label = nonmember("parsing provider")
 
     AUTO = "auto"
     CPU = "cpu"
@@ -272,6 +296,8 @@ class ParsingProvider(Choice):
 
 class Pairing(Choice):
     """How folder-mode batch pairs people with garments."""
+
+    label = nonmember("pairing")
 
     PRODUCT = "product"
     ZIP = "zip"
@@ -285,9 +311,7 @@ class SchedulerName(Choice):
     LCM = "lcm"  # latent consistency sampling: a few-step adapter's (`ootd train distill`)
     TCD = "tcd"  # Trajectory Consistency Distillation's sampler, also for a few-step adapter
 
-    @classmethod
-    def parse(cls, value: str | SchedulerName, what: str | None = "scheduler") -> SchedulerName:
-        return super().parse(value, what)
+    label = nonmember("scheduler")
 
     @property
     def few_step(self) -> bool:
@@ -301,9 +325,9 @@ CONSISTENCY_GRID = 50
 
 
 GUIDANCE_ON = 1.0  # image guidance runs at scales from here up (as the original); below it is off
-
-
 MAX_SAMPLES, MAX_STEPS = 64, 1000  # what one call may ask for (a server may allow less: ootd/serve/limits.py)
+MAX_SCALE = 50.0  # image guidance scale
+SEED_LIMIT = 2**63  # a seed is a non-negative 64-bit integer, below this
 
 
 @dataclass(frozen=True)
@@ -319,16 +343,21 @@ class SamplingSettings:
 
     def validate(self) -> None:
         if not 1 <= self.num_samples <= MAX_SAMPLES:
-            raise UsageError(f"samples must be between 1 and {MAX_SAMPLES}, got {self.num_samples}")
+            raise UsageError.about("samples", "{@samples} must be between 1 and {most}, got {value}",
+                                   value=self.num_samples, most=MAX_SAMPLES)
         if not 1 <= self.steps <= MAX_STEPS:
-            raise UsageError(f"steps must be between 1 and {MAX_STEPS}, got {self.steps}")
+            raise UsageError.about("steps", "{@steps} must be between 1 and {most}, got {value}", value=self.steps,
+                                   most=MAX_STEPS)
         if self.scheduler.few_step and self.steps > CONSISTENCY_GRID:
-            raise UsageError(f"steps must be between 1 and {CONSISTENCY_GRID} with the {self.scheduler.value} "
-                             f"scheduler (its timesteps are a grid of {CONSISTENCY_GRID}), got {self.steps}")
-        if not 0.0 <= self.guidance_scale <= 50.0:
-            raise UsageError(f"scale must be between 0 and 50, got {self.guidance_scale}")
-        if self.seed is not None and not 0 <= self.seed < 2**63:
-            raise UsageError(f"seed must be a non-negative 64-bit integer, got {self.seed}")
+            raise UsageError.about("steps", "{@steps} must be between 1 and {most} with the {scheduler} scheduler "
+                                   "(its timesteps are a grid of {most}), got {value}", value=self.steps,
+                                   most=CONSISTENCY_GRID, scheduler=self.scheduler.value)
+        if not 0.0 <= self.guidance_scale <= MAX_SCALE:
+            raise UsageError.about("scale", "{@scale} must be between 0 and {most:g}, got {value}",
+                                   value=self.guidance_scale, most=MAX_SCALE)
+        if self.seed is not None and not 0 <= self.seed < SEED_LIMIT:
+            raise UsageError.about("seed", "{@seed} must be a non-negative 64-bit integer, got {value}",
+                                   value=self.seed)
 
     @property
     def guidance(self) -> bool:
@@ -368,6 +397,8 @@ class SamplingSettings:
 class EngineName(Choice):
     """Where `ootd batch` runs its pairs (in this process, or on the actors of a Ray cluster: the `ray` extra) and
     `ootd serve` its try-ons (this process's device, or Ray Serve replicas: the `ray-serve` extra)."""
+
+    label = nonmember("engine")
 
     LOCAL = "local"
     RAY = "ray"

@@ -121,6 +121,12 @@ def run(args: argparse.Namespace) -> None:
     print(f"seed: {config.sampling.seed}")
 
 
+# the settings and inputs ootd's messages name, as this script's flags call them
+FLAGS = {"samples": "--sample", "steps": "--step", "scale": "--scale", "seed": "--seed", "resolution": "--resolution",
+         "model_type": "--model_type", "category": "--category", "mask": "--mask_path", "checkpoints": "--checkpoints",
+         "device": "--device", "output": "--output_dir"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     flags = {flag for action in parser._actions for flag in action.option_strings}
     with console_logging(verbose=args.debug, quiet=False):
-        return run_guarded(lambda: run(args), debug=args.debug, options=flags)
+        return run_guarded(lambda: run(args), debug=args.debug, options=flags, name=FLAGS.get)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,7 @@ def instrument(components: Components) -> None:
     import ootd.app.batch.precheck as precheck
     import ootd.app.batch.runner as runner
     import ootd.cli.batch as cli_batch
+    import ootd.cli.options as cli_options
     from ootd.app.batch.index import ContactIndex
     from ootd.app.batch.report import ReportWriter
     from ootd.app.tryon.job import TryOnJob
@@ -101,7 +102,7 @@ def instrument(components: Components) -> None:
     components.patch("checks", precheck, "check_batch_outputs")
     for name in ("precheck", "check_batch"):
         components.patch("checks", runner, name)
-    components.patch("options", cli_batch, "checked_config")  # imports torch (the device check)
+    components.patch("options", cli_options, "checked_config")  # imports torch (the device check)
     components.patch("try-on", TryOnJob, "run")
     components.patch("saving", TryOnJob, "save")
     for name in ("open", "write", "close"):

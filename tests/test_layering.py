@@ -19,7 +19,10 @@ LIBRARY = ("ootd.errors", "ootd.settings", "ootd.hardware", "ootd.imaging", "oot
 APP, TRYON, BATCH = "ootd.app", "ootd.app.tryon", "ootd.app.batch"
 EVALUATE, TRAIN = "ootd.app.evaluate", "ootd.app.train"
 TOOLS = "ootd.tools"
-FRONT_ENDS = ("ootd.cli", "ootd.serve", "run")
+FRONT_ENDS = ("ootd.cli", "ootd.serve", "ootd.comfyui", "run")
+# what the `ootd` command may import of another front end: the server it starts (`ootd serve`) and the node pack's
+# installer (`ootd comfyui install`), never the nodes themselves
+CLI_STARTS = ("ootd.serve", "ootd.comfyui.install")
 MAX_TOP_MODULES = 8  # modules directly in ootd/ besides __init__ and __main__
 MAX_LINES = 450
 
@@ -105,14 +108,27 @@ def test_tools_are_not_imported_by_the_library_or_the_application_layer() -> Non
 
 
 def test_front_ends_never_import_each_other() -> None:
-    """Only the `ootd` command imports another front end: `ootd serve` starts the web server."""
+    """Only the `ootd` command imports another front end: `ootd serve` starts the web server, `ootd comfyui
+    install` writes the node pack (its installer only)."""
     for module, imported in GRAPH.items():
         own = next((f for f in FRONT_ENDS if _within(module, f)), None)
         for other in imported:
             theirs = next((f for f in FRONT_ENDS if _within(other, f)), None)
-            if theirs is None or theirs == own or (own == "ootd.cli" and theirs == "ootd.serve"):
+            if theirs is None or theirs == own or (own == "ootd.cli" and any(_within(other, s) for s in CLI_STARTS)):
                 continue
             assert module == "ootd.__main__" and theirs == "ootd.cli", f"{module} imports the front end {other}"
+
+
+def test_the_comfyui_front_end_is_a_front_end() -> None:
+    """The node pack imports the application layer and the library, no other front end, and nothing imports it
+    but the `ootd comfyui` command (its installer); its installer imports no node (nor ComfyUI)."""
+    pack = [m for m in GRAPH if _within(m, "ootd.comfyui")]
+    assert {"ootd.comfyui.nodes", "ootd.comfyui.backend", "ootd.comfyui.install"} <= set(pack)
+    assert any(_within(other, APP) for m in pack for other in GRAPH[m])  # it stands on the application layer
+    users = {m for m, imported in GRAPH.items() if any(_within(o, "ootd.comfyui") for o in imported)} - set(pack)
+    assert users == {"ootd.cli.comfyui"}, users
+    assert GRAPH["ootd.cli.comfyui"] & set(pack) == {"ootd.comfyui.install"}
+    assert not [m for m in GRAPH["ootd.comfyui.install"] if _within(m, "ootd.comfyui")]
 
 
 def test_no_import_circles_between_files() -> None:

@@ -20,8 +20,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a copy of the sources, so that no build/ folder left in the tree by an earlier build can stand in
     source = out / "src"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "checkpoints",
-        ".tiny-checkpoints", "outputs", "images_output"))
+        ".git", ".venv*", "venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "checkpoints",
+        ".tiny-checkpoints", "outputs", "images_output", ".comfyui"))
     # no build isolation: the environment's setuptools builds it, without the network
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                            "-w", str(out), str(source)], capture_output=True, text=True)
@@ -64,3 +64,14 @@ def test_wheel_carries_the_serve_page(wheel: Path) -> None:
     every_package = {f"{p.relative_to(REPO).as_posix()}" for p in REPO.glob("ootd/**/__init__.py")}
     assert every_package <= names, sorted(every_package - names)  # the subpackages the command imports
     assert {"ootd/serve/app.py", "ootd/cli/serve.py", "ootd/app/tryon/job.py"} <= names
+
+
+def test_wheel_carries_the_comfyui_pack(wheel: Path) -> None:
+    """What `ootd comfyui install` copies from the installed package: the example workflows (both formats) and the
+    pictures they load."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    pack = REPO / "ootd" / "comfyui"
+    workflows = {f"ootd/comfyui/{p.relative_to(pack).as_posix()}" for p in (pack / "example_workflows").rglob("*.json")}
+    pictures = {f"ootd/comfyui/example_inputs/{p.name}" for p in (REPO / "examples").glob("*.png")}
+    assert len(workflows) == 8 and len(pictures) == 5
+    assert workflows | pictures | {"ootd/comfyui/nodes.py", "ootd/comfyui/install.py"} <= names

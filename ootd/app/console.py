@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 
 from ootd import IMPORT_NOISE
-from ootd.errors import OotdError, UnsupportedError, escaped
+from ootd.errors import Namer, OotdError, UnsupportedError, escaped, fill, library_name, worded
 
 EXIT_INTERRUPTED = 130
 # Libraries whose chatter stays quiet unless ootd itself logs at DEBUG.
@@ -65,10 +65,12 @@ def _is_out_of_memory(exc: BaseException) -> bool:
 
 
 def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
-                passthrough: tuple[type[BaseException], ...] = (), options: Collection[str] | None = None) -> int:
+                passthrough: tuple[type[BaseException], ...] = (), options: Collection[str] | None = None,
+                name: Namer = library_name) -> int:
     """Run `fn` and turn every way it can fail into one stderr line and an exit code (`fn`'s own int, else 0).
 
-    OotdError: its message and its exit code (2 usage, 3 unsupported here, 1 otherwise). KeyboardInterrupt: 130;
+    OotdError: its message, each setting it names worded by `name` (the front end's word for it: a flag), and its
+    exit code (2 usage, 3 unsupported here, 1 otherwise). KeyboardInterrupt: 130;
     SIGTERM: 143. A full device: "no space left on device (PATH)" and 1. Anything else: "internal error" and 1.
     `passthrough` exceptions are re-raised (a front end's own control flow). `options`: the flags of the command
     running, so that a hint (out of memory) names only options it has.
@@ -84,7 +86,7 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
     except OSError as exc:  # a full device is one line wherever it hits (stdout, a library's own write)
         full = as_no_space(exc)
         if full is None:
-            return _internal(exc, debug, options)
+            return _internal(exc, debug, options, name)
         if debug:
             traceback.print_exc()
         echo_err(f"error: {full}")
@@ -92,7 +94,7 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
     except OotdError as exc:
         if debug:
             traceback.print_exc()
-        echo_err(f"error: {one_line(exc)}")
+        echo_err(f"error: {one_line(worded(exc, name))}")
         return exc.exit_code
     except KeyboardInterrupt as caught:  # Ctrl-C, or SIGTERM (Terminated: 143)
         if debug:
@@ -101,31 +103,34 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False,
         echo_err(getattr(exc, "message", "interrupted"))
         return getattr(exc, "exit_code", EXIT_INTERRUPTED)
     except Exception as exc:
-        return _internal(exc, debug, options)
+        return _internal(exc, debug, options, name)
     return code if isinstance(code, int) else 0
 
 
-# what helps a run out of memory, each with the option it needs: a command is offered those it has
-OOM_HINTS = (("--resolution", "--resolution 384x512"), ("--samples", "fewer --samples"),
-             ("--precision", "--precision fp16"), ("--attention", "--attention chunked"),
-             ("--batch-size", "a smaller --batch-size"))
+# what helps a run out of memory, each with the setting it needs: a command is offered those it has
+OOM_HINTS = (("resolution", "{@resolution} 384x512"), ("samples", "fewer {@samples}"),
+             ("precision", "{@precision} fp16"), ("attention", "{@attention} chunked"),
+             ("batch_size", "a smaller {@batch_size}"))
 
 
-def oom_hint(options: Collection[str] | None) -> str:
-    """'; try A, B or C' with the remedies whose option the command has (all of them when that is not known)."""
-    hints = [words for flag, words in OOM_HINTS if options is None or flag in options]
+def oom_hint(options: Collection[str] | None, name: Namer = library_name) -> str:
+    """'; try A, B or C' with the remedies whose setting the command has (all of them when that is not known),
+    each setting worded by `name` (a front end's: its flags, which `options` lists)."""
+    hints = [fill(words, name) for setting, words in OOM_HINTS
+             if options is None or name(setting) in options]
     if not hints:
         return ""
     return "; try " + (hints[0] if len(hints) == 1 else f"{', '.join(hints[:-1])} or {hints[-1]}")
 
 
-def _internal(exc: Exception, debug: bool, options: Collection[str] | None = None) -> int:
+def _internal(exc: Exception, debug: bool, options: Collection[str] | None = None,
+              name: Namer = library_name) -> int:
     """A failure nobody foresaw: one line (and the traceback with --debug)."""
     if debug:
         traceback.print_exc()
     hint = "" if debug else " (rerun with --debug for the traceback)"
     if _is_out_of_memory(exc):
-        echo_err(f"error: out of memory ({one_line(exc)[:200]}){oom_hint(options)}{hint}")
+        echo_err(f"error: out of memory ({one_line(exc)[:200]}){oom_hint(options, name)}{hint}")
         return 1
     from ootd.hardware.torch_builds import torchvision_problem
 

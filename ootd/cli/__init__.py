@@ -1,10 +1,10 @@
 """The `ootd` command: a thin front end over ootd/app (options -> RunConfig -> pipeline -> try-on -> files).
 
     errors.py       one-line errors and exit codes, logging per -v/-q, the click group
-    options.py      every shared option declared once (defaults from RunConfig/SamplingSettings)
+    options.py      the settings' options (derived from ootd/app/tryon/settings.py) and the logging ones
     display.py      progress bars, JSON, tables
     run.py, batch.py, mask.py, classify.py, download.py, checkpoints.py, doctor.py, bench.py, serve.py, compare.py,
-    eval.py, train.py, distill.py (`ootd train distill`): one module per command
+    eval.py, train.py, distill.py (`ootd train distill`), comfyui.py: one module per command
 
 Heavy modules (torch, diffusers) are imported only inside the commands that need them, so --help is instant.
 """
@@ -21,6 +21,7 @@ from ootd.cli import (
     bench,
     checkpoints,
     classify,
+    comfyui,
     compare,
     distill,
     doctor,
@@ -55,6 +56,9 @@ train_app = typer.Typer(help="Fine-tune the try-on model on your own pairs (LoRA
                         "into a few-step adapter.",
                         no_args_is_help=True, rich_markup_mode="rich", context_settings=HELP_OPTIONS)
 app.add_typer(train_app, name="train")
+comfyui_app = typer.Typer(help=comfyui.GROUP_HELP, no_args_is_help=True, rich_markup_mode="rich",
+                          context_settings=HELP_OPTIONS)
+app.add_typer(comfyui_app, name="comfyui")
 
 app.command("run", epilog=run.EPILOG)(run.run_command)
 app.command("batch", epilog=batch.EPILOG)(batch.batch_command)
@@ -71,6 +75,8 @@ train_app.command("prepare", epilog=train.PREPARE_EPILOG)(train.prepare_command)
 train_app.command("run", epilog=train.RUN_EPILOG)(train.run_command)
 train_app.command("bench")(train.bench_command)
 train_app.command("distill", epilog=distill.EPILOG)(distill.distill_command)
+comfyui_app.command("install", epilog=comfyui.EPILOG)(comfyui.install_command)
+comfyui_app.command("uninstall", epilog=comfyui.EPILOG)(comfyui.uninstall_command)
 
 
 def _version_callback(value: bool) -> None:

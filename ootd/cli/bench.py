@@ -10,15 +10,16 @@ import typer
 
 from ootd.cli.errors import echo_err, guarded_command
 from ootd.cli.options import (
+    BENCH,
     INPUTS,
     LOGGING_OPTIONS,
     MODEL_TYPES,
     OUTPUTS,
-    RUN_OPTIONS,
     SAMPLING,
     JsonOpt,
-    checked_config,
+    Shared,
     choices,
+    options_of,
     with_options,
 )
 from ootd.errors import UsageError
@@ -32,14 +33,11 @@ EPILOG = (
     "  ootd bench --checkpoints checkpoints --resolution 768x1024 --samples 4 --compare-original\n\n"
     "  ootd bench --random-weights full --matrix --json > bench.json"
 )
-BENCH_OPTIONS = {name: RUN_OPTIONS[name] for name in (
-    "checkpoints", "samples", "steps", "scale", "resolution", "scheduler", "speed", "cache_interval", "token_merge",
-    "quantize", "precision", "attention", "device", "max_memory", "channels_last", "compile",
-)}
+BENCH_OPTIONS = options_of(BENCH)
 
 
-@with_options(BENCH_OPTIONS, LOGGING_OPTIONS, steps=2, attention="sdpa")
 @guarded_command
+@with_options(BENCH_OPTIONS, LOGGING_OPTIONS, steps=2, attention="sdpa")
 def bench_command(
     random_weights: Annotated[str | None, typer.Option("--random-weights", metavar=choices(RANDOM_WEIGHTS),
                                                        help="Benchmark in-memory random weights instead: full "
@@ -65,7 +63,8 @@ def bench_command(
                                                      "images there (sample_<i>.png), e.g. for `ootd compare`.",
                                                      rich_help_panel=OUTPUTS, show_default=False)] = None,
     json_out: JsonOpt = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """Per-stage time and peak memory next to the memory plan's estimate (optionally vs the original)."""
     from dataclasses import replace
@@ -76,9 +75,9 @@ def bench_command(
         raise UsageError(f"unknown random weights kind {random_weights!r}: use one of {', '.join(RANDOM_WEIGHTS)}")
     if original_precision is not None and original_precision not in PRECISIONS:
         raise UsageError(f"unknown original precision {original_precision!r}: use one of {', '.join(PRECISIONS)}")
-    config = checked_config(options)  # the options of `ootd run`, turned into a config the same way
+    config = shared.config()  # the options of `ootd run`, turned into a config the same way
     config = replace(config, sampling=replace(config.sampling, seed=seed))
-    say = _log_to(options["quiet"], json_out)
+    say = _log_to(shared.quiet, json_out)
     if matrix:
         report = _matrix(config, random_weights, compare_original, flops, say)
     else:
@@ -91,7 +90,7 @@ def bench_command(
     elif matrix:
         for line in matrix_table(report):
             typer.echo(line)
-    elif not options["quiet"]:
+    elif not shared.quiet:
         for line in stage_table(report):
             typer.echo(line)
 

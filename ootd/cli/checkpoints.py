@@ -17,8 +17,8 @@ VERIFY_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints -
 GROUP_EPILOG = "[bold]Example[/bold]\n\n  ootd checkpoints verify checkpoints --models hd --json"
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
+@with_options(LOGGING_OPTIONS)
 def verify_command(
     folder: Annotated[Path | None, typer.Argument(help="Checkpoints folder. Default: $OOTD_CHECKPOINTS, "
                                                   "else ./checkpoints if it exists, else the per-user folder.",

@@ -7,12 +7,12 @@ from __future__ import annotations
 import heapq
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from ootd.cli.errors import guarded_command
-from ootd.cli.options import LOGGING_OPTIONS, RUN_OPTIONS, JsonOpt, config_from, with_options
+from ootd.cli.options import CLASSIFY, LOGGING_OPTIONS, JsonOpt, Shared, options_of, with_options
 
 EPILOG = (
     "[bold]Examples[/bold]\n\n"
@@ -22,15 +22,16 @@ EPILOG = (
     "where `--category auto` would refuse it (the lead over the second category under --category-margin): give "
     "those a category in the batch CSV."
 )
-CLASSIFY_OPTIONS = {name: RUN_OPTIONS[name] for name in ("checkpoints", "category_margin")}
+CLASSIFY_OPTIONS = options_of(CLASSIFY)
 
 
-@with_options(CLASSIFY_OPTIONS, LOGGING_OPTIONS)
 @guarded_command
+@with_options(CLASSIFY_OPTIONS, LOGGING_OPTIONS)
 def classify_command(
     folder: Annotated[Path, typer.Argument(help="Folder of garment photos.", metavar="DIR", show_default=False)],
     json_out: JsonOpt = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """The category [bold]--category auto[/bold] would choose for each garment photo in DIR, and its probability."""
     from ootd.app.batch.folders import scan_images
@@ -38,7 +39,7 @@ def classify_command(
     from ootd.app.tryon.loader import models_for
     from ootd.errors import escaped
 
-    config = config_from(options)
+    config = shared.config(check=False)
     paths, unreadable = scan_images(folder, "garment")
     reviewed = review_garments(paths, models_for(config), config.category_margin) if paths else iter(())
     reviews = heapq.merge(reviewed, (Review(path, error=why) for path, why in unreadable), key=lambda r: r.path)

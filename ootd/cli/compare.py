@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ootd.cli.errors import guarded_command
-from ootd.cli.options import LOGGING_OPTIONS, JsonOpt, with_options
+from ootd.cli.options import LOGGING_OPTIONS, JsonOpt, Shared, with_options
 from ootd.errors import escaped
 from ootd.evaluation.preservation import percent
 
@@ -31,8 +31,8 @@ def _psnr_text(value: float | str | None) -> str:
     return f"{value:.2f} dB"
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
+@with_options(LOGGING_OPTIONS)
 def compare_command(
     a_dir: Annotated[Path, typer.Argument(help="Folder of reference images (e.g. the exact mode's outputs).",
                                           show_default=False)],
@@ -42,7 +42,8 @@ def compare_command(
         "--include-intermediates", help="Also compare the pictures ootd writes beside its results (pose, parsing, "
         "mask, masked person, contact sheets), which are skipped by default.")] = False,
     json_out: JsonOpt = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """How far two folders of try-on results differ: PSNR, SSIM, max/mean absolute pixel difference per image and
     overall (how many are identical, the mean over the others). Images missing on one side, of different sizes or

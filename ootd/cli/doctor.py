@@ -23,8 +23,8 @@ from ootd.errors import escaped
 EPILOG = "[bold]Example[/bold]\n\n  ootd doctor --checkpoints /data/ootd-checkpoints"
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
+@with_options(LOGGING_OPTIONS)
 def doctor_command(
     checkpoints: CheckpointsOpt = None,
     models: ModelsOpt = ALL_MODELS,

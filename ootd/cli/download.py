@@ -9,7 +9,7 @@ import typer
 
 from ootd.cli.display import size_cell
 from ootd.cli.errors import guarded_command
-from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, ModelsOpt, parse_model_list, with_options
+from ootd.cli.options import ALL_MODELS, LOGGING_OPTIONS, ModelsOpt, Shared, parse_model_list, with_options
 from ootd.errors import escaped
 
 EPILOG = ("[bold]Examples[/bold]\n\n  ootd download   (into ./checkpoints if that folder exists, else the per-user "
@@ -17,8 +17,8 @@ EPILOG = ("[bold]Examples[/bold]\n\n  ootd download   (into ./checkpoints if tha
           "where they go, to fetch them by hand)\n\n  ootd download --eval   (the weights of `ootd eval`'s networks)")
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
+@with_options(LOGGING_OPTIONS)
 def download_command(
     dest: Annotated[Path | None, typer.Option("--dest", metavar="DIR", help="Checkpoints folder. Default: "
                                               "$OOTD_CHECKPOINTS, else ./checkpoints if it exists, else the "
@@ -34,12 +34,13 @@ def download_command(
     eval_weights: Annotated[bool, typer.Option("--eval", help="Instead: the published weights of the networks "
                                                "`ootd eval` measures with (InceptionV3, AlexNet), into torch's hub "
                                                "cache ($TORCH_HOME/hub/checkpoints). Needs the eval extra.")] = False,
-    **logging: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """Fetch exactly the released files ootd needs from the Hugging Face hub (resumable; the size is shown and
     the free disk space checked first)."""
     if eval_weights:
-        _download_eval(force, list_files, logging["quiet"])
+        _download_eval(force, list_files, shared.quiet)
         return
     from ootd.weights.download import download_checkpoints, file_list
     from ootd.weights.layout import default_checkpoints_dir
@@ -52,11 +53,11 @@ def download_command(
         return
 
     def on_size(repo: str, need: int | None, free: int) -> None:
-        if not logging["quiet"]:
+        if not shared.quiet:
             what = size_cell(need) if need is not None else "size unknown"
             typer.echo(escaped(f"{repo}: {what} to fetch into {target} ({size_cell(free)} free)"), err=True)
 
-    files = download_checkpoints(target, chosen, revision, progress=not logging["quiet"],
+    files = download_checkpoints(target, chosen, revision, progress=not shared.quiet,
                                  clip_revision=clip_revision, force=force, on_size=on_size)
     typer.echo(escaped(f"{len(files)} checkpoint files in {target} (models: {', '.join(m.value for m in chosen)})"))
     typer.echo(escaped(f"next: ootd checkpoints verify {target}"))

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import typer
@@ -25,12 +26,43 @@ except ImportError:  # pragma: no cover - older typer on top of click
     from click.globals import get_current_context
 
 from ootd.app.console import EXIT_INTERRUPTED, console_logging, echo_err, one_line, run_guarded
+from ootd.cli.options import cli_name
+from ootd.errors import Namer, library_name
 
 LOGGING_PARAMS = ("verbose", "quiet", "debug")
 
 
-def guarded(fn: Callable[[], Any], *, debug: bool = False) -> int:
-    """`run_guarded` for a typer command: its own typer.Exit(code) is its exit code; click's errors pass."""
+@dataclass(frozen=True)
+class FlagNames:
+    """How a command words the settings and inputs errors name: by its own options' flags (`ootd train run`'s
+    `learning_rate` is `--lr`), else as every command does (`cli_name`). A value, so a batch's Ray workers get it
+    too."""
+
+    own: Mapping[str, str] = field(default_factory=dict)
+
+    def __call__(self, name: str) -> str:
+        return self.own.get(name) or cli_name(name)
+
+    @classmethod
+    def of(cls, command: Callable[..., Any]) -> FlagNames:
+        """The flags of `command`'s options (from the typer options in its signature), by parameter name and by
+        the name each other long flag makes (batch's `--models/--people`: `people` is `--models` too)."""
+        own: dict[str, str] = {}
+        for parameter in inspect.signature(command, eval_str=True).parameters.values():
+            for meta in getattr(parameter.annotation, "__metadata__", ()):
+                # typer.Option("--lr", ...) inside Annotated keeps its first name as `default`
+                decls = (getattr(meta, "default", None), *(getattr(meta, "param_decls", None) or ()))
+                longs = [d.split("/")[0] for d in decls if isinstance(d, str) and d.startswith("--")]
+                if longs:
+                    own[parameter.name] = longs[0]
+                    for other in longs[1:]:
+                        own.setdefault(other[2:].replace("-", "_"), longs[0])
+        return cls(own)
+
+
+def guarded(fn: Callable[[], Any], *, debug: bool = False, name: Namer = library_name) -> int:
+    """`run_guarded` for a typer command: its own typer.Exit(code) is its exit code; click's errors pass; an
+    error's settings worded by `name`."""
 
     def call() -> int:
         try:
@@ -39,7 +71,8 @@ def guarded(fn: Callable[[], Any], *, debug: bool = False) -> int:
             return exc.exit_code
         return 0
 
-    return run_guarded(call, debug=debug, passthrough=(ClickException, typer.Abort), options=command_options())
+    return run_guarded(call, debug=debug, passthrough=(ClickException, typer.Abort), options=command_options(),
+                       name=name)
 
 
 def command_options() -> set[str] | None:
@@ -52,17 +85,18 @@ def command_options() -> set[str] | None:
 
 
 def guarded_command(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a command: logging per -v/-q, errors per `guarded`. The logging flags are taken here and passed
-    on only to commands that declare them (or take **options)."""
+    """Wrap a command: logging per -v/-q, errors per `guarded`, worded with the command's flags. The logging
+    flags are taken here and passed on only to commands that declare them (or take **options)."""
     accepted = inspect.signature(fn).parameters
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    names = FlagNames.of(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         flags = {name: kwargs.get(name, False) for name in LOGGING_PARAMS}
         passed = {k: v for k, v in kwargs.items() if takes_all or k in accepted or k not in LOGGING_PARAMS}
         with console_logging(flags["verbose"], flags["quiet"], flags["debug"]):
-            code = guarded(lambda: fn(*args, **passed), debug=flags["debug"])
+            code = guarded(lambda: fn(*args, **passed), debug=flags["debug"], name=names)
         if code:
             raise typer.Exit(code)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,6 +17,7 @@ from ootd.cli.options import (
     DeviceOpt,
     JsonOpt,
     ProviderOpt,
+    Shared,
     choices,
     with_options,
 )
@@ -68,8 +69,8 @@ ReviewAboveOpt = Annotated[float | None, typer.Option(
     help="--preservation: mark the results where more than PERCENT of a region outside the mask changed.")]
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
+@with_options(LOGGING_OPTIONS)
 def eval_command(
     results: Annotated[Path, typer.Argument(help="Folder of try-on results (a batch's output folder, or any "
                                             "folder of images).", show_default=False)],
@@ -91,7 +92,8 @@ def eval_command(
     review_above: ReviewAboveOpt = None,
     checkpoints: CheckpointsOpt = None,
     parsing_provider: ProviderOpt = ParsingProvider.CPU.value,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """How far try-on results are from the real photos: SSIM and LPIPS per pair, FID and KID of the sets; with
     --preservation, what each result changed of its own person photo, without real photos.
@@ -105,7 +107,7 @@ def eval_command(
         raise UsageError("give --truth PHOTOS (the metrics against real photos), --preservation (what each result "
                          "changed of its own photo), or both")
     chosen = _eval_options(truth, weights, device, batch_size, unpaired, pairs)
-    with Display(show_progress(options["quiet"], json_out)) as display:
+    with Display(show_progress(shared.quiet, json_out)) as display:
         report = _evaluate(results, truth, chosen, display) if chosen is not None and truth is not None else None
         kept = measure(results, truth, display) if measure is not None else None
     if json_out:

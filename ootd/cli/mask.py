@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from ootd.cli.display import print_json
 from ootd.cli.errors import guarded_command
-from ootd.cli.options import INPUTS, LOGGING_OPTIONS, RUN_OPTIONS, JsonOpt, checked_config, choices, with_options
+from ootd.cli.options import INPUTS, LOGGING_OPTIONS, MASK, JsonOpt, Shared, choices, options_of, with_options
 from ootd.errors import escaped
 from ootd.settings import Category
 
@@ -26,21 +26,19 @@ EPILOG = (
     "pose and parsing pictures at the size their models work at."
 )
 # the shared options that change the mask (the same words as `ootd run`, so a run with them makes this mask)
-MASK_OPTIONS = {name: RUN_OPTIONS[name] for name in (
-    "model_type", "fit", "mask_grow", "resolution", "checkpoints", "device", "parsing_provider", "threads", "output",
-    "overwrite",
-)}
+MASK_OPTIONS = options_of(MASK)
 
 
-@with_options(MASK_OPTIONS, LOGGING_OPTIONS)
 @guarded_command
+@with_options(MASK_OPTIONS, LOGGING_OPTIONS)
 def mask_command(
     model: Annotated[Path, typer.Option("--model", "--person", "-m", help="Person photo.", metavar="PERSON",
                                         rich_help_panel=INPUTS, show_default=False)],
     category: Annotated[str, typer.Option("--category", "-k", help="upper, lower or dress.", rich_help_panel=INPUTS,
                                           show_default=False, metavar=choices(tuple(c.value for c in Category)))],
     json_out: JsonOpt = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """The mask a try-on would use: writes [bold]<person>__<category>__mask.png[/bold], the masked person, pose
     and parsing (framed like try-on results), to fix and pass back with [bold]ootd run --mask[/bold]."""
@@ -48,7 +46,7 @@ def mask_command(
     from ootd.app.tryon.masking import describe_mask_file
     from ootd.app.tryon.preflight import prepare_mask_job
 
-    config = checked_config(options)  # the device and parsing provider as `ootd run` checks them
+    config = shared.config()  # the device and parsing provider as `ootd run` checks them
     job = prepare_mask_job(config, model, Category.parse(category))  # every check, in `ootd run`'s order
     outcome = job.run(models_for(config).preprocessor())
     targets = job.save(outcome)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -22,16 +23,17 @@ from ootd.cli.options import (
     LOGGING_OPTIONS,
     OUTPUTS,
     RUN_OPTIONS,
-    GridOpt,
     JsonOpt,
-    checked_config,
+    Shared,
     with_options,
 )
 from ootd.errors import escaped
 
 if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
+    from ootd.app.tryon.inputs import JobInputs
     from ootd.app.tryon.job import JobOutcome
+    from ootd.models import Models
     from ootd.pipeline import TryOnPipeline
     from ootd.pipeline_types import RunInfo, Timings
     from ootd.settings import SamplingSettings
@@ -49,8 +51,8 @@ EPILOG = (
 )
 
 
-@with_options(RUN_OPTIONS, LOGGING_OPTIONS)
 @guarded_command
+@with_options(RUN_OPTIONS, LOGGING_OPTIONS)
 def run_command(
     model: Annotated[Path, typer.Option("--model", "--person", "-m", help="Person photo.", metavar="PERSON",
                                         rich_help_panel=INPUTS, show_default=False)],
@@ -67,64 +69,97 @@ def run_command(
                                                     "One per --cloth.", rich_help_panel=INPUTS,
                                                     show_default=False)] = None,
     json_out: JsonOpt = False,
-    grid: GridOpt = False,
     explain: Annotated[bool, typer.Option("--explain", help="Print the device, precision, attention and memory "
                                           "plan before running.", rich_help_panel=OUTPUTS)] = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """Dress one person in one garment (or an outfit of two): writes [bold]<person>__<garment>__<i>.png[/bold] per
     sample (see --name)."""
-    from dataclasses import replace
-
-    from ootd.app.tryon.autocategory import resolve_inputs
     from ootd.app.tryon.loader import models_for
-    from ootd.app.tryon.outputs import describe_pipeline, peak_memory
-    from ootd.app.tryon.preflight import prepare_job
     from ootd.pipeline_types import Timings
 
     started = time.perf_counter()
-    config = replace(checked_config(options), grid=grid)
+    config = shared.config()
     inputs = _inputs(model, cloth, category, list(mask or []))
     models = models_for(config)  # every model of this run; the classifier goes when the try-on's pipeline loads
     timings = Timings()  # the run's stages in the order they happened, the job's among them
+    resolved = _classified(inputs, config, models, timings)
+    with Display(show_progress(shared.quiet, json_out)) as display:
+        tried = _try_on(config, resolved, models, display, timings, log_seed=not json_out,
+                        explain=explain and not json_out, auto=resolved is not inputs)
+    total = time.perf_counter() - started
+    if json_out:
+        print_json(_summary(tried, models, timings, total, shared.random_seed, explain))
+        return
+    _report(tried.outcome, tried.images, tried.intermediates, timings, total, shared.random_seed)
+
+
+def _classified(inputs: JobInputs, config: RunConfig, models: Models, timings: Timings) -> JobInputs:
+    """The inputs with `auto` categories classified (timed) by the owner's classifier, which goes when the
+    try-on's pipeline loads (the memory plan does not count it)."""
+    from ootd.app.tryon.autocategory import resolve_inputs
+
     t = time.perf_counter()
     resolved = resolve_inputs(inputs, models, config.category_margin)
     if resolved is not inputs:
         timings.add("classify", time.perf_counter() - t)
-    random_seed = options["seed"] is None
-    with Display(show_progress(options["quiet"], json_out)) as display:
-        # 1. every check (cheap first; pose + parsing, seconds, before the diffusion models, minutes)
-        t = time.perf_counter()
-        job = prepare_job(config, resolved, models, progress=display)
-        if job.parses:
-            timings.add("pose_parsing", time.perf_counter() - t)
-        if not json_out:
-            note = f" (random; pass --seed {config.sampling.seed} to reproduce)" if random_seed else ""
-            logger.info("seed %d%s", config.sampling.seed, note)
-        # 2. the heavy part: each model loaded when its first pass runs (a bar per component), its time counted
-        with models.timed() as loading:
-            first = models.pipeline(job.model_type, config.lora, progress=display)
-            if explain and not json_out:
-                _explain(first, describe_pipeline(first, config), config, auto=resolved is not inputs)
-            outcome = job.run(models, progress=display)
-        timings.add("load", loading.seconds)
-        timings.extend(outcome.timings())
-        t = time.perf_counter()
-        images, intermediates = job.save(outcome)
-        timings.add("save", time.perf_counter() - t)
-    total = time.perf_counter() - started
-    if json_out:
-        ran = outcome.ran
-        summary = {"outputs": [str(p) for p in images], "intermediates": {k: str(p) for k, p in intermediates.items()},
-                   "seed": config.sampling.seed, "seed_random": random_seed, **outcome.describe(),
-                   "device": ran.device, "precision": ran.precision, "attention": ran.attention,
-                   "loads": models.loads, "timings": timings.to_json(4, total=total),
-                   "peak_memory": peak_memory(models.device), "plan": ran.plan}
+    return resolved
+
+
+@dataclass
+class _Tried:
+    """A finished `ootd run`: the job's outcome and the files it wrote."""
+
+    outcome: JobOutcome
+    images: list[Path]
+    intermediates: dict[str, Path]
+
+
+def _try_on(config: RunConfig, inputs: JobInputs, models: Models, display: Display, timings: Timings, *,
+            log_seed: bool, explain: bool, auto: bool) -> _Tried:
+    """Every check (cheap first; pose + parsing, seconds, before the diffusion models, minutes), then the job on
+    its models (each loaded when its first pass runs, a bar per component, its time counted), then its files;
+    `timings` filled in the order things happened."""
+    from ootd.app.tryon.outputs import describe_pipeline
+    from ootd.app.tryon.preflight import prepare_job
+
+    t = time.perf_counter()
+    job = prepare_job(config, inputs, models, progress=display)
+    if job.parses:
+        timings.add("pose_parsing", time.perf_counter() - t)
+    if log_seed:
+        seed = config.sampling.seed
+        logger.info("seed %d%s", seed, f" (random; pass --seed {seed} to reproduce)" if config.seed_random else "")
+    with models.timed() as loading:
+        first = models.pipeline(job.model_type, config.lora, progress=display)
         if explain:
-            summary["describe"] = ran.to_json()
-        print_json(summary)
-        return
-    _report(outcome, images, intermediates, timings, total, random_seed)
+            _explain(first, describe_pipeline(first, config), config, auto=auto)
+        outcome = job.run(models, progress=display)
+    timings.add("load", loading.seconds)
+    timings.extend(outcome.timings())
+    t = time.perf_counter()
+    images, intermediates = job.save(outcome)
+    timings.add("save", time.perf_counter() - t)
+    return _Tried(outcome, images, intermediates)
+
+
+def _summary(tried: _Tried, models: Models, timings: Timings, total: float, random_seed: bool,
+             explain: bool) -> dict[str, Any]:
+    """`--json`: the files, the seed, what was tried on, where and how it ran, and the time each stage took."""
+    from ootd.app.tryon.outputs import peak_memory
+
+    outcome = tried.outcome
+    ran = outcome.ran
+    summary = {"outputs": [str(p) for p in tried.images],
+               "intermediates": {k: str(p) for k, p in tried.intermediates.items()},
+               "seed": outcome.job.config.sampling.seed, "seed_random": random_seed, **outcome.describe(),
+               "device": ran.device, "precision": ran.precision, "attention": ran.attention,
+               "loads": models.loads, "timings": timings.to_json(4, total=total),
+               "peak_memory": peak_memory(models.device), "plan": ran.plan}
+    if explain:
+        summary["describe"] = ran.to_json()
+    return summary
 
 
 def _inputs(model: Path, cloth: list[Path], category: list[str], masks: list[Path]) -> Any:

@@ -1,7 +1,8 @@
 """`ootd train prepare | run | bench`: fine-tune the try-on model on your own pairs with LoRA (docs/training.md).
 
 Thin: the options, declared once here with their defaults from ootd/training/settings.py, become checked option
-objects; ootd/app/train does the work; this prints the summary.
+objects; ootd/app/train does the work; this prints the summary. `ootd train distill` (distill.py) takes the
+run's options from here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ootd.cli.options import (
     ModelTypeOpt,
     ProviderOpt,
     ResolutionOpt,
+    Shared,
     choices,
     with_options,
 )
@@ -51,8 +53,8 @@ def _opt(*names: str, panel: str, **kwargs: Any) -> Any:
     return typer.Option(*names, rich_help_panel=panel, **kwargs)
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
+@with_options(LOGGING_OPTIONS)
 def prepare_command(
     data: Annotated[Path, typer.Argument(help="A VITON-HD-style folder, a Dress Code-style folder or a pairs CSV.",
                                          metavar="DATA", show_default=False)],
@@ -70,7 +72,8 @@ def prepare_command(
     device: DeviceOpt = None,
     parsing_provider: ProviderOpt = "cpu",
     json_out: JsonOpt = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """Prepare training pairs once: masks, latents and prompt embeddings into a cache every epoch reads."""
     from ootd.app.train.prepare import PrepareOptions, prepare, prepare_models
@@ -80,7 +83,7 @@ def prepare_command(
     chosen = PrepareOptions(data, output, checkpoints or default_checkpoints_dir(),
                             ModelType.parse(model_type) if model_type else None, parse_resolution(resolution),
                             FitMode.parse(fit, "fit mode"), split, seed, pairs, device, parsing_provider)
-    with Display(show_progress(options["quiet"], json_out)) as display:
+    with Display(show_progress(shared.quiet, json_out)) as display:
         report = prepare(chosen, progress=display, models=prepare_models(chosen))
         for problem in report.problems:
             display.print(f"skipped {problem}")
@@ -100,56 +103,74 @@ def prepare_command(
                f"{report.reused}{duplicates}, skipped {len(report.problems)}")
 
 
-@with_options(LOGGING_OPTIONS)
+def _train_opt(flag: str, default: Any, help: str, *, kind: Any = int, panel: str = TRAIN,
+               **kwargs: Any) -> tuple[Any, Any]:
+    return Annotated[kind, _opt(flag, panel=panel, help=help, **kwargs)], default
+
+
+# TrainSettings' fields as `ootd train run` takes them (named as the fields, so `TrainSettings.from_words` takes
+# them as they are and its errors name the flags here), defaults from TrainSettings
+TRAIN_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "steps": _train_opt("--steps", D.steps, "Optimizer steps.", metavar="N"),
+    "epochs": _train_opt("--epochs", None, "Passes over the training pairs instead of --steps.", kind=int | None,
+                         metavar="N", show_default=False),
+    "batch_size": _train_opt("--batch-size", D.batch_size, "Pairs per forward pass (per worker).", metavar="N"),
+    "accumulation": _train_opt("--accumulation", D.accumulation, "Forward passes per optimizer step.",
+                               metavar="N"),
+    "learning_rate": _train_opt("--lr", D.learning_rate, "Learning rate (AdamW).", kind=float),
+    "schedule": _train_opt("--schedule", D.schedule.value, "Learning-rate schedule after the warm-up.", kind=str,
+                           metavar=choices(LrSchedule)),
+    "warmup": _train_opt("--warmup", D.warmup, "Warm-up steps.", metavar="N"),
+    "rank": _train_opt("--rank", D.rank, "LoRA rank.", metavar="R"),
+    "alpha": _train_opt("--alpha", D.alpha, "LoRA alpha (scale alpha/rank).", kind=float),
+    "train_garment": _train_opt("--train-garment/--no-train-garment", D.train_garment,
+                                "Also adapt the garment UNet.", kind=bool),
+    "dropout": _train_opt("--dropout", D.dropout, "Outfitting dropout (the paper's 0.1).", kind=float,
+                          metavar="P"),
+    "seed": _train_opt("--seed", D.seed, "Seed of the adapter, order, noise.", metavar="N"),
+    "mixed_precision": _train_opt("--mixed-precision", D.mixed_precision.value, "bf16/fp16 where the device "
+                                  "profile allows.", kind=str, metavar=choices(MixedPrecision)),
+    "gradient_checkpointing": _train_opt("--gradient-checkpointing", D.gradient_checkpointing, "Recompute "
+                                         "activations in the backward: less memory, slower steps.", kind=bool),
+    "checkpoint_every": _train_opt("--checkpoint-every", D.checkpoint_every, "Steps between checkpoints.",
+                                   panel=RUNS, metavar="N"),
+    "validate_every": _train_opt("--validate-every", D.validate_every, "Steps between validation sheets (0: at "
+                                 "the end).", panel=RUNS, metavar="N"),
+    "validation_steps": _train_opt("--validation-steps", D.validation_steps, "Denoising steps of a validation "
+                                   "try-on.", panel=RUNS, metavar="N"),
+    "validation_pairs": _train_opt("--validation-pairs", D.validation_pairs, "Held-out pairs per sheet.",
+                                   panel=RUNS, metavar="N"),
+}
+
+
+# the options of a run that are not its settings, as `ootd train run` and `ootd train distill` take them
+CacheArg = Annotated[Path, typer.Argument(help="A cache made by `ootd train prepare`.", metavar="CACHE",
+                                          show_default=False)]
+ResumeOpt = Annotated[bool, _opt("--resume", panel=RUNS, help="Continue RUN from its latest checkpoint.")]
+ExplainOpt = Annotated[bool, _opt("--explain", panel=RUNS, help="Print the device and memory estimate first.")]
+EngineOpt = Annotated[str, _opt("--engine", panel=TRAIN, metavar=choices(EngineName),
+                                help="local, or ray: data-parallel over Ray Train (the ray-train extra).")]
+WorkersOpt = Annotated[int, _opt("--workers", panel=TRAIN, metavar="N", help="Ray Train workers.")]
+GpusOpt = Annotated[bool, _opt("--gpus/--no-gpus", panel=TRAIN, help="A GPU per Ray worker.")]
+
+
 @guarded_command
+@with_options(TRAIN_OPTIONS, LOGGING_OPTIONS)
 def run_command(
-    cache: Annotated[Path, typer.Argument(help="A cache made by `ootd train prepare`.", metavar="CACHE",
-                                          show_default=False)],
+    cache: CacheArg,
     output: Annotated[Path, _opt("--output", "-o", panel=RUNS, metavar="RUN", show_default=False,
                                  help="The run folder: checkpoints, lora.safetensors, loss log, validation.")],
-    steps: Annotated[int, _opt("--steps", panel=TRAIN, metavar="N", help="Optimizer steps.")] = D.steps,
-    epochs: Annotated[int | None, _opt("--epochs", panel=TRAIN, metavar="N", show_default=False,
-                                       help="Passes over the training pairs instead of --steps.")] = None,
-    batch_size: Annotated[int, _opt("--batch-size", panel=TRAIN, metavar="N",
-                                    help="Pairs per forward pass (per worker).")] = D.batch_size,
-    accumulation: Annotated[int, _opt("--accumulation", panel=TRAIN, metavar="N",
-                                      help="Forward passes per optimizer step.")] = D.accumulation,
-    lr: Annotated[float, _opt("--lr", panel=TRAIN, help="Learning rate (AdamW).")] = D.learning_rate,
-    schedule: Annotated[str, _opt("--schedule", panel=TRAIN, metavar=choices(LrSchedule),
-                                  help="Learning-rate schedule after the warm-up.")] = D.schedule.value,
-    warmup: Annotated[int, _opt("--warmup", panel=TRAIN, metavar="N", help="Warm-up steps.")] = D.warmup,
-    rank: Annotated[int, _opt("--rank", panel=TRAIN, metavar="R", help="LoRA rank.")] = D.rank,
-    alpha: Annotated[float, _opt("--alpha", panel=TRAIN, help="LoRA alpha (scale alpha/rank).")] = D.alpha,
-    train_garment: Annotated[bool, _opt("--train-garment/--no-train-garment", panel=TRAIN,
-                                        help="Also adapt the garment UNet.")] = D.train_garment,
-    dropout: Annotated[float, _opt("--dropout", panel=TRAIN, metavar="P",
-                                   help="Outfitting dropout (the paper's 0.1).")] = D.dropout,
-    seed: Annotated[int, _opt("--seed", panel=TRAIN, metavar="N", help="Seed of the adapter, order, noise.")] = D.seed,
-    mixed_precision: Annotated[str, _opt("--mixed-precision", panel=TRAIN, metavar=choices(MixedPrecision),
-                                         help="bf16/fp16 where the device profile allows.")] = D.mixed_precision.value,
-    gradient_checkpointing: Annotated[bool, _opt("--gradient-checkpointing", panel=TRAIN,
-                                                 help="Recompute activations in the backward: less memory, "
-                                                 "slower steps.")] = D.gradient_checkpointing,
-    checkpoint_every: Annotated[int, _opt("--checkpoint-every", panel=RUNS, metavar="N",
-                                          help="Steps between checkpoints.")] = D.checkpoint_every,
-    validate_every: Annotated[int, _opt("--validate-every", panel=RUNS, metavar="N",
-                                        help="Steps between validation sheets (0: at the end).")] = D.validate_every,
-    validation_steps: Annotated[int, _opt("--validation-steps", panel=RUNS, metavar="N",
-                                          help="Denoising steps of a validation try-on.")] = D.validation_steps,
-    validation_pairs: Annotated[int, _opt("--validation-pairs", panel=RUNS, metavar="N",
-                                          help="Held-out pairs per sheet.")] = D.validation_pairs,
-    resume: Annotated[bool, _opt("--resume", panel=RUNS, help="Continue RUN from its latest checkpoint.")] = False,
-    explain: Annotated[bool, _opt("--explain", panel=RUNS, help="Print the device and memory estimate first.")
-                       ] = False,
-    engine: Annotated[str, _opt("--engine", panel=TRAIN, metavar=choices(EngineName),
-                                help="local, or ray: data-parallel over Ray Train (the ray-train extra).")] = "local",
-    workers: Annotated[int, _opt("--workers", panel=TRAIN, metavar="N", help="Ray Train workers.")] = 2,
-    gpus: Annotated[bool, _opt("--gpus/--no-gpus", panel=TRAIN, help="A GPU per Ray worker.")] = False,
+    resume: ResumeOpt = False,
+    explain: ExplainOpt = False,
+    engine: EngineOpt = "local",
+    workers: WorkersOpt = 2,
+    gpus: GpusOpt = False,
     checkpoints: CheckpointsOpt = None,
     device: DeviceOpt = None,
     attention: AttentionOpt = "auto",
     json_out: JsonOpt = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """Fine-tune LoRA adapters on a prepared cache; the adapter is RUN/lora.safetensors (use it with --lora)."""
     from ootd.app.train.loop import TrainOptions, check_mixed_precision
@@ -157,25 +178,20 @@ def run_command(
     from ootd.settings import AttentionName
     from ootd.weights.layout import default_checkpoints_dir
 
-    settings = TrainSettings.from_words(
-        steps=steps, epochs=epochs, batch_size=batch_size, accumulation=accumulation, learning_rate=lr,
-        schedule=schedule, warmup=warmup, rank=rank, alpha=alpha, train_garment=train_garment, dropout=dropout,
-        seed=seed, mixed_precision=mixed_precision, gradient_checkpointing=gradient_checkpointing,
-        checkpoint_every=checkpoint_every, validate_every=validate_every, validation_steps=validation_steps,
-        validation_pairs=validation_pairs)
+    settings = TrainSettings.from_words(**shared.words)
+    chosen_engine = EngineName.parse(engine, "engine")
     check_mixed_precision(settings.mixed_precision, device)
     train = TrainOptions(cache, output, checkpoints or default_checkpoints_dir(), settings,
                          check_device_spec(device), AttentionName.parse(attention, "attention backend"), resume)
-    run_training(train, engine, workers, gpus, explain=explain, json_out=json_out, quiet=options["quiet"])
+    run_training(train, chosen_engine, workers, gpus, explain=explain, json_out=json_out, quiet=shared.quiet)
 
 
-def run_training(train: Any, engine: str, workers: int, gpus: bool, *, explain: bool, json_out: bool,
+def run_training(train: Any, engine: EngineName, workers: int, gpus: bool, *, explain: bool, json_out: bool,
                  quiet: bool) -> None:
     """A fine-tune's or a distillation's run (`train`: its checked options) on the engine asked for, and its
     summary: one line, or --json."""
-    chosen_engine = EngineName.parse(engine, "engine")
     with Display(show_progress(quiet, json_out)) as display:
-        if chosen_engine is EngineName.RAY:
+        if engine is EngineName.RAY:
             from ootd.app.train.ray_engine import train_ray
 
             report = train_ray(train, workers, gpus, explain=explain and not json_out, echo=display.print)
@@ -223,8 +239,8 @@ def _train_local(train: Any, explain: bool, display: Display) -> Any:
     return train_local(train, progress=display, models=models, index=index)
 
 
-@with_options(LOGGING_OPTIONS)
 @guarded_command
+@with_options(LOGGING_OPTIONS)
 def bench_command(
     random_weights: Annotated[str, _opt("--random-weights", panel=TRAIN, metavar="[full|tiny]",
                                         help="The released architectures (full) or the test ones (tiny).")] = "full",
@@ -237,7 +253,8 @@ def bench_command(
     steps: Annotated[int, _opt("--steps", panel=TRAIN, metavar="N", help="Steps to time.")] = 3,
     distill: Annotated[bool, _opt("--distill", panel=TRAIN, help="Time `ootd train distill`'s step instead (its "
                                   "defaults: rank 64, a target network).")] = False,
-    **options: Any,
+    *,
+    shared: Shared,
 ) -> None:
     """Seconds per training step and peak memory on this CPU, random weights, one configuration per run."""
     from ootd.settings import parse_resolution

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from enum import nonmember
+
 from ootd.errors import UsageError
 from ootd.settings import Choice
 
@@ -18,14 +20,13 @@ class MetricWeights(Choice):
     STANDARD = "standard"
     RANDOM = "random"
 
-    @classmethod
-    def parse(cls, value: str | MetricWeights, what: str | None = "metric weights") -> MetricWeights:
-        return super().parse(value, what)
+    label = nonmember("metric weights")
 
 
 def check_batch(value: int) -> int:
     if not 1 <= value <= MAX_BATCH:
-        raise UsageError(f"--batch-size must be 1 to {MAX_BATCH}, got {value}")
+        raise UsageError.about("batch_size", "{@batch_size} must be 1 to {most}, got {value}", value=value,
+                               most=MAX_BATCH)
     return value
 
 
@@ -35,5 +36,6 @@ def check_review_above(percent: float | None) -> float | None:
     if percent is None:
         return None
     if not 0 <= percent < 100:
-        raise UsageError(f"--review-above is a percentage of a region's pixels, 0 to 100 (below 100), got {percent:g}")
+        raise UsageError.about("review_above", "{@review_above} is a percentage of a region's pixels, 0 to 100 "
+                               "(below 100), got {value:g}", value=percent)
     return percent / 100

@@ -40,6 +40,11 @@ def _one_line(value: object) -> str:
     return " ".join(str(value).split())
 
 
+def already_exists(path: Path) -> OutputError:
+    """The refusal to replace a file (the `overwrite` setting would)."""
+    return OutputError.about("overwrite", "{path} already exists; use {@overwrite} to replace it", path=path)
+
+
 def check_output_dir(path: str | Path) -> Path:
     """Create the output folder if needed and prove it is writable, before any slow work starts."""
     path = Path(path)
@@ -122,7 +127,7 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], overwrit
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder")
     if path.exists() and not overwrite:
-        raise OutputError(f"{path} already exists; use --overwrite to replace it")
+        raise already_exists(path)
     tmp, fd = _locked_temp(path)
     try:
         with os.fdopen(fd, "wb") as handle:  # closing it (last) gives the lock up
@@ -180,10 +185,10 @@ def _rename_no_clobber(tmp: Path, path: Path) -> None:
     try:
         os.link(tmp, path)
     except FileExistsError:
-        raise OutputError(f"{path} already exists; use --overwrite to replace it") from None
+        raise already_exists(path) from None
     except OSError:  # file systems without hard links (FAT, some network mounts)
         if path.exists():
-            raise OutputError(f"{path} already exists; use --overwrite to replace it") from None
+            raise already_exists(path) from None
         os.replace(tmp, path)
         return
     os.unlink(tmp)

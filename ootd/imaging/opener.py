@@ -149,7 +149,12 @@ def available(formats: tuple[str, ...] = FORMATS) -> list[str]:
 
 def check_header(im: Image.Image, fail: Fail, min_side: int = MIN_SIDE) -> None:
     """Reject tiny and enormous images from the header alone, before any pixel is decoded."""
-    width, height = im.size
+    check_dimensions(*im.size, fail, min_side)
+
+
+def check_dimensions(width: int, height: int, fail: Fail, min_side: int = MIN_SIDE) -> None:
+    """Reject a picture too small to be a usable photo or too large to hold, whatever it came from (a file's
+    header, an image handed over in memory: the ComfyUI nodes)."""
     if width * height > MAX_PIXELS:
         raise fail(
             f"image too large: {width}x{height} = {width * height / 1e6:.0f} megapixels "

@@ -164,11 +164,10 @@ class Residency:
             return fn()
         except torch.OutOfMemoryError as second:
             self.free()
-            raise OutOfMemoryError(
-                f"out of memory during {stage} again after re-planning with half the budget; "
-                f"plan that failed: {smaller.to_dict()}; try --max-memory lower, fewer --samples or "
-                f"--resolution 384x512"
-            ) from second
+            raise OutOfMemoryError.about(
+                "max_memory", "out of memory during {stage} again after re-planning with half the budget; plan "
+                "that failed: {plan}; try {@max_memory} lower, fewer {@samples} or {@resolution} 384x512",
+                stage=stage, plan=smaller.to_dict()) from second
 
     def free(self) -> None:
         """Return cached device memory to the driver (after an out-of-memory error)."""

@@ -325,11 +325,13 @@ class Models:
         finally:
             self._timers.remove(entry)
 
-    def release(self, *kinds: Kind) -> None:
+    def release(self, *kinds: Kind, model_type: ModelType | None = None) -> None:
         """Drop what is held of `kinds` (none given: everything) and give its memory back (ComfyUI's "free
-        memory"). A released model loads again when next asked for; remembered failures stay."""
+        memory"); `model_type`: only the try-on pipelines of that model type (a host that unloads its models one
+        at a time). A released model loads again when next asked for; remembered failures stay."""
         with self._lock:
-            self._drop([key for key in self._held if not kinds or key[0] in kinds])
+            self._drop([key for key in self._held if (not kinds or key[0] in kinds)
+                        and (model_type is None or (key[0] is Kind.PIPELINE and key[1] is model_type))])
 
     # -- inside ---------------------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from starlette.requests import ClientDisconnect
 from ootd import __version__
 from ootd.app.console import one_line
 from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.settings import SETTINGS
 from ootd.errors import NoPersonError, OotdError, UsageError
 from ootd.models import ModelSource
 from ootd.serve import contract, schema
@@ -54,7 +55,7 @@ from ootd.serve.messages import classify, error_response
 from ootd.serve.origins import ANY, Access, BrowserGuard
 from ootd.serve.service import Finished, TryOnService, checkpoints_note
 from ootd.serve.worker import CANCELLED, DONE, FAILED, Cancelled, Job, QueueFull, ShuttingDown, Worker
-from ootd.settings import AUTO_CATEGORY, RESOLUTIONS, Category, FitMode, SchedulerName
+from ootd.settings import AUTO_CATEGORY, Category
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +108,9 @@ class Api:
         app.add_api_route("/favicon.ico", self.favicon, methods=["GET"], include_in_schema=False)
         app.add_api_route("/api/health", self.health, methods=["GET"], summary="Device, models, queue, checkpoints")
         app.add_api_route("/api/options", self.options, methods=["GET"], summary="Choices, defaults and limits")
-        app.add_api_route("/api/tryon", self.tryon, methods=["POST"], **schema.tryon_docs())
-        app.add_api_route("/api/jobs", self.create_job, methods=["POST"], status_code=202, **schema.jobs_docs())
+        app.add_api_route("/api/tryon", self.tryon, methods=["POST"], **schema.tryon_docs(self.limits))
+        app.add_api_route("/api/jobs", self.create_job, methods=["POST"], status_code=202,
+                          **schema.jobs_docs(self.limits))
         app.add_api_route("/api/jobs/{job_id}", self.job_status, methods=["GET"], **schema.job_docs())
         app.add_api_route("/api/jobs/{job_id}", self.cancel_job, methods=["DELETE"], status_code=202,
                           summary="Cancel a job: it leaves the line, or stops at its next step")
@@ -322,7 +324,8 @@ def page_options(config: RunConfig, limits: Limits) -> dict[str, Any]:
     sampling = config.sampling
     return {
         "categories": [*(c.value for c in Category), AUTO_CATEGORY], "model_types": model_types,
-        "resolutions": list(RESOLUTIONS), "schedulers": list(SchedulerName.words()), "fits": list(FitMode.words()),
+        "resolutions": list(SETTINGS["resolution"].choices), "schedulers": list(SETTINGS["scheduler"].choices),
+        "fits": list(SETTINGS["fit"].choices),
         "defaults": {"samples": sampling.num_samples, "steps": sampling.steps, "scale": sampling.guidance_scale,
                      "resolution": str(sampling.resolution), "scheduler": str(sampling.scheduler),
                      "fit": str(config.fit)},

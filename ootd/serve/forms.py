@@ -1,5 +1,9 @@
 """A multipart try-on request -> a JobSpec, with each problem as one line and its HTTP status.
 
+The form's setting fields are the settings declared as offered by the API (ootd/app/tryon/settings.py), each read
+as its declared type and applied over the server's config by `update_config`; its other fields are the request's
+inputs (files, categories). Errors are worded in the API's terms (`api_name`: the form's fields).
+
 422: a field is missing or has a bad value. 400: an upload is not a usable image, or the combination is impossible
 (the hd model with a lower-body garment). The uploads are copied into the job's folder (the per-process temporary
 folder) and checked there as `ootd run` checks files, before the request takes a place in the queue.
@@ -14,26 +18,26 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import UploadFile
 
-from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.config import RunConfig, update_config
 from ootd.app.tryon.inputs import GarmentInput, JobInputs
-from ootd.errors import CheckpointError, OotdError, UsageError
+from ootd.app.tryon.settings import API, SETTINGS, Setting
+from ootd.errors import CheckpointError, OotdError, UsageError, worded
 from ootd.imaging.atomic import write_atomic
 from ootd.serve.limits import Limits
 from ootd.serve.service import JobSpec
-from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, FitMode, PhotoOutput, parse_category_word
+from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, parse_category_word
 
 if TYPE_CHECKING:
     from ootd.models import Models
 
 FILES = ("person", "garment", "mask", "garment2", "mask2")
 OPTIONAL_FILES = ("mask", "garment2", "mask2")
-TEXT_FIELDS = ("category", "category2", "samples", "steps", "scale", "seed", "resolution", "scheduler", "fit",
-               "keep_unmasked", "output_size", "feather")
-NUMBERS = {"samples": int, "steps": int, "seed": int, "scale": float, "feather": int}
+API_SETTINGS: tuple[Setting, ...] = tuple(SETTINGS.offered_by(API))  # the settings a request may give
+TEXT_FIELDS = ("category", "category2", *(one.name for one in API_SETTINGS))
 FLAGS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 REQUIRED = ("person", "garment", "category")
-# what each field of the form means (the OpenAPI schema's descriptions)
-FIELD_HELP = {
+# what each input field of the form means (the OpenAPI schema's descriptions; a setting's is its declared help)
+INPUT_HELP = {
     "person": "photo of the person (PNG, JPEG, WebP...)",
     "garment": "photo of the garment",
     "mask": "optional mask, white = repaint, the person photo's shape: skips pose and parsing",
@@ -41,18 +45,17 @@ FIELD_HELP = {
     "mask2": "optional mask of the second garment (with a mask of the first)",
     "category2": "the second garment's category (default: the first's word, e.g. auto)",
     "category": "upper, lower or dress (or the aliases of ootd run), or auto: classified from the garment photo",
-    "samples": "pictures to make (the server's --max-samples at most)",
-    "steps": "denoising steps (the server's --max-steps at most)",
-    "scale": "guidance scale, 0 to 50",
-    "seed": "random seed; absent: a fresh random one (the answer says which)",
-    "resolution": "384x512 or 768x1024",
-    "scheduler": "the sampler (GET /api/options lists them)",
-    "fit": "how a photo that is not 3:4 is framed: pad, crop or stretch",
-    "keep_unmasked": "true: the answer's pictures are the person photo itself, at its own size, with only the "
-                     "garment's region replaced (the page's default); absent: the server's setting",
-    "output_size": "working (the pictures at the resolution) or photo (the generated picture at the photo's size)",
-    "feather": "with keep_unmasked: the seam's width in pixels of a 1024 px high picture (default 4)",
 }
+# what the library's messages point to, in the API's words
+TERMS = {"automatic_mask": "the `person_mask` of an earlier answer"}
+
+
+def api_name(name: str) -> str | None:
+    """The API's word for a setting or input a message names: its form field (`steps`); None where a request
+    cannot give it (the server's own settings)."""
+    if name in FILES or name in TEXT_FIELDS:
+        return f"`{name}`"
+    return TERMS.get(name)
 
 
 class FieldError(UsageError):
@@ -70,11 +73,16 @@ def _text(form: Any, name: str) -> str | None:
     return None if value is None or not value.strip() else value.strip()
 
 
-def _number(form: Any, name: str) -> int | float | None:
+def _word(form: Any, setting: Setting) -> Any:
+    """A setting's field as its declared type (None: absent)."""
+    name, kind = setting.name, setting.kind
     value = _text(form, name)
-    if value is None:
-        return None
-    kind = NUMBERS[name]
+    if value is None or kind not in (int, float, bool):
+        return value
+    if kind is bool:
+        if value.lower() not in FLAGS:
+            raise FieldError(f"{name} must be true or false, got {value!r}")
+        return FLAGS[value.lower()]
     try:
         return kind(value)
     except ValueError:
@@ -82,20 +90,9 @@ def _number(form: Any, name: str) -> int | float | None:
         raise FieldError(f"{name} must be {what}, got {value!r}") from None
 
 
-def _photo(form: Any, base: RunConfig) -> PhotoOutput:
-    """What the answer's pictures are: the server's setting, or the request's fields (all of them together)."""
-    keep, size, feather = _text(form, "keep_unmasked"), _text(form, "output_size"), _number(form, "feather")
-    if keep is None and size is None and feather is None:
-        return base.photo
-    if keep is not None and keep.lower() not in FLAGS:
-        raise FieldError(f"keep_unmasked must be true or false, got {keep!r}")
-    kept = FLAGS[keep.lower()] if keep is not None else base.photo.keep_unmasked
-    return PhotoOutput.from_words(size, kept, feather)
-
-
 def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[CategoryWord, RunConfig]:
-    """The category and this request's config: the server's config with the request's sampling and framing,
-    within the server's limits. An absent seed means a fresh random one."""
+    """The category and this request's config: the server's config with the request's settings on top, within
+    the server's limits. An absent seed means a fresh random one."""
     unknown = sorted(set(form.keys()) - set(TEXT_FIELDS) - set(FILES))
     if unknown:
         raise FieldError(f"unknown field {unknown[0]!r}: use {', '.join(FILES + TEXT_FIELDS)}")
@@ -104,30 +101,24 @@ def parse_settings(form: Any, base: RunConfig, limits: Limits) -> tuple[Category
     words = _text(form, "category") or AUTO_CATEGORY  # empty: auto, as a batch row's empty category
     try:
         category = parse_category_word(words)
-        numbers = {name: _number(form, name) for name in NUMBERS}
+        given = {one.name: _word(form, one) for one in API_SETTINGS}
         for name in ("steps", "samples"):  # the bound that applies here, in one message whichever it is
-            beyond = limits.out_of_range(name, numbers[name])
+            beyond = limits.out_of_range(name, given[name])
             if beyond is not None:
                 raise FieldError(beyond)
-        sampling = base.sampling.updated(
-            seed=numbers["seed"], resolution=_text(form, "resolution"), scheduler=_text(form, "scheduler"),
-            num_samples=numbers["samples"], steps=numbers["steps"], guidance_scale=numbers["scale"],
-        )
-        fit = FitMode.parse(_text(form, "fit") or base.fit, "fit")
-        photo = _photo(form, base)
+        config = update_config(base, given)
     except FieldError:
         raise
     except UsageError as exc:
-        raise FieldError(str(exc)) from None
-    beyond = limits.check_request(sampling.steps, sampling.num_samples)
+        raise FieldError(worded(exc, api_name)) from None
+    beyond = limits.check_request(config.sampling.steps, config.sampling.num_samples)
     if beyond is not None:
         raise FieldError(beyond)
-    config = replace(base, sampling=sampling, fit=fit, photo=photo)
     try:
         if category != AUTO_CATEGORY:  # `auto`: checked once the garment is classified (build_spec)
             config.model_type_for(category)
     except UsageError as exc:
-        raise BadRequest(str(exc)) from None
+        raise BadRequest(worded(exc, api_name)) from None
     return category, config
 
 
@@ -162,7 +153,7 @@ def _garments(form: Any, word: CategoryWord, saved: dict[str, tuple[Path, str]])
         try:
             roles.append(("garment2", "mask2", parse_category_word(_text(form, "category2") or word)))
         except UsageError as exc:
-            raise FieldError(str(exc)) from None
+            raise FieldError(worded(exc, api_name)) from None
     garments = []
     for role, mask_role, each in roles:
         path, name = saved[role]
@@ -196,7 +187,7 @@ def build_spec(form: Any, base: RunConfig, folder: Path, limits: Limits, models:
     except CheckpointError:
         raise
     except OotdError as exc:
-        raise BadRequest(client_words(str(exc), saved)) from None
+        raise BadRequest(client_words(worded(exc, api_name), saved)) from None
     return JobSpec(job, job.inputs.person.size)
 
 

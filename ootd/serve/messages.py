@@ -6,10 +6,10 @@ in the CLI: retrying cannot help), 413 too large, 422 bad field, 503 busy (Retry
 models that cannot load, 507 the server's disk is full (nothing of the request is kept; the same request works once
 space is freed); 500 only for a fault of the server itself.
 
-The library's messages are written for the command line ("give a mask image with --mask"); `for_client` turns
-those hints into the API's words (the `mask` field) and replaces every absolute path by its last part (the
-checkpoints folder by `<checkpoints>`): a client learns what went wrong, not where this server keeps its files.
-The server's log keeps the full message.
+The library's errors name the settings and inputs they are about, not a front end's words for them; `classify`
+words each in the API's terms (`forms.api_name`: the form's fields), and `for_client` replaces every absolute path
+by its last part (the checkpoints folder by `<checkpoints>`): a client learns what went wrong, not where this
+server keeps its files. The server's log keeps the full message.
 """
 
 from __future__ import annotations
@@ -29,31 +29,20 @@ from ootd.errors import (
     OotdError,
     UnsupportedError,
     UsageError,
+    worded,
 )
-from ootd.serve.forms import BadRequest, FieldError
+from ootd.serve.forms import BadRequest, FieldError, api_name
 from ootd.serve.worker import QueueFull, ReplicaLost, ShuttingDown
 
 OOM_HINT = "try resolution 384x512 or fewer samples"
 # absolute POSIX paths (not inside a URL or a word) and Windows drive paths
 _PATH = re.compile(r"(?<![\w.:/>~-])~?/(?:[^\s/'\"`(),;]+/?)+|\b[A-Za-z]:\\[^\s'\"`(),;]+")
-# command-line hints of the library's messages -> the API's words
-_CLI_HINTS = (
-    (re.compile(r"\(pose estimation found nobody; use a photo showing one person, or give a mask image with "
-                r"--mask\)"),
-     "(pose estimation found nobody): send a photo showing one person, or a mask (the file field `mask`, white = "
-     "repaint)"),
-    (re.compile(r"; make one with `ootd mask`"), " (the `person_mask` of an earlier answer is one)"),
-    (re.compile(r"; use --model-type dc for category (\w+)"), r": category \1 needs the dc model, which this server "
-                                                              r"does not run"),
-)
 
 
 def for_client(message: str, roots: dict[str, str] | None = None) -> str:
-    """One line for a client: command-line hints in the API's words, and no server paths (`roots`: path ->
-    what to call it, replaced first, e.g. the checkpoints folder -> `<checkpoints>`)."""
+    """One line for a client, without server paths (`roots`: path -> what to call it, replaced first, e.g. the
+    checkpoints folder -> `<checkpoints>`)."""
     text = one_line(message)
-    for pattern, words in _CLI_HINTS:
-        text = pattern.sub(words, text)
     for path, name in sorted((roots or {}).items(), key=lambda item: -len(item[0])):
         if path:
             text = text.replace(path, name)
@@ -67,28 +56,29 @@ def classify(exc: BaseException, roots: dict[str, str] | None = None) -> tuple[i
 
 
 def _classify(exc: BaseException) -> tuple[int, str, dict[str, str]]:
+    message = worded(exc, api_name)
     if isinstance(exc, QueueFull):
-        return 503, str(exc), {"Retry-After": str(exc.retry_after)}
+        return 503, message, {"Retry-After": str(exc.retry_after)}
     if isinstance(exc, FieldError):
-        return 422, str(exc), {}
+        return 422, message, {}
     if isinstance(exc, BadRequest | InputImageError | NoPersonError | UsageError):
-        return 400, str(exc), {}
+        return 400, message, {}
     if isinstance(exc, ReplicaLost):
-        return 503, str(exc), {"Retry-After": str(exc.retry_after)}
+        return 503, message, {"Retry-After": str(exc.retry_after)}
     if isinstance(exc, ShuttingDown):
-        return 503, str(exc), {"Retry-After": "5"}
+        return 503, message, {"Retry-After": "5"}
     if isinstance(exc, UnsupportedError):
-        return 400, f"this server cannot run that: {exc}", {}
-    if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower():
-        return 503, f"out of memory: {one_line(exc)[:200]}; {OOM_HINT}", {}
+        return 400, f"this server cannot run that: {message}", {}
+    if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in message.lower():
+        return 503, f"out of memory: {one_line(message)[:200]}; {OOM_HINT}", {}
     if isinstance(exc, CheckpointError | DeviceError):
-        return 503, f"the server cannot run this model: {exc}", {}
+        return 503, f"the server cannot run this model: {message}", {}
     if isinstance(exc, NoSpaceError):
-        return 507, str(exc), {}
+        return 507, message, {}
     if isinstance(exc, OSError) and (full := as_no_space(exc)) is not None:  # a library's own write (a folder)
         return 507, str(full), {}
     if isinstance(exc, OotdError):
-        return 500, str(exc), {}
+        return 500, message, {}
     return 500, f"internal error: {type(exc).__name__}: {one_line(exc)[:300]} (details in the server log)", {}
 
 

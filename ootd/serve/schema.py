@@ -1,24 +1,33 @@
 """What /openapi.json says about the routes that read their multipart form themselves (to stream it under the
-upload limit): the form's fields from forms.py's declarations, and an example of each answer."""
+upload limit): the form's fields (its inputs from forms.py, its settings from their declarations: type, bounds,
+choices, help; the server's own limits where they are narrower), and an example of each answer."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ootd.serve.forms import FIELD_HELP, FILES, NUMBERS, REQUIRED, TEXT_FIELDS
+from ootd.serve.forms import API_SETTINGS, FILES, INPUT_HELP, REQUIRED, api_name
+from ootd.serve.limits import Limits
+
+CATEGORY_FIELDS = ("category", "category2")
 
 
-def _field(name: str) -> dict[str, Any]:
-    if name in FILES:
-        return {"type": "string", "format": "binary", "description": FIELD_HELP[name]}
-    kind = {int: "integer", float: "number"}.get(NUMBERS.get(name), "string")  # type: ignore[arg-type]
-    return {"type": kind, "description": FIELD_HELP[name]}
+def _properties(limits: Limits) -> dict[str, Any]:
+    properties: dict[str, Any] = {name: {"type": "string", "format": "binary", "description": INPUT_HELP[name]}
+                                  for name in FILES}
+    properties.update({name: {"type": "string", "description": INPUT_HELP[name]} for name in CATEGORY_FIELDS})
+    narrower = {"steps": limits.max_steps, "samples": limits.max_samples}  # what Limits.check_request refuses
+    for one in API_SETTINGS:
+        field = one.json_schema(lambda name: api_name(name) or name)
+        if one.name in narrower:
+            field["maximum"] = min(field.get("maximum", narrower[one.name]), narrower[one.name])
+        properties[one.name] = field
+    return properties
 
 
-def form_body() -> dict[str, Any]:
+def form_body(limits: Limits | None = None) -> dict[str, Any]:
     """The request body of POST /api/tryon and /api/jobs."""
-    schema = {"type": "object", "required": list(REQUIRED),
-              "properties": {name: _field(name) for name in (*FILES, *TEXT_FIELDS)}}
+    schema = {"type": "object", "required": list(REQUIRED), "properties": _properties(limits or Limits())}
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 
@@ -47,16 +56,16 @@ FAILURES = {
 }
 
 
-def tryon_docs() -> dict[str, Any]:
+def tryon_docs(limits: Limits | None = None) -> dict[str, Any]:
     inline = {**RESULT_EXAMPLE, "images": ["data:image/png;base64,iVBORw0KGgo..."], "mask": "data:image/png;...",
               "masked_person": "data:image/png;...", "person_mask": "data:image/png;..."}
-    return {"openapi_extra": form_body(), "summary": "Try a garment on a person; answered when done",
+    return {"openapi_extra": form_body(limits), "summary": "Try a garment on a person; answered when done",
             "responses": {200: {"description": "the pictures, as data: URLs",
                                 "content": {"application/json": {"example": inline}}}, **FAILURES}}
 
 
-def jobs_docs() -> dict[str, Any]:
-    return {"openapi_extra": form_body(), "summary": "The same try-on, answered at once with a job to follow",
+def jobs_docs(limits: Limits | None = None) -> dict[str, Any]:
+    return {"openapi_extra": form_body(limits), "summary": "The same try-on, answered at once with a job to follow",
             "responses": {202: {"description": "the job's id and place in line", "content": {"application/json": {
                 "example": {"id": "3f2a...", "state": "queued", "position": 1}}}}, **FAILURES}}
 

@@ -16,6 +16,7 @@ from typing import Any
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import JobOutcome, TryOnJob
 from ootd.app.tryon.loader import models_for
+from ootd.app.tryon.masking import mask_in_person_frame
 from ootd.app.tryon.outputs import attention_used
 from ootd.app.tryon.preflight import check_job
 from ootd.app.tryon.tempfiles import clean_stale_temps
@@ -23,7 +24,7 @@ from ootd.imaging.atomic import save_png_atomic
 from ootd.models import Keep, ModelSource
 from ootd.pipeline_types import RunInfo, Timings
 from ootd.serve.worker import Job
-from ootd.settings import FitMode, ModelType
+from ootd.settings import ModelType
 
 
 @dataclass(frozen=True)
@@ -134,20 +135,3 @@ def write_outcome(job: TryOnJob, outcome: JobOutcome, person_size: tuple[int, in
                     intermediates[f"{final.prefix}masked_person"].name, masks[0].name,
                     int(job.config.sampling.seed), final.model_type.value, outcome.record(0).settings(), Timings(),
                     files, more_masks=tuple(mask.name for mask in masks[1:]))
-
-
-def mask_in_person_frame(mask: Any, person_size: tuple[int, int], fit: FitMode) -> Any:
-    """The working-resolution mask mapped back onto the person photo, so a mask painted over the photo and sent
-    back as `mask` is framed as the photo is (pad and stretch map back to within a pixel; crop keeps the kept
-    region and leaves the cut-off border unmasked)."""
-    from PIL import Image
-
-    from ootd.imaging.framing import fit_to_aspect, restore_framing
-
-    _, info = fit_to_aspect(Image.new("L", person_size), mask.size, fit, pad_color=0, resample=Image.NEAREST)
-    restored = restore_framing(mask, info, resample=Image.NEAREST)
-    if info.mode != "crop":
-        return restored
-    canvas = Image.new("L", person_size, 0)
-    canvas.paste(restored, info.box[:2])
-    return canvas

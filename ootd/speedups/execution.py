@@ -154,4 +154,5 @@ def is_compile_failure(exc: BaseException) -> bool:
 
 def compile_error(exc: BaseException) -> DeviceError:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return DeviceError(f"torch.compile failed ({first[:200]}); run without --compile")
+    return DeviceError.about("compile", "torch.compile failed ({first}); run without {@compile}", value=True,
+                             first=first[:200])

@@ -14,7 +14,9 @@ The values of `fast` are the ones measured in docs/benchmarks.md ("Speed modes")
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from ootd.errors import UsageError
 from ootd.settings import QuantizeName, SpeedPreset
@@ -33,7 +35,8 @@ class TokenMerge:
     def __post_init__(self) -> None:
         ratio = float(self.ratio)  # one spelling in the outputs' records: 0 and 0.0 are both "0.0"
         if not 0.0 <= ratio <= self.MAX:
-            raise UsageError(f"token merge ratio must be between 0 (exact) and {self.MAX}, got {self.ratio}")
+            raise UsageError.about("token_merge", "{@token_merge|token merge ratio} must be between 0 (exact) and "
+                                   "{most}, got {value}", value=self.ratio, most=self.MAX)
         object.__setattr__(self, "ratio", ratio)
 
     @property
@@ -51,7 +54,8 @@ class FeatureCache:
 
     def __post_init__(self) -> None:
         if not 1 <= self.interval <= self.MAX:
-            raise UsageError(f"cache interval must be between 1 (exact) and {self.MAX}, got {self.interval}")
+            raise UsageError.about("cache_interval", "{@cache_interval|cache interval} must be between 1 (exact) "
+                                   "and {most}, got {value}", value=self.interval, most=self.MAX)
 
     @property
     def on(self) -> bool:
@@ -82,33 +86,41 @@ PRESETS: dict[SpeedPreset, SpeedModes] = {
     SpeedPreset.EXACT: SpeedModes(),
     SpeedPreset.FAST: SpeedModes(token_merge=TokenMerge(0.5), feature_cache=FeatureCache(3)),
 }
-_SAME_COMPUTATION = ("channels_last", "compile")  # options --speed exact allows
+_SAME_COMPUTATION = ("channels_last", "compile")  # options `speed` exact allows
 
 
-def resolve_speed(preset: str | SpeedPreset | None = None, *, token_merge: float | None = None,
-                  cache_interval: int | None = None, quantize: str | QuantizeName | None = None,
-                  channels_last: bool | None = None, compile: bool | None = None) -> SpeedModes:
-    """The preset (None: exact) with the options the user gave explicitly (None: not given) on top; each
-    option's own check runs here, once."""
+def _switch(word: object) -> bool:
+    return bool(word)
+
+
+# each speed setting (the names of ootd/app/tryon/settings.py's declarations) -> its field of SpeedModes, the check
+# that makes its value, and how that value is told back in a message (None: it does not change the images)
+MODES: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any] | None]] = {
+    "token_merge": ("token_merge", TokenMerge, lambda mode: mode.ratio),
+    "cache_interval": ("feature_cache", FeatureCache, lambda mode: mode.interval),
+    "quantize": ("quantize", QuantizeName.parse, lambda mode: mode.value),
+    "channels_last": ("channels_last", _switch, None),
+    "compile": ("compile", _switch, None),
+}
+
+
+def resolve_speed(preset: str | SpeedPreset | None = None, **words: Any) -> SpeedModes:
+    """The preset (None: exact) with the speed settings the user gave explicitly (MODES' names; None: not given)
+    on top; each setting's own check runs here, once."""
+    unknown = sorted(set(words) - set(MODES))
+    if unknown:
+        raise TypeError(f"no speed setting named {unknown[0]!r}")
     chosen = SpeedPreset.parse(preset) if preset is not None else SpeedPreset.EXACT
-    given = {"token_merge": TokenMerge(token_merge) if token_merge is not None else None,
-             "feature_cache": FeatureCache(cache_interval) if cache_interval is not None else None,
-             "quantize": QuantizeName.parse(quantize) if quantize is not None else None,
-             "channels_last": channels_last, "compile": compile}
-    given = {key: value for key, value in given.items() if value is not None}
-    modes = replace(PRESETS[chosen], **given)
+    given = {name: MODES[name][1](word) for name, word in words.items() if word is not None}
+    modes = replace(PRESETS[chosen], **{MODES[name][0]: value for name, value in given.items()})
     if preset is not None and chosen is SpeedPreset.EXACT:
         exact = PRESETS[SpeedPreset.EXACT]
-        changed = [_option_words(key, value) for key, value in given.items()
-                   if key not in _SAME_COMPUTATION and value != getattr(exact, key)]
+        changed = [name for name, value in given.items()
+                   if MODES[name][0] not in _SAME_COMPUTATION and value != getattr(exact, MODES[name][0])]
         if changed:
-            raise UsageError(f"--speed exact keeps the exact method; {', '.join(changed)} changes the images: "
-                             "drop one of them")
+            # each changed setting as `{@token_merge} 0.5`: the user's own words in every front end
+            named = {f"value_{name}": MODES[name][2](given[name]) for name in changed}
+            said = ", ".join(f"{{@{name}}} {{value_{name}}}" for name in changed)
+            raise UsageError.about("speed", "{@speed} exact keeps the exact method; " + said + " changes the "
+                                   "images: drop one of them", value=chosen, **named)
     return modes
-
-
-def _option_words(key: str, value: object) -> str:
-    """How a user typed an option: `--token-merge 0.5`, `--cache-interval 3`, `--quantize int8-dynamic`."""
-    shown = {"token_merge": ("--token-merge", lambda v: v.ratio), "feature_cache": ("--cache-interval",
-             lambda v: v.interval), "quantize": ("--quantize", lambda v: v.value)}[key]
-    return f"{shown[0]} {shown[1](value)}"

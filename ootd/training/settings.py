@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
+from enum import nonmember
 
 from ootd.errors import UsageError
 from ootd.settings import GUIDANCE_ON, Choice, SchedulerName
@@ -23,9 +24,7 @@ class LrSchedule(Choice):
     LINEAR = "linear"
     COSINE = "cosine"
 
-    @classmethod
-    def parse(cls, value: str | LrSchedule, what: str | None = "learning-rate schedule") -> LrSchedule:
-        return super().parse(value, what)
+    label = nonmember("learning-rate schedule")
 
 
 class MixedPrecision(Choice):
@@ -35,9 +34,7 @@ class MixedPrecision(Choice):
     BF16 = "bf16"
     FP16 = "fp16"  # with a gradient scaler (CUDA/ROCm)
 
-    @classmethod
-    def parse(cls, value: str | MixedPrecision, what: str | None = "mixed precision") -> MixedPrecision:
-        return super().parse(value, what)
+    label = nonmember("mixed precision")
 
 
 PAPER_DROPOUT = 0.1  # the paper's outfitting dropout rate
@@ -67,27 +64,33 @@ class TrainSettings:
     validation_pairs: int = 4  # held-out pairs on a sheet
 
     def validate(self) -> None:
-        """Every bound, as one-line usage errors."""
+        """Every bound, as one-line usage errors naming the setting (`{@steps}`: each front end words it)."""
         checks = [
-            (1 <= self.steps <= 10_000_000, f"--steps must be 1 to 10000000, got {self.steps}"),
-            (self.epochs is None or 1 <= self.epochs <= 100_000, f"--epochs must be 1 to 100000, got {self.epochs}"),
-            (1 <= self.batch_size <= 256, f"--batch-size must be 1 to 256, got {self.batch_size}"),
-            (1 <= self.accumulation <= 1024, f"--accumulation must be 1 to 1024, got {self.accumulation}"),
-            (math.isfinite(self.learning_rate) and 0 < self.learning_rate <= 1,
-             f"--lr must be above 0 and at most 1, got {self.learning_rate}"),
-            (0 <= self.warmup <= 1_000_000, f"--warmup must be 0 to 1000000 steps, got {self.warmup}"),
-            (1 <= self.rank <= 1024, f"--rank must be 1 to 1024, got {self.rank}"),
-            (math.isfinite(self.alpha) and 0 < self.alpha <= 4096, f"--alpha must be above 0, got {self.alpha}"),
-            (0.0 <= self.dropout < 1.0, f"--dropout must be from 0 up to (not including) 1, got {self.dropout}"),
-            (0 <= self.seed < 2**63, f"--seed must be a non-negative 64-bit integer, got {self.seed}"),
-            (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),
-            (self.validate_every >= 0, f"--validate-every must be 0 or more, got {self.validate_every}"),
-            (1 <= self.validation_steps <= 1000, f"--validation-steps must be 1 to 1000, got {self.validation_steps}"),
-            (0 <= self.validation_pairs <= 64, f"--validation-pairs must be 0 to 64, got {self.validation_pairs}"),
+            ("steps", 1 <= self.steps <= 10_000_000, "must be 1 to 10000000"),
+            ("epochs", self.epochs is None or 1 <= self.epochs <= 100_000, "must be 1 to 100000"),
+            ("batch_size", 1 <= self.batch_size <= 256, "must be 1 to 256"),
+            ("accumulation", 1 <= self.accumulation <= 1024, "must be 1 to 1024"),
+            ("learning_rate", math.isfinite(self.learning_rate) and 0 < self.learning_rate <= 1,
+             "must be above 0 and at most 1"),
+            ("warmup", 0 <= self.warmup <= 1_000_000, "must be 0 to 1000000 steps"),
+            ("rank", 1 <= self.rank <= 1024, "must be 1 to 1024"),
+            ("alpha", math.isfinite(self.alpha) and 0 < self.alpha <= 4096, "must be above 0"),
+            ("dropout", 0.0 <= self.dropout < 1.0, "must be from 0 up to (not including) 1"),
+            ("seed", 0 <= self.seed < 2**63, "must be a non-negative 64-bit integer"),
+            ("checkpoint_every", self.checkpoint_every >= 1, "must be at least 1"),
+            ("validate_every", self.validate_every >= 0, "must be 0 or more"),
+            ("validation_steps", 1 <= self.validation_steps <= 1000, "must be 1 to 1000"),
+            ("validation_pairs", 0 <= self.validation_pairs <= 64, "must be 0 to 64"),
         ]
-        for ok, message in checks:
+        self._refuse(checks)
+
+    def _refuse(self, checks: list[tuple[str, bool, str]]) -> None:
+        """The first check that fails, as a usage error naming its setting (`{@steps} must be ..., got 0`)."""
+        for name, ok, bound in checks:
             if not ok:
-                raise UsageError(message)
+                value = getattr(self, name)
+                raise UsageError.about(name, f"{{@{name}}} {bound}, got {{value}}",
+                                       value=getattr(value, "value", value))
 
     @classmethod
     def from_words(cls, *, schedule: str | LrSchedule = LrSchedule.CONSTANT,
@@ -127,6 +130,7 @@ class TrainSettings:
 # of 50 timesteps: a skipping interval of 20) and of the LCM paper's target network (EMA decay 0.95); the teacher's
 # guidance is the released try-on's own scale. docs/training.md says why.
 DISTILL_SAMPLERS = (SchedulerName.LCM, SchedulerName.TCD)
+_SAMPLER_WORDS = ", ".join(sampler.value for sampler in DISTILL_SAMPLERS)
 
 
 @dataclass(frozen=True)
@@ -148,29 +152,24 @@ class DistillSettings(TrainSettings):
         super().validate()
         from ootd.weights.fewstep import MAX_FEW_STEPS
 
-        checks = [
-            (self.dropout == 0.0, "distillation trains without outfitting dropout (--dropout 0)"),
-            (math.isfinite(self.guidance) and GUIDANCE_ON <= self.guidance <= 50,
-             f"--guidance must be from {GUIDANCE_ON:g} (image guidance on) to 50, got {self.guidance}"),
-            (0.0 <= self.ema_decay < 1.0, f"--ema-decay must be from 0 up to (not including) 1, got {self.ema_decay}"),
-            (math.isfinite(self.huber_c) and 0 < self.huber_c <= 1, f"--huber-c must be above 0 and at most 1, got "
-             f"{self.huber_c}"),
-            (1 <= self.sample_steps <= MAX_FEW_STEPS,
-             f"--sample-steps must be 1 to {MAX_FEW_STEPS}, got {self.sample_steps}"),
-            (self.sampler in DISTILL_SAMPLERS, f"--sampler must be one of {', '.join(DISTILL_SAMPLERS)}, got "
-             f"{self.sampler}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UsageError(message)
+        self._refuse([
+            ("dropout", self.dropout == 0.0, "must be 0: distillation trains without outfitting dropout"),
+            ("guidance", math.isfinite(self.guidance) and GUIDANCE_ON <= self.guidance <= 50,
+             f"must be from {GUIDANCE_ON:g} (image guidance on) to 50"),
+            ("ema_decay", 0.0 <= self.ema_decay < 1.0, "must be from 0 up to (not including) 1"),
+            ("huber_c", math.isfinite(self.huber_c) and 0 < self.huber_c <= 1, "must be above 0 and at most 1"),
+            ("sample_steps", 1 <= self.sample_steps <= MAX_FEW_STEPS, f"must be 1 to {MAX_FEW_STEPS}"),
+            ("sampler", self.sampler in DISTILL_SAMPLERS, f"must be one of {_SAMPLER_WORDS}"),
+        ])
 
     @classmethod
     def from_words(cls, *, sampler: str | SchedulerName = SchedulerName.LCM,  # type: ignore[override]
                    **values: object) -> DistillSettings:
-        parsed = SchedulerName.parse(sampler, "sampler")
-        if parsed not in DISTILL_SAMPLERS:
-            raise UsageError(f"--sampler must be one of {', '.join(DISTILL_SAMPLERS)}, got {parsed.value}")
-        return super().from_words(sampler=parsed, **values)  # type: ignore[return-value]
+        word = str(getattr(sampler, "value", sampler)).strip().lower()
+        if word not in {one.value for one in DISTILL_SAMPLERS}:
+            raise UsageError.about("sampler", "{@sampler} must be one of {words}, got {value}", value=sampler,
+                                   words=_SAMPLER_WORDS)
+        return super().from_words(sampler=SchedulerName(word), **values)  # type: ignore[return-value]
 
     @property
     def target_network(self) -> bool:

@@ -340,10 +340,10 @@ def _download_repo(dest: Path, repo_id: str, chosen: list[ModelType], revision: 
     if on_size is not None:
         on_size(repo_id, need, free)
     if need is not None and need + DISK_MARGIN > free:
-        raise CheckpointError(
-            f"not enough free disk space in {dest}: {repo_id} needs {size_text(need)} and "
-            f"{size_text(free)} is free; free some space or choose another --dest"
-        )
+        raise CheckpointError.about(
+            "dest", "not enough free disk space in {folder}: {repo} needs {need} and {free} is free; free some "
+            "space or choose another {@dest}", value=dest, folder=dest, repo=repo_id, need=size_text(need),
+            free=size_text(free))
     staging = dest / STAGING_DIR / repo_id.replace("/", "--")
     logger.info("downloading %s into %s", repo_id, dest)
     _snapshot(repo_id, repo_patterns, [glob.escape(p) for p in present], staging, revision, progress, dest, chosen)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ootd.errors import CheckpointError, printable
+from ootd.errors import CheckpointError, Namer, fill, library_name, printable
 from ootd.settings import CONSISTENCY_GRID, GUIDANCE_ON, ModelType, SamplingSettings, SchedulerName
 
 FEW_STEP_KEY = "few_step"  # the adapter header's key (its value: this dataclass as JSON)
@@ -99,11 +99,12 @@ def call_sampling(few_step: FewStep | None, *, steps: int | None, guidance_scale
                                        scheduler=filled["scheduler"], **words)  # type: ignore[arg-type]
 
 
-def notice(name: str, few_step: FewStep, taken: tuple[str, ...]) -> str:
-    """The one line a front end says when a few-step adapter's sampling applies."""
-    kept = [f"--{word}" for word in SAMPLING_WORDS if word not in taken]
+def notice(name: str, few_step: FewStep, taken: tuple[str, ...], words: Namer = library_name) -> str:
+    """The one line a front end says when a few-step adapter's sampling applies; the settings given instead (those
+    not `taken` from it) worded by `words` (a front end's names for them)."""
+    kept = [fill("{@" + setting + "}", words) for setting in SAMPLING_WORDS if setting not in taken]
     overridden = f"; {', '.join(kept)} as given" if kept else ""
-    return f"few-step adapter {name}: sampling with its own {few_step.words()}{overridden}"
+    return f"few-step adapter {printable(name)}: sampling with its own {few_step.words()}{overridden}"
 
 
 _HASHES: dict[tuple[str, int, int], str] = {}  # per process: a batch or a server loads the same files again

@@ -86,8 +86,10 @@ def require_finite_latents(latents: torch.Tensor, precision: object = None) -> N
     """Stop before decoding when denoising produced NaN/inf: the picture would be black or noise."""
     if bool(torch.isfinite(latents).all()):
         return
-    hint = (
-        "; half precision overflowed: try --precision fp32 (or bf16)"
-        if precision in (torch.float16, "fp16") else "; the weights or the inputs drive the model out of range"
-    )
-    raise NumericalError(f"denoising produced NaN or infinite values, nothing was saved{hint}")
+    if precision in (torch.float16, "fp16"):
+        raise NumericalError.about("precision", "denoising produced NaN or infinite values, nothing was saved; half "
+                                   "precision overflowed: try {@precision} fp32 (or bf16)", value="fp16",
+                                   otherwise="denoising produced NaN or infinite values, nothing was saved; half "
+                                             "precision overflowed (fp32 or bf16 would not)")
+    raise NumericalError("denoising produced NaN or infinite values, nothing was saved; the weights or the inputs "
+                         "drive the model out of range")

@@ -131,10 +131,13 @@ def check_text_tower(layout: Layout) -> Path:
 
     weights = find_weights(layout.clip, "transformers", layout)
     config = read_json(layout.clip / "config.json", layout)
-    fix = (f"--category auto needs the whole CLIP model (text tower included, as openai/clip-vit-large-patch14 "
-           f"ships it): re-download it ({layout.how_to_get()}), or give the category with --category")
+    # the category `auto` asks for the text tower: the error is about that setting, and each front end names it
+    fix = ("{@category} auto needs the whole CLIP model (text tower included, as openai/clip-vit-large-patch14 "
+           "ships it): re-download it ({how}), or give the category with {@category}")
+    how = layout.how_to_get()
     if not isinstance(config, dict) or not isinstance(config.get("text_config"), dict):
-        raise CheckpointError(f"{printable(layout.clip / 'config.json')} describes no CLIP text tower; {fix}")
+        raise CheckpointError.about("category", "{file} describes no CLIP text tower; " + fix, value="auto",
+                                    file=printable(layout.clip / "config.json"), how=how)
     if weights.suffix != ".safetensors":
         return weights  # a pickled file has no index: the strict load below names what is missing
     try:
@@ -144,7 +147,8 @@ def check_text_tower(layout: Layout) -> Path:
         raise CheckpointError(f"cannot read {printable(weights)}: {exc}; {layout.how_to_get()}") from exc
     absent = [key for key in TEXT_TOWER_KEYS if not any(k.startswith(key) for k in keys)]
     if absent:
-        raise CheckpointError(f"{printable(weights)} has no CLIP text tower ({', '.join(absent)} missing); {fix}")
+        raise CheckpointError.about("category", "{file} has no CLIP text tower ({absent} missing); " + fix,
+                                    value="auto", file=printable(weights), absent=", ".join(absent), how=how)
     return weights
 
 

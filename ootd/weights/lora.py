@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ootd.errors import CheckpointError, UsageError, printable
 from ootd.settings import ModelType
-from ootd.weights.fewstep import FewStep, check_base, notice
+from ootd.weights.fewstep import SAMPLING_WORDS, FewStep, check_base, notice
 
 if TYPE_CHECKING:
     import torch
@@ -38,11 +38,13 @@ HEADER_KEY = "ootd"  # the safetensors metadata key of the adapter's header (JSO
 MAX_HEADER = 1 << 24  # a safetensors header larger than this is not one of ours
 
 
-def check_lora_scale(value: float) -> float:
-    """--lora-scale: a finite number from 0 to MAX_LORA_SCALE."""
+def check_lora_scale(value: float, setting: str = "lora_scale") -> float:
+    """The `lora_scale` setting (or another adapter's scale, `setting`): a finite number from 0 to
+    MAX_LORA_SCALE."""
     scale = float(value)
     if not math.isfinite(scale) or not 0.0 <= scale <= MAX_LORA_SCALE:
-        raise UsageError(f"--lora-scale must be from 0 to {MAX_LORA_SCALE:g}, got {value}")
+        raise UsageError.about(setting, "{@" + setting + "} must be from 0 to {most:g}, got {value}", value=value,
+                               most=MAX_LORA_SCALE)
     return scale
 
 
@@ -56,21 +58,27 @@ class LoraChoice:
     few_step: FewStep | None = None  # a distilled adapter's own sampling (ootd/weights/fewstep.py)
 
     @classmethod
-    def parse(cls, path: str | Path | None, scale: float = 1.0) -> LoraChoice | None:
-        """`--lora FILE --lora-scale S` -> a checked choice, None without a file (a scale alone is an error)."""
+    def parse(cls, path: str | Path | None, scale: float = 1.0, *,
+              names: tuple[str, str] = ("lora", "lora_scale")) -> LoraChoice | None:
+        """The `lora` and `lora_scale` settings (or another adapter's pair, `names`: a distillation's teacher) ->
+        a checked choice, None without a file (a scale alone is an error)."""
+        lora, lora_scale = (f"{{@{name}}}" for name in names)
         if path is None or not str(path).strip():
             if float(scale) != 1.0:
-                raise UsageError("--lora-scale needs --lora FILE")
+                raise UsageError.about(names[1], lora_scale + " needs " + lora + " FILE", value=scale)
             return None
         file = Path(path).expanduser()
         if not file.is_file():
             problem = "is a folder" if file.is_dir() else "not found"
-            raise UsageError(f"--lora {printable(file)}: {problem}")
+            raise UsageError.about(names[0], lora + " {file}: {problem}", value=file, file=printable(file),
+                                   problem=problem)
         try:
             data = file.read_bytes()
         except OSError as exc:
-            raise UsageError(f"--lora {printable(file)}: cannot be read ({exc.strerror or exc})") from None
-        return cls(file, check_lora_scale(scale), hashlib.sha256(data).hexdigest(), _few_step_of(file, data))
+            raise UsageError.about(names[0], lora + " {file}: cannot be read ({why})", value=file,
+                                   file=printable(file), why=exc.strerror or exc) from None
+        return cls(file, check_lora_scale(scale, names[1]), hashlib.sha256(data).hexdigest(),
+                   _few_step_of(file, data))
 
 
 @dataclass(frozen=True)
@@ -191,10 +199,11 @@ def read_choice(choice: LoraChoice | None, checkpoints: Path | None,
     adapter = read_adapter(choice.path)
     if adapter.few_step is not None:
         if checkpoints is None:
-            raise UsageError(f"LoRA adapter {printable(adapter.path)} is a few-step adapter, checked against the "
-                             "checkpoints it was distilled from: give the checkpoints folder")
+            raise UsageError.about("checkpoints", "LoRA adapter {file} is a few-step adapter, checked against the "
+                                   "checkpoints it was distilled from: give {@checkpoints|the checkpoints folder}",
+                                   file=printable(adapter.path))
         check_base(adapter.path, adapter.few_step, checkpoints, model_type or adapter.model_type)
-        logger.info("%s (unless a call sets them)", notice(adapter.name, adapter.few_step, ()))
+        logger.info("%s (unless a call sets them)", notice(adapter.name, adapter.few_step, tuple(SAMPLING_WORDS)))
     return adapter
 
 

@@ -115,16 +115,16 @@ def made_from(path: Path, image: Image.Image, person: str, *, mask: str | None =
               keep_unmasked: bool = False) -> Path:
     """A PNG with the record a try-on of `person` writes (made by the record's own code: an upper garment on the hd
     model, fit pad, the `mask` file given or an automatic one), as if ootd had made `image` from that photo."""
+    from ootd.app.tryon.config import RunConfig
     from ootd.app.tryon.record import AUTO_MASK, PassRecord, Record
     from ootd.imaging.atomic import save_png_atomic
-    from ootd.settings import Category, FitMode, ModelType, OutputSize, PhotoOutput, SamplingSettings, parse_resolution
-    from ootd.speedups.modes import SpeedModes
+    from ootd.settings import Category, ModelType, OutputSize, PhotoOutput, SamplingSettings, parse_resolution
 
     sampling = SamplingSettings(num_samples=1, steps=1, seed=1, resolution=parse_resolution(resolution))
-    picture = PassRecord(ModelType.HD, Category.UPPER, sampling, SpeedModes(), person, "shirt.png",
-                         mask or AUTO_MASK, FitMode.PAD, 0)
     photo = PhotoOutput(OutputSize.PHOTO, True) if keep_unmasked else PhotoOutput()
-    return save_png_atomic(image, path, Record(picture, sample=0, photo=photo).text())
+    config = RunConfig(Path("checkpoints"), sampling=sampling, photo=photo)
+    picture = PassRecord(ModelType.HD, Category.UPPER, config, person, "shirt.png", mask or AUTO_MASK)
+    return save_png_atomic(image, path, Record(picture, sample=0).text())
 
 
 def framed(photo: Path, size: tuple[int, int] = (384, 512)) -> Image.Image:

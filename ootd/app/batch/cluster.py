@@ -23,10 +23,11 @@ class ClusterOptions:
 
     def validate(self) -> None:
         if self.workers is not None and self.workers < 1:
-            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+            raise UsageError.about("workers", "{@workers} must be at least 1, got {value}", value=self.workers)
         gpus = self.gpus_per_worker
         if gpus is not None and (not math.isfinite(gpus) or gpus < 0):
-            raise UsageError(f"--gpus-per-worker must be a number of GPUs, 0 or more (e.g. 1 or 0.5), got {gpus}")
+            raise UsageError.about("gpus_per_worker", "{@gpus_per_worker} must be a number of GPUs, 0 or more (e.g. 1 "
+                                   "or 0.5), got {value}", value=gpus)
         if self.retries < 0:
             raise UsageError(f"retries must be 0 or more, got {self.retries}")
         self.endpoint()
@@ -47,6 +48,6 @@ class ClusterOptions:
             host = ""
         plain = host and not any(c.isspace() or c in "/?#@[]" for c in host)
         if not plain or not port.isdigit() or not 0 < int(port) < 65536:
-            raise UsageError(f"bad --address {address!r}: use auto or HOST:PORT (e.g. 10.0.0.5:6379, the head's "
-                             "GCS port), or ray://HOST:PORT")
+            raise UsageError.about("address", "bad {@address} {value!r}: use auto or HOST:PORT (e.g. 10.0.0.5:6379, "
+                                   "the head's GCS port), or ray://HOST:PORT", value=address)
         return host, int(port)

@@ -17,7 +17,7 @@ from ootd.app.batch.report import BatchSummary, PairReport
 from ootd.app.signals import ray_for_a_driver
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.preservation import PreservationChoice
-from ootd.errors import UsageError
+from ootd.errors import Namer, UsageError, library_name
 from ootd.pipeline_types import Progress
 from ootd.settings import EngineName
 
@@ -69,17 +69,20 @@ def make_engine(
     index_path: Path | None = None,
     status: Callable[[str], None] | None = None,
     preservation: PreservationChoice | None = None,
+    words: Namer = library_name,
     models: Models | None = None,
 ) -> BatchEngine:
     """The engine called `name`, ready to `run(pairs)`. `status`: occasional one-line progress (rate, ETA) from
     engines that run elsewhere; the local engine reports through `progress` only. `preservation`: whether each
-    pair made is measured (default: yes), and the review threshold. `models`: the front end's model owner (the
-    local engine runs its pairs on it; the Ray engine's actors each make their own)."""
+    pair made is measured (default: yes), and the review threshold. `words`: the front end's word for each setting
+    a pair's error names (what its report lines say). `models`: the front end's model owner (the local engine runs
+    its pairs on it; the Ray engine's actors each make their own)."""
     engine = require_engine(name)
     cluster = cluster or ClusterOptions()
     cluster.validate()
     kwargs: dict[str, Any] = {"report_path": report_path, "progress": progress, "on_report": on_report,
-                              "index_path": index_path, "preservation": preservation, "models": models}
+                              "index_path": index_path, "preservation": preservation, "name": words,
+                              "models": models}
     if engine is not EngineName.LOCAL:
         kwargs["status"] = status
     return ENGINES[engine](config, cluster, **kwargs)

@@ -16,7 +16,7 @@ from ootd.app.batch.folders import list_images
 from ootd.app.batch.pair import Pair
 from ootd.app.batch.table import PairTable
 from ootd.app.tryon.config import RunConfig
-from ootd.errors import CheckpointError, UsageError, printable
+from ootd.errors import CheckpointError, Namer, UsageError, library_name, printable, worded
 from ootd.settings import AUTO_CATEGORY, Category, CategoryWord, Pairing, parse_category_word
 
 if TYPE_CHECKING:
@@ -237,10 +237,10 @@ def pairs_from_folders(
             mask_by_stem.setdefault(file.stem, file)
     if pairing is Pairing.ZIP:
         if len(person_files) != len(garment_files):
-            raise UsageError(
-                f"zip pairing needs as many people as garments ({len(person_files)} vs {len(garment_files)}); "
-                "use --pairing product for every combination"
-            )
+            raise UsageError.about(
+                "pairing", "zip pairing needs as many people as garments ({people} vs {garments}); use "
+                "{@pairing} product for every combination", value=pairing, people=len(person_files),
+                garments=len(garment_files))
         combos = list(zip(person_files, garment_files, strict=True))
     else:
         combos = [(p, g) for p in person_files for g in garment_files]
@@ -258,22 +258,25 @@ def collect_pairs(
     default_category = parse_category_word(category) if category is not None else None
     folder_mode = people is not None or garments is not None
     if csv_file is not None and folder_mode:
-        raise UsageError("give either a pairs CSV or --models/--cloths folders, not both")
+        raise UsageError.about("people", "give either a pairs CSV or {@people}/{@garments} folders, not both")
     if csv_file is not None:
         return read_pairs_csv(csv_file, default_category)
     if not folder_mode:
-        raise UsageError("nothing to do: give a pairs CSV or --models DIR --cloths DIR --category C")
+        raise UsageError.about("people", "nothing to do: give a pairs CSV or {@people} DIR {@garments} DIR "
+                               "{@category} C")
     if people is None or garments is None:
-        raise UsageError("folder mode needs both --models DIR and --cloths DIR")
+        raise UsageError.about("people" if people is None else "garments",
+                               "folder mode needs both {@people} DIR and {@garments} DIR")
     if default_category is None:
-        raise UsageError("folder mode needs --category upper|lower|dress|auto")
+        raise UsageError.about("category", "folder mode needs {@category} upper|lower|dress|auto")
     if default_category == AUTO_CATEGORY:
         listed = pairs_from_folders(people, garments, Category.UPPER, pairing, masks, output=output)
         return PairTable(replace(pair, category=None, auto=True) for pair in listed)
     return pairs_from_folders(people, garments, default_category, pairing, masks, output=output)
 
 
-def classify_pairs(pairs: Sequence[Pair], models: Models, margin: float) -> PairTable:
+def classify_pairs(pairs: Sequence[Pair], models: Models, margin: float,
+                   name: Namer = library_name) -> PairTable:
     """Each pair with its `auto` garments' categories (each garment file classified once, by the function every
     front end uses, with the owner's classifier); a garment that cannot be read or is refused under the margin
     fails its pairs alone. A CLIP without its text tower stops the batch."""
@@ -293,7 +296,7 @@ def classify_pairs(pairs: Sequence[Pair], models: Models, margin: float) -> Pair
         except CheckpointError:
             raise
         except OotdError as exc:
-            out.append(replace(pair, reason=reasons.setdefault(exc, str(exc))))
+            out.append(replace(pair, reason=reasons.setdefault(exc, worded(exc, name))))
             continue
         second = {"category2": garments[1].category, "category2_p": garments[1].category_p} if pair.outfit else {}
         out.append(replace(pair, category=garments[0].category, category_p=garments[0].category_p, auto=False,

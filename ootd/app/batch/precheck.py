@@ -27,7 +27,7 @@ from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.provenance import is_ours, read_record
 from ootd.app.tryon.safety import Other, check_outputs
-from ootd.errors import OutputError, UsageError
+from ootd.errors import Namer, OutputError, UsageError, library_name, worded
 from ootd.settings import ModelType
 
 
@@ -164,7 +164,7 @@ class _Records:
         return is_ours(self(path))
 
 
-def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
+def precheck(pairs: Sequence[Pair], config: RunConfig, name: Namer = library_name) -> Precheck:
     """Everything knowable without models, per pair (see the module docstring)."""
     checked = Precheck(pairs, config, bytearray(len(pairs)), array("q"))
     claims = _Claims()
@@ -178,7 +178,7 @@ def precheck(pairs: Sequence[Pair], config: RunConfig) -> Precheck:
         try:
             job = _plan(config, pair)
         except UsageError as exc:
-            checked.fail(position, f"{pair.source}: {exc}")
+            checked.fail(position, f"{pair.source}: {worded(exc, name)}")
             continue
         outputs = job.targets.all()
         records = _Records()

@@ -54,7 +54,7 @@ from ootd.app.tryon.job import TryOnJob, plan_job
 from ootd.app.tryon.outputs import peak_memory
 from ootd.app.tryon.preservation import PreservationChoice
 from ootd.app.tryon.tempfiles import Sweeper
-from ootd.errors import OotdError, UsageError
+from ootd.errors import Namer, OotdError, UsageError, library_name
 from ootd.models import Models
 from ootd.pipeline_types import Progress
 
@@ -72,8 +72,8 @@ class PairWorker:
     and caches."""
 
     def __init__(self, config: RunConfig, exit_on_first: int | None = None,
-                 preservation: PreservationChoice | None = None) -> None:
-        self.runner = BatchRunner(config, preservation=preservation)  # makes the actor's model owner
+                 preservation: PreservationChoice | None = None, name: Namer = library_name) -> None:
+        self.runner = BatchRunner(config, preservation=preservation, name=name)  # makes the actor's model owner
         self.exit_on_first = exit_on_first
 
     def run(self, pair: Pair, attempt: int) -> tuple[PairReport, dict[str, Any]]:
@@ -107,9 +107,10 @@ class RayBatchRunner(BatchRunner):
     def __init__(self, config: RunConfig, cluster: ClusterOptions, *, report_path: Path | None = None,
                  progress: Progress | None = None, on_report: Callable[[PairReport], None] | None = None,
                  index_path: Path | None = None, status: Callable[[str], None] | None = None,
-                 preservation: PreservationChoice | None = None, models: Models | None = None) -> None:
+                 preservation: PreservationChoice | None = None, name: Namer = library_name,
+                 models: Models | None = None) -> None:
         super().__init__(config, models, report_path=report_path, progress=progress, on_report=on_report,
-                         index_path=index_path, preservation=preservation)
+                         index_path=index_path, preservation=preservation, name=name)
         self.cluster = cluster
         self.status = status
         self.dispatched = 0  # pairs sent to workers (tests: a resumed batch sends none)
@@ -171,7 +172,8 @@ class RayBatchRunner(BatchRunner):
         hook = os.environ.get(EXIT_ON_FIRST_ATTEMPT)
         actor = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=0, max_task_retries=0)(PairWorker)
         shared = ray.put(config)  # sent to each actor once
-        pool = ActorPool(ray, lambda: actor.remote(shared, int(hook) if hook else None, self.preservation),
+        pool = ActorPool(ray, lambda: actor.remote(shared, int(hook) if hook else None, self.preservation,
+                                                   self.name),
                          lambda worker, item, attempt: worker.run.remote(item[0], attempt),
                          self.workers, self.cluster.retries + 1, key=lambda item: item[0].index)
         self.dispatched = self._todo
@@ -241,8 +243,9 @@ def _connect(ray: Any, cluster: ClusterOptions) -> None:
     if cluster.address is None:
         cpus = _local_cpus()
         if cluster.workers is not None and cluster.workers > cpus:
-            raise UsageError(f"--workers {cluster.workers}: this machine has {cpus} CPU(s) and each worker needs one; "
-                             f"pass --workers {cpus} or fewer, or --address a Ray cluster with more")
+            raise UsageError.about("workers", "{@workers} {value}: this machine has {cpus} CPU(s) and each worker "
+                                   "needs one; pass {@workers} {cpus} or fewer, or {@address} a Ray cluster with "
+                                   "more", value=cluster.workers, cpus=cpus)
         if cluster.workers:
             options["num_cpus"] = cluster.workers
         _init(ray, options, "a local Ray instance")
@@ -307,13 +310,14 @@ def _width(ray: Any, cluster: ClusterOptions) -> tuple[int, float]:
     cluster_gpus = float(resources.get("GPU", 0))
     gpus = cluster.gpus_per_worker if cluster.gpus_per_worker is not None else (1.0 if cluster_gpus else 0.0)
     if gpus > cluster_gpus:
-        raise UsageError(f"{gpus:g} GPU(s) per worker asked, but the Ray cluster has {cluster_gpus:g}; "
-                         "pass --gpus-per-worker 0 to run on CPUs")
+        raise UsageError.about("gpus_per_worker", "{value:g} GPU(s) per worker asked, but the Ray cluster has "
+                               "{gpus:g}; pass {@gpus_per_worker} 0 to run on CPUs", value=gpus, gpus=cluster_gpus)
     workers = cluster.workers or (max(1, int(cluster_gpus // gpus)) if gpus else 1)
     cpus = float(resources.get("CPU", 0))
     if workers * gpus > cluster_gpus or workers > cpus:  # the actors would wait for them forever
-        raise UsageError(f"{workers} worker(s) need {workers * gpus:g} GPU(s) and {workers} CPU(s); the Ray cluster "
-                         f"has {cluster_gpus:g} and {cpus:g}: pass fewer --workers")
+        raise UsageError.about("workers", "{value} worker(s) need {need:g} GPU(s) and {value} CPU(s); the Ray "
+                               "cluster has {gpus:g} and {cpus:g}: pass fewer {@workers}", value=workers,
+                               need=workers * gpus, gpus=cluster_gpus, cpus=cpus)
     return workers, gpus
 
 

@@ -256,8 +256,9 @@ class ReportWriter:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
-                raise OutputError(f"another batch is writing here ({printable(self.path)} is locked by a running "
-                                  "ootd batch); wait for it to finish, or use another --output or --report") from None
+                raise OutputError.about("report", "another batch is writing here ({path} is locked by a running "
+                                        "ootd batch); wait for it to finish, or use another {@output} or "
+                                        "{@report}", path=printable(self.path)) from None
         try:
             os.ftruncate(fd, 0)  # only now: the report of a running batch is never cut
         except OSError as exc:

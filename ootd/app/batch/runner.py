@@ -37,7 +37,7 @@ from ootd.app.tryon.preflight import check_batch, check_output_folder
 from ootd.app.tryon.preservation import ParseCache, PreservationChoice, measure_pair
 from ootd.app.tryon.record import Record
 from ootd.app.tryon.tempfiles import clean_stale_temps
-from ootd.errors import CheckpointError, DeviceError, NoSpaceError, OotdError
+from ootd.errors import CheckpointError, DeviceError, Namer, NoSpaceError, OotdError, library_name, worded
 from ootd.models import Models
 from ootd.pipeline_types import Progress, RunInfo
 from ootd.settings import ModelType
@@ -94,8 +94,10 @@ class BatchRunner:
         on_report: Callable[[PairReport], None] | None = None,
         index_path: Path | None = None,
         preservation: PreservationChoice | None = None,
+        name: Namer = library_name,
     ) -> None:
         self.config = config
+        self.name = name  # the front end's word for each setting an error names (its report lines say it)
         self.models = models if models is not None else models_for(config)  # every model of the batch
         self.report_path = report_path
         self.persons = _Cache(person_cache)
@@ -132,7 +134,7 @@ class BatchRunner:
         output = self.config.output
         if output.exists() and not output.is_dir():
             prepare_output_dir(output)  # its one-line usage error, before any work
-        checked = precheck(pairs, self.config)
+        checked = precheck(pairs, self.config, self.name)
         self.config = checked.config
         if checked.todo_count:  # a fully resumed batch needs no checkpoints at all
             check_batch(self.config, checked.models, checked.automatic,
@@ -178,7 +180,7 @@ class BatchRunner:
             self._end("interrupted")
             raise
         except BaseException as exc:
-            self._end("stopped", one_line(exc) if isinstance(exc, OotdError) else type(exc).__name__)
+            self._end("stopped", one_line(worded(exc, self.name)) if isinstance(exc, OotdError) else type(exc).__name__)
             raise
         else:
             self._end("finished")
@@ -200,7 +202,8 @@ class BatchRunner:
             failed = next((f for m in job.models if (f := self.models.failure(m)) is not None), None)
             if report.status == "error" and isinstance(failed, CheckpointError | DeviceError):
                 # every later pair of this model would fail the same way: stop once, with one line
-                raise type(failed)(f"cannot load the {job.model_type.value} model: {one_line(failed)}; stopped "
+                raise type(failed)(f"cannot load the {job.model_type.value} model: "
+                                   f"{one_line(worded(failed, self.name))}; stopped "
                                    f"before {pair.source} (finished pairs are in the report)") from failed
             yield report
 
@@ -220,7 +223,8 @@ class BatchRunner:
         except NoSpaceError:  # every later pair would fail the same way: stop, keeping what is written
             raise
         except OotdError as exc:
-            report.error = one_line(exc.with_remedy(BATCH_REMEDY) if isinstance(exc, PersonNotFound) else exc)
+            shown = exc.with_remedy(BATCH_REMEDY) if isinstance(exc, PersonNotFound) else exc  # a batch's way round
+            report.error = one_line(worded(shown, self.name))
             logger.debug("pair %s failed", pair.source, exc_info=True)
         except Exception as exc:  # keep going; the report says what broke
             report.error = f"internal error: {type(exc).__name__}: {one_line(exc)}"

@@ -69,9 +69,11 @@ class Matching:
         self.skipped.append(Skipped(printable(what), reason))
 
 
-def _folder(path: Path, what: str) -> Path:
+def require_folder(path: Path, setting: str, what: str | None = None) -> Path:
+    """`path`, a folder; else a UsageError about `setting`, the folder called `what` (default: the setting)."""
     if not path.is_dir():
-        raise UsageError(f"{what} {printable(path)}: {'is not a folder' if path.exists() else 'not found'}")
+        raise UsageError.about(setting, (what or "{@" + setting + "}") + " {path}: {problem}", path=printable(path),
+                               problem="is not a folder" if path.exists() else "not found")
     return path
 
 
@@ -79,7 +81,7 @@ class PhotoIndex:
     """The truth folder, listed once: a name finds its photo by file name, else by stem when only one has it."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = _folder(folder, "--truth folder")
+        self.folder = require_folder(folder, "truth", "{@truth} folder")
         self.names: dict[str, Path] = {}
         self.stems: dict[str, list[Path]] = {}
         try:
@@ -184,9 +186,11 @@ def _from_list(csv_path: Path, results: Path, truth: Path, matching: Matching) -
         with open(csv_path, newline="", encoding="utf-8-sig") as handle:
             rows = list(csv.reader(handle))
     except OSError as exc:
-        raise UsageError(f"cannot read --pairs {printable(csv_path)}: {exc.strerror or exc}") from None
+        raise UsageError.about("pairs", "cannot read {@pairs} {path}: {problem}", path=printable(csv_path),
+                               problem=exc.strerror or exc) from None
     except (UnicodeDecodeError, csv.Error) as exc:
-        raise UsageError(f"--pairs {printable(csv_path)} is not a CSV of result,truth rows ({exc})") from None
+        raise UsageError.about("pairs", "{@pairs} {path} is not a CSV of result,truth rows ({problem})",
+                               path=printable(csv_path), problem=exc) from None
     found = []
     for number, row in enumerate(rows, 1):
         cells = [c.strip() for c in row]
@@ -215,7 +219,7 @@ def match_results(results: Path, truth: Path, pairs_csv: Path | None = None,
     """Every result with its real photo (module docstring); what has none is in `skipped`. No match at all is
     one error naming the first reason. `reports`: read these batch reports (default: every one in `results`)."""
     matching = Matching()
-    _folder(results, "results folder")
+    require_folder(results, "results", "results folder")
     photos = PhotoIndex(truth)
     if pairs_csv is not None:
         matching.matches = _from_list(pairs_csv, results, truth, matching)
@@ -236,7 +240,7 @@ def match_results(results: Path, truth: Path, pairs_csv: Path | None = None,
 def unpaired_sets(results: Path, truth: Path, reports: list[Path] | None = None) -> tuple[Matching, list[Path]]:
     """The results (as `match_results` finds them, without photos) and every photo of the truth folder."""
     matching = Matching()
-    _folder(results, "results folder")
+    require_folder(results, "results", "results folder")
     photos = PhotoIndex(truth).photos()
     matching.matches = [Match(made.result, None, made.by) for made in made_results(results, matching, reports)]
     if not matching.matches:

@@ -22,12 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ootd.app.evaluate.matching import Made, MatchedBy, Matching, PhotoIndex, Skipped, made_results, report_files
+from ootd.app.evaluate.matching import (
+    Made,
+    MatchedBy,
+    Matching,
+    PhotoIndex,
+    Skipped,
+    made_results,
+    report_files,
+    require_folder,
+)
 from ootd.app.tryon.outputs import format_seconds
 from ootd.app.tryon.preservation import Measured, ParseCache, Parser, measure_result
 from ootd.app.tryon.provenance import is_ours
 from ootd.app.tryon.record import software
-from ootd.errors import OotdError, OutputError, UsageError, printable
+from ootd.errors import OotdError, OutputError, printable
 from ootd.evaluation.preservation import CHANGED_DELTA_E, REGIONS, Preservation, percent
 from ootd.evaluation.settings import check_review_above
 from ootd.imaging.atomic import write_atomic
@@ -51,9 +60,9 @@ class PreservationOptions:
     @classmethod
     def from_words(cls, people: Path | None = None, masks: Path | None = None,
                    review_above: float | None = None) -> PreservationOptions:
-        for folder, flag in ((people, "--people"), (masks, "--masks")):
+        for folder, setting in ((people, "people"), (masks, "masks")):
             if folder is not None:
-                _folder(Path(folder), flag)
+                require_folder(Path(folder), setting)
         return cls(people, masks, check_review_above(review_above))
 
 
@@ -120,12 +129,6 @@ class PreservationReport:
         return lines
 
 
-def _folder(path: Path, what: str) -> Path:
-    if not path.is_dir():
-        raise UsageError(f"{what} {printable(path)}: {'is not a folder' if path.exists() else 'not found'}")
-    return path
-
-
 class _Finder:
     """A result's person photo and its user's masks, from the report's paths or the folders, by name."""
 
@@ -139,8 +142,8 @@ class _Finder:
         if made.by is MatchedBy.REPORT and given.is_file():
             return given
         if self.people is None:
-            raise OotdError(f"its person photo {printable(given.name)} is not found: give the folder of the person "
-                            "photos with --people")
+            raise OotdError.about("people", "its person photo {photo} is not found: give the folder of the "
+                                  "person photos with {@people}", photo=printable(given.name))
         found, problem = self.people.find(given.name)
         if found is None:
             raise OotdError(f"person photo: {problem}")
@@ -259,7 +262,7 @@ def measure_folder(results: Path, options: PreservationOptions, parser: Parser, 
     from ootd.imaging.atomic import write_text_atomic
 
     start = time.perf_counter()
-    results = _folder(Path(results), "results folder")
+    results = require_folder(Path(results), "results", "results folder")
     figures_path = results / FIGURES_NAME
     _check_replaceable(figures_path)
     matching = Matching()

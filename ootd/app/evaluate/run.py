@@ -49,7 +49,8 @@ class EvalOptions:
         from ootd.hardware.spec import check_device_spec
 
         if unpaired and pairs_csv is not None:
-            raise UsageError("--pairs matches results to photos and --unpaired matches none: give one of them")
+            raise UsageError.about("unpaired", "{@pairs} matches results to photos and {@unpaired} matches none: "
+                                   "give one of them")
         return cls(MetricWeights.parse(weights), check_device_spec(device), check_batch(batch), unpaired, pairs_csv)
 
 
@@ -73,7 +74,8 @@ def check_evaluation(truth: Path, options: EvalOptions, models: Models | None = 
 
 def _require_for_unpaired(options: EvalOptions, missing: str | None) -> None:
     if options.unpaired and missing is not None:
-        raise UnsupportedError(f"--unpaired computes FID and KID only, and {missing}")
+        raise UnsupportedError.about("unpaired", "{@unpaired} computes FID and KID only, and {missing}",
+                                     missing=missing)
 
 
 def _read(path: Path, min_side: int = 1) -> Image.Image:

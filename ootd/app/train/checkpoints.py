@@ -187,8 +187,10 @@ def load_checkpoint(checkpoint: Checkpoint) -> Restored:
 def check_resumable(restored: Restored, settings: TrainSettings) -> None:
     """A resume continues the same run: the settings that shape its numbers must not change."""
     saved = restored.state.get("settings", {})
-    changed = [f"--{name.replace('_', '-')} {saved.get(name)} (now {getattr(settings, name)})"
-               for name in type(settings).RESUME_FIXED if saved.get(name) != getattr(settings, name)]
+    changed = [name for name in type(settings).RESUME_FIXED if saved.get(name) != getattr(settings, name)]
     if changed:
-        raise UsageError(f"--resume continues a run with other settings: {', '.join(changed[:3])}; start a new "
-                         "run (-o another folder) to change them")
+        shown = ", ".join(f"{{@{name}}} {{was_{name}}} (now {{now_{name}}})" for name in changed[:3])
+        values = {f"{when}_{name}": value for name in changed[:3]
+                  for when, value in (("was", saved.get(name)), ("now", getattr(settings, name)))}
+        raise UsageError.about("resume", "{@resume} continues a run with other settings: " + shown + "; start a "
+                               "new run (another {@output}) to change them", **values)

@@ -62,11 +62,13 @@ def read_teacher(teacher: LoraChoice | None, model_type: ModelType) -> LoraAdapt
         return None
     adapter = read_adapter(teacher.path)
     if adapter.few_step is not None:
-        raise UsageError(f"--teacher-lora {printable(teacher.path)} is a few-step adapter: the teacher is the model "
-                         "as sampled with its 20 guided steps (give an `ootd train run` adapter, or none)")
+        raise UsageError.about("teacher_lora", "{@teacher_lora} {file} is a few-step adapter: the teacher is the "
+                               "model as sampled with its 20 guided steps (give an `ootd train run` adapter, or "
+                               "none)", value=teacher.path, file=printable(teacher.path))
     if adapter.model_type is not model_type:
-        raise UsageError(f"--teacher-lora {printable(teacher.path)} was trained on the {adapter.model_type.value} "
-                         f"model, this cache is for the {model_type.value} model")
+        raise UsageError.about("teacher_lora", "{@teacher_lora} {file} was trained on the {trained} model, this "
+                               "cache is for the {cache} model", value=teacher.path, file=printable(teacher.path),
+                               trained=adapter.model_type.value, cache=model_type.value)
     return adapter
 
 
@@ -113,8 +115,9 @@ class DistillTrainer(Trainer):
         folder = checkpoints(self.options.output)[-1].folder
         recorded = read_adapter(folder / "lora.safetensors").few_step
         if recorded is None or recorded.base_sha256 != self.student_sampling.base_sha256:
-            raise UsageError(f"--resume continues a distillation of other base weights or another --teacher-lora "
-                             f"({printable(folder)}): start a new run (-o another folder) to change them")
+            raise UsageError.about("resume", "{@resume} continues a distillation of other base weights or another "
+                                   "{@teacher_lora} ({folder}): start a new run (another {@output}) to change them",
+                                   folder=printable(folder))
         super().restore()
         try:
             saved = load_file(str(folder / TARGET_FILE))

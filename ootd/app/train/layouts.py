@@ -60,8 +60,8 @@ def _read_pairs_list(path: Path) -> list[tuple[int, list[str]]]:
 def viton_rows(folder: Path, pairs: Path | None = None) -> list[Row]:
     pairs_file = _pairs_file(folder, pairs)
     if pairs_file is None:
-        raise UsageError(f"VITON-HD folder {printable(folder)} has no pairs list: give one with --pairs FILE "
-                         "(lines `person.jpg garment.jpg`)")
+        raise UsageError.about("pairs", "VITON-HD folder {folder} has no pairs list: give one with {@pairs} "
+                               "FILE (lines `person.jpg garment.jpg`)", folder=printable(folder))
     rows = []
     for number, (line, cells) in enumerate(_read_pairs_list(pairs_file), 1):
         source = f"{pairs_file.name} line {line}"

@@ -127,10 +127,10 @@ def open_run(options: TrainOptions, index: CacheIndex) -> None:
         raise OutputError(f"run folder {printable(run)} is a file")
     record = run / "run.json"
     if record.is_file() and not options.resume:
-        raise OutputError(f"{printable(run)} already holds a training run: pass --resume to continue it, or -o "
-                          "another folder")
+        raise OutputError.about("resume", "{run} already holds a training run: pass {@resume} to continue "
+                                "it, or another {@output}", run=printable(run))
     if options.resume and not checkpoints(run) and not record.is_file():
-        raise UsageError(f"--resume: {printable(run)} has no checkpoint to continue from")
+        raise UsageError.about("resume", "{@resume}: {run} has no checkpoint to continue from", run=printable(run))
     run.mkdir(parents=True, exist_ok=True)
     if not record.is_file():
         write_text_atomic(record, json.dumps({
@@ -225,8 +225,8 @@ class Trainer:
             total /= self.workers
         value = float(total)
         if not math.isfinite(value):  # before the step: the weights and the last checkpoint stay good
-            raise NumericalError(f"the training loss is not finite at step {self.step + 1}; lower --lr or use "
-                                 "--mixed-precision no")
+            raise NumericalError.about("learning_rate", "the training loss is not finite at step {step}; "
+                                       "lower {@learning_rate} or use {@mixed_precision} no", step=self.step + 1)
         self.last_loss = value
         self.last_lr = self.lr.get_last_lr()[0]  # the rate this step takes (the log's)
         with signals_deferred():  # the weights and the step's label change together: a checkpoint never mixes them

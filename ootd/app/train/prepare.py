@@ -66,7 +66,8 @@ class PrepareOptions:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.split < 1.0:
-            raise UsageError(f"--split must be from 0 up to (not including) 1, got {self.split}")
+            raise UsageError.about("split", "{@split} must be from 0 up to (not including) 1, got {value}",
+                                   value=self.split)
 
 
 @dataclass

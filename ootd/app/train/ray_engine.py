@@ -70,7 +70,7 @@ def _require_ray_train() -> Any:
         ray = ray_for_a_driver()  # the first import of Ray here keeps a SIGTERM ours (ootd/app/signals.py)
         importlib.import_module("ray.train.torch")  # the extra's own import check
     except ImportError:
-        raise UnsupportedError("--engine ray needs Ray Train: pip install 'ootd[ray-train]'") from None
+        raise UnsupportedError.about("engine", "{@engine} ray needs Ray Train: pip install 'ootd[ray-train]'") from None
     return ray
 
 
@@ -87,7 +87,7 @@ def train_ray(options: TrainOptions, workers: int, gpus: bool, *, explain: bool 
     """The fine-tune over `workers` Ray Train workers (a GPU each with `gpus`); `explain` prints the workers, the
     global batch and one worker's memory estimate first, from the configs (no weights loaded here)."""
     if workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}")
+        raise UsageError.about("workers", "{@workers} must be at least 1, got {value}", value=workers)
     _require_ray_train()
     index = read_index(options.cache)
     open_run(options, index)

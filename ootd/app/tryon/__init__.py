@@ -1,6 +1,9 @@
 """One try-on job (one garment or an outfit), as every front end runs it:
 
-    config.py       RunConfig (the run defaults) and build_config (user words -> validated config)
+    settings.py     every setting declared once (type, bounds, default, help, flag, API field, record, front ends)
+    declaration.py  how a setting is declared (Setting, Recorded) and the registry of them (Settings)
+    config.py       RunConfig and build_config / update_config (user words -> validated config), from settings.py
+    sizes.py        a memory size as a user gives it (ByteSize, parse_size)
     inputs.py       JobInputs: the person photo and its garments (category, mask, names) as paths, images or bytes
     autocategory.py `auto` categories resolved (resolve_inputs) by the model owner's classifier
     job.py          plan_job -> TryOnJob: its passes (one garment or two), run, save; JobOutcome

@@ -32,11 +32,12 @@ def check_margin(classification: Any, margin: float, label: str) -> None:
     if classification.margin >= margin:
         return
     (first, p1), (second, p2) = classification.ranked[:2]
-    raise UsageError(
-        f"cannot tell the category of {label}: {first.value} {p1:.2f} or {second.value} {p2:.2f} (ahead by "
-        f"{classification.margin:.2f}, under the margin {margin:.2f}); give it with --category {first.value}, "
-        f"{second.value} or {' or '.join(c.value for c in Category if c not in (first, second))}"
-    )
+    others = " or ".join(c.value for c in Category if c not in (first, second))
+    raise UsageError.about(
+        "category", "cannot tell the category of {label}: {first} {p1:.2f} or {second} {p2:.2f} (ahead by "
+        "{lead:.2f}, under the margin {margin:.2f}); give it with {@category} {first}, {second} or {others}",
+        value="auto", label=label, first=first.value, second=second.value, p1=p1, p2=p2,
+        lead=classification.margin, margin=margin, others=others)
 
 
 def classify_image(garment: Any, label: str, classifier: GarmentClassifier, margin: float) -> Classification:

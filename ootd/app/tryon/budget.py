@@ -107,22 +107,38 @@ def check_memory_budget(config: RunConfig, model_types: list[ModelType] | set[Mo
             ok, peak = fits(sampling.resolution, sampling.num_samples)
             if ok:
                 continue
-            options = []
+            options = []  # each as the settings it changes (`{@samples} 2`: each front end names them)
             fewer = _most_samples(fits, sampling.resolution, sampling.num_samples)
             if fewer:
-                options.append(f"--samples {fewer}")
+                options.append(f"{{@samples}} {fewer}")
             for resolution in sorted(RESOLUTIONS.values(), key=lambda r: r.width * r.height):
                 if resolution.width * resolution.height >= sampling.resolution.width * sampling.resolution.height:
                     continue
                 most = _most_samples(fits, resolution, sampling.num_samples + 1)
                 if most:
-                    fewer_there = f" --samples {most}" if most < sampling.num_samples else ""
-                    options.append(f"--resolution {resolution}{fewer_there}")
+                    fewer_there = f" {{@samples}} {most}" if most < sampling.num_samples else ""
+                    options.append(f"{{@resolution}} {resolution}{fewer_there}")
                     break
         budget = config.max_memory if isinstance(config.max_memory, ByteSize) else ByteSize(config.max_memory)
         need = budget.format(peak)  # in the unit the budget was given in, rounded up
-        options.append(f"--max-memory {need}")
-        raise UsageError(
-            f"{sampling.num_samples} sample(s) at {sampling.resolution} need about {need} even with every memory "
-            f"saving on, more than --max-memory {budget.text}; what would fit: {', or '.join(options)}"
-        )
+        options.append("{@max_memory} {need}")
+        raise UsageError.about(
+            "max_memory", "{samples} sample(s) at {resolution} need about {need} even with every memory saving on, "
+            "more than {@max_memory} {budget}; what would fit: " + ", or ".join(options), value=budget.text,
+            samples=sampling.num_samples, resolution=sampling.resolution, need=need, budget=budget.text)
+
+
+def memory_wanted(config: RunConfig, model_type: ModelType) -> int:
+    """Bytes of device memory a try-on of `model_type` with this config wants to run with no memory saving on
+    (weights resident, guidance in one batch, no VAE slicing): what a host that holds other models (ComfyUI)
+    is asked to free before ootd loads, from the models' configs alone (nothing is read or loaded)."""
+    from ootd.memory.estimate import PlanRequest, estimate
+    from ootd.runtime import choose_hardware
+
+    hardware = choose_hardware(config.runtime_request)
+    attention = FRUGAL_ATTENTION if config.attention is AttentionName.AUTO else config.attention
+    sampling = config.sampling
+    request = PlanRequest(hardware.device, sampling.resolution.size, sampling.num_samples, sampling.guidance,
+                          hardware.precision.unet, attention, model_sizes(config.checkpoints, model_type),
+                          vae_dtype=hardware.precision.vae, profile=hardware.profile)
+    return int(estimate(request)["peak"])

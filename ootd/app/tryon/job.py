@@ -50,7 +50,8 @@ def plan_passes(config: RunConfig, inputs: JobInputs) -> tuple[Pass, ...]:
         (garment,) = garments
         return (Pass("", garment, config.model_type_for(garment.category), config),)
     if config.grid:
-        raise UsageError("--grid shows one garment's try-on; an outfit has two passes: leave --grid out")
+        raise UsageError.about("grid", "{@grid} shows one garment's try-on; an outfit has two passes: leave "
+                               "{@grid} out")
     lower, upper = order_outfit(garments)
     first = replace(config, model_type=ModelType.DC,
                     sampling=replace(config.sampling, seed=pass_seed(config.sampling.seed, PASS_NAMES[0])))
@@ -208,11 +209,11 @@ class TryOnJob:
         return Record(passes[-1], tuple(passes) if len(passes) > 1 else (), **self.record_facts())
 
     def record_facts(self) -> dict[str, Any]:
-        """What every record of the job holds besides its passes: the pictures' size, the run's seed and the order
-        the garments were given (an outfit's passes by name; its passes run lower first whatever the order)."""
+        """What every record of the job holds besides its passes: the run's seed and the order the garments were
+        given (an outfit's passes by name; its passes run lower first whatever the order)."""
         listed = tuple(one.name for garment in self.inputs.garments for one in self.passes
                        if len(self.passes) > 1 and one.garment.category == garment.category)
-        return {"photo": self.config.photo, "run_seed": self.config.sampling.seed, "listed": listed}
+        return {"run_seed": self.config.sampling.seed, "listed": listed}
 
     def expected(self) -> dict[str, str]:
         """What its pictures record when they were made with this job's settings (resume)."""

@@ -79,11 +79,12 @@ def check_checkpoints_present(root: Path, model_types: Iterable[ModelType], need
     from ootd.weights.verify import verify_checkpoints
 
     root = Path(root)
-    hint = f"run `ootd download --dest {root}`, or pass --checkpoints DIR / set OOTD_CHECKPOINTS"
-    if not root.exists():
-        raise CheckpointError(f"checkpoints folder {root} does not exist; {hint}")
-    if not root.is_dir():
-        raise CheckpointError(f"checkpoints path {root} is not a folder; {hint}")
+    hint, fixed = "run `ootd download --dest {root}`", ", or pass {@checkpoints} DIR / set OOTD_CHECKPOINTS"
+    for problem, found in (("folder {root} does not exist", root.exists()), ("path {root} is not a folder",
+                                                                             root.is_dir())):
+        if not found:  # `otherwise`: where the checkpoints are not the user's to choose (a server's request)
+            raise CheckpointError.about("checkpoints", f"checkpoints {problem}; {hint}{fixed}", root=root,
+                                        otherwise=f"checkpoints {problem}; {hint}")
     models = sorted(set(model_types), key=lambda m: m.value)
     if not models:
         return

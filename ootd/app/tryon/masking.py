@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.record import mask_record
 from ootd.app.tryon.request import TryOnRequest
-from ootd.errors import InputImageError, NoPersonError, UsageError
+from ootd.errors import InputImageError, NoPersonError, UsageError, fill, library_name
 from ootd.imaging.atomic import save_png_atomic
 from ootd.imaging.files import decode_image, load_image, sanitise_stem
 from ootd.imaging.opener import open_image
@@ -93,9 +93,11 @@ def check_mask_input(request: TryOnRequest, raw_mask: Any = None, fit: FitMode =
     framed_ok = fit is not FitMode.PAD and not aspect_mismatch(PREPROCESS_RESOLUTION.size, mask.size)  # 3:4
     if aspect_mismatch(person.size, mask.size) and not framed_ok:
         also = "" if fit is FitMode.PAD else " (or 3:4, framed like the results)"
-        raise UsageError(f"mask {label} is {mask.width}x{mask.height} but the person photo "
-                         f"{request.label('person')} is {person.width}x{person.height}: a mask must have the "
-                         f"photo's aspect{also}; make one with `ootd mask`")
+        raise UsageError.about(
+            "mask", "mask {label} is {width}x{height} but the person photo {person} is {photo}: a mask must have the "
+            "photo's aspect{also}; start from {@automatic_mask|the automatic mask of the photo}", label=label,
+            width=mask.width, height=mask.height, person=request.label("person"),
+            photo=f"{person.width}x{person.height}", also=also)
     if _is_colour(raw_mask if raw_mask is not None else request.source("mask")):
         logger.warning("mask %s is a colour image: it is read as grey levels, pixels >= 127 repainted", label)
     else:
@@ -113,11 +115,13 @@ class MaskOutcome:
     images: dict[str, Image.Image]  # MASK_FILES
     category: Category
     model_type: ModelType
+    working_mask: Image.Image | None = None  # the mask in the whole working frame (padding included)
 
 
-# the way around a photo without a person that each command offers, in its own options' words
-RUN_REMEDY = "or give a mask image with --mask"  # `ootd run` (the server words it for its form: serve/messages.py)
-BATCH_REMEDY = "or give its mask: --masks DIR (named like the person photos) or the CSV's mask column"
+# the way around a photo without a person that each command offers, naming the settings and inputs it takes as
+# `{@mask}` (each front end words them: `--mask`, the form's `mask`)
+RUN_REMEDY = "or give a mask image with {@mask}"  # a try-on of one photo (`ootd run`, the server, a node)
+BATCH_REMEDY = "or give its mask: {@masks} DIR (named like the person photos) or the CSV's mask column"
 MASK_REMEDY = ("or paint the mask yourself (white = repaint, the photo's aspect) and give it to "
                "`ootd run --mask`")  # `ootd mask` has no --mask
 PREPARE_REMEDY = "or list it with its mask in a pairs CSV (person,garment,category,mask)"  # `ootd train prepare`
@@ -129,8 +133,11 @@ class PersonNotFound(NoPersonError):
 
     def __init__(self, person: str | Path, remedy: str = RUN_REMEDY) -> None:
         self.person, self.remedy = person, remedy
-        super().__init__(f"no person detected in {person} (pose estimation found nobody; use a photo showing one "
-                         f"person, {remedy})")
+        template = ("no person detected in {person} (pose estimation found nobody; use a photo showing one person, "
+                    + remedy + ")")
+        super().__init__(fill(template, library_name, person=person))
+        # about the `mask` input: each front end words the remedy's names (OotdError.words)
+        self.setting, self._template = "mask", (template, None, {"value": None, "person": person})
 
     def with_remedy(self, remedy: str) -> PersonNotFound:
         return PersonNotFound(self.person, remedy)
@@ -189,7 +196,7 @@ class MaskJob:
         except NoPersonError:
             raise no_person_error(self.label, MASK_REMEDY) from None
         framed = masked.framed_like_results()
-        return MaskOutcome({k: framed[k] for k in MASK_FILES}, self.category, self.model_type)
+        return MaskOutcome({k: framed[k] for k in MASK_FILES}, self.category, self.model_type, masked.mask)
 
     def save(self, outcome: MaskOutcome) -> dict[str, Path]:
         """Every file, atomically, with the record of what made the mask."""
@@ -197,3 +204,20 @@ class MaskJob:
         for kind, path in self.targets.items():
             save_png_atomic(outcome.images[kind], path, metadata, overwrite=self.config.overwrite)
         return dict(self.targets)
+
+
+def mask_in_person_frame(mask: Image.Image, person_size: tuple[int, int], fit: FitMode) -> Image.Image:
+    """The working-resolution mask mapped back onto the person photo, so a mask painted over the photo and sent
+    back as `mask` is framed as the photo is (pad and stretch map back to within a pixel; crop keeps the kept
+    region and leaves the cut-off border unmasked)."""
+    from PIL import Image
+
+    from ootd.imaging.framing import fit_to_aspect, restore_framing
+
+    _, info = fit_to_aspect(Image.new("L", person_size), mask.size, fit, pad_color=0, resample=Image.NEAREST)
+    restored = restore_framing(mask, info, resample=Image.NEAREST)
+    if info.mode != "crop":
+        return restored
+    canvas = Image.new("L", person_size, 0)
+    canvas.paste(restored, info.box[:2])
+    return canvas

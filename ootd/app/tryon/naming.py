@@ -47,17 +47,19 @@ def template_fields(template: str) -> list[str]:
     try:
         parts = [(name, spec) for _, name, spec, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as exc:
-        raise UsageError(f"bad --name template {template!r}: {exc}") from None
+        raise UsageError.about("name", "bad {@name} template {value!r}: {problem}", value=template,
+                               problem=exc) from None
     names = [name for name, _ in parts]
     for name, spec in parts:
         _check_spec(template, name, spec or "")
     for name in names:
         if name not in NAME_FIELDS:
             what = f"{{{name}}}" if name else "{} (a field needs a name)"
-            raise UsageError(f"unknown field {what} in --name: use {', '.join('{' + f + '}' for f in NAME_FIELDS)}")
+            raise UsageError.about("name", "unknown field {field} in {@name}: use {fields}", value=template,
+                                   field=what, fields=", ".join("{" + f + "}" for f in NAME_FIELDS))
     if "i" not in names:
-        raise UsageError(f"--name {template!r} needs {{i}} (the sample number), so samples and masks get their "
-                         "own files")
+        raise UsageError.about("name", "{@name} {value!r} needs {{i}} (the sample number), so samples and "
+                               "masks get their own files", value=template)
     return names
 
 
@@ -65,11 +67,13 @@ def _check_spec(template: str, name: str, spec: str) -> None:
     """A field's format spec may not hold a field of its own (`{i:{seed}}`: a width from a value) nor a width
     or precision above MAX_STEM: the name would be refused anyway, after formatting a string that long."""
     if "{" in spec or "}" in spec:
-        raise UsageError(f"bad --name template {template!r}: {{{name}:{spec}}} takes no field in its format")
+        raise UsageError.about("name", "bad {@name} template {value!r}: {field} takes no field in its format",
+                               value=template, field=f"{{{name}:{spec}}}")
     too_big = [n for n in _NUMBER.findall(spec) if len(n) > len(str(MAX_STEM)) or int(n) > MAX_STEM]
     if too_big:
-        raise UsageError(f"bad --name template {template!r}: {{{name}:{spec}}} asks for {too_big[0]} characters, "
-                         f"more than the {MAX_STEM} a name may have")
+        raise UsageError.about("name", "bad {@name} template {value!r}: {field} asks for {wide} characters, "
+                               "more than the {most} a name may have", value=template, field=f"{{{name}:{spec}}}",
+                               wide=too_big[0], most=MAX_STEM)
 
 
 def render_name(template: str, fields: dict[str, Any]) -> str:
@@ -78,10 +82,12 @@ def render_name(template: str, fields: dict[str, Any]) -> str:
     try:
         stem = template.format(**fields)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
-        raise UsageError(f"bad --name template {template!r}: {exc}") from None
+        raise UsageError.about("name", "bad {@name} template {value!r}: {problem}", value=template,
+                               problem=exc) from None
     if not _SAFE.fullmatch(stem) or len(stem) > MAX_STEM or stem in (".", ".."):
-        raise UsageError(f"--name {template!r} gives {stem!r}, not a safe file name: use letters, digits, '-', "
-                         f"'.' and '_' (no '/', no leading '.' or '-', at most {MAX_STEM} characters)")
+        raise UsageError.about("name", "{@name} {value!r} gives {stem!r}, not a safe file name: use letters, digits, "
+                               "'-', '.' and '_' (no '/', no leading '.' or '-', at most {most} characters)",
+                               value=template, stem=stem, most=MAX_STEM)
     return stem
 
 

@@ -92,7 +92,8 @@ def job_targets(config: RunConfig, request: TryOnRequest, model_type: ModelType,
 def prepare_output_dir(path: Path) -> Path:
     """The output folder, created and proven writable; a path naming a file is a usage error (exit 2)."""
     if path.exists() and not path.is_dir():
-        raise UsageError(f"output folder {path} exists and is not a folder: -o/--output takes a folder")
+        raise UsageError.about("output", "output folder {path} exists and is not a folder: {@output} takes a "
+                               "folder", path=path)
     return check_output_dir(path)
 
 
@@ -101,9 +102,9 @@ def refuse_existing(paths: list[Path]) -> None:
     existing = [p for p in paths if p.exists()]
     if existing:
         more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
-        raise OutputError(
-            f"{existing[0]} already exists{more}; use --overwrite to replace, or --output for another folder"
-        )
+        raise OutputError.about(
+            "overwrite", "{path} already exists{more}; use {@overwrite} to replace, or {@output} for another "
+            "folder", path=existing[0], more=more)
 
 
 def save_pictures(targets: Targets, images: list[Any], record: Callable[[int | None], Any],

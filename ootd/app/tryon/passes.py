@@ -89,8 +89,8 @@ def order_outfit(garments: Sequence[GarmentInput]) -> tuple[GarmentInput, Garmen
         raise UsageError(f"an outfit is two garments, got {len(garments)}")
     dress = next((g for g in garments if g.category is Category.DRESS), None)
     if dress is not None:
-        raise UsageError(f"{dress.label()} is a dress, a whole outfit: try it on alone (one --cloth), or pair an "
-                         f"upper with a lower garment")
+        raise UsageError.about("garment", "{dress} is a dress, a whole outfit: try it on alone (one {@garment}), or "
+                               "pair an upper with a lower garment", dress=dress.label())
     if {g.category for g in garments} != {Category.LOWER, Category.UPPER}:
         raise UsageError(f"an outfit is one upper and one lower garment; {garments[0].label()} and "
                          f"{garments[1].label()} are both {Category.parse(garments[0].category).value}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ootd.app.tryon.budget import check_memory_budget
 from ootd.app.tryon.config import RunConfig
@@ -52,16 +52,18 @@ def plan_inputs(config: RunConfig, inputs: JobInputs) -> TryOnJob:
 
 
 def check_job(job: TryOnJob, models: Models | None = None, *, protect: Iterable[Path | None] = (),
-              progress: Progress | None = None) -> TryOnJob:
+              progress: Progress | None = None, writes: bool = True) -> TryOnJob:
     """Steps 3 to 7 of a planned job (`plan_inputs`), and the job with its masks. `models` gives the pose and
     parsing models (None: an owner of the job's config); `protect`: files besides the job's own inputs that no
-    output may replace."""
+    output may replace. `writes` False: the pictures are handed over in memory, never saved (the ComfyUI nodes),
+    so there is no output folder or file to check (steps 4 and 5)."""
     config = job.config
     check_checkpoints_present(config.checkpoints, job.models, need_preprocess=job.made_masks)  # 3
-    check_output_folder(config.output)  # 4
-    check_outputs(job.targets.all(), [*job.inputs.paths(), *protect], overwrite=config.overwrite)  # 5
-    if not config.overwrite:
-        refuse_existing(job.targets.all())
+    if writes:
+        check_output_folder(config.output)  # 4
+        check_outputs(job.targets.all(), [*job.inputs.paths(), *protect], overwrite=config.overwrite)  # 5
+        if not config.overwrite:
+            refuse_existing(job.targets.all())
     check_memory_budget(config, list(job.models), job.photo_pixels())  # 6
     if not job.made_masks:
         return job
@@ -75,10 +77,11 @@ def check_job(job: TryOnJob, models: Models | None = None, *, protect: Iterable[
 
 
 def prepare_job(config: RunConfig, inputs: JobInputs, models: Models | None = None, *,
-                protect: Iterable[Path | None] = (), progress: Progress | None = None) -> TryOnJob:
+                protect: Iterable[Path | None] = (), progress: Progress | None = None, writes: bool = True
+                ) -> TryOnJob:
     """Every pre-flight step of one job, in order, and the job that passed them (nothing heavy loads, nothing is
-    written but the checked output folder)."""
-    return check_job(plan_inputs(config, inputs), models, protect=protect, progress=progress)
+    written but the checked output folder; `writes` False: no folder either, see `check_job`)."""
+    return check_job(plan_inputs(config, inputs), models, protect=protect, progress=progress, writes=writes)
 
 
 def check_output_folder(folder: Path) -> None:
@@ -87,18 +90,23 @@ def check_output_folder(folder: Path) -> None:
     clean_stale_temps(folder)
 
 
-def prepare_mask_job(config: RunConfig, person: Path, category: Category) -> MaskJob:
+def prepare_mask_job(config: RunConfig, person: Path | Any, category: Category, *, label: str | None = None,
+                     writes: bool = True) -> MaskJob:
     """The steps `ootd mask` needs, in the same order: the model for the category (1), the photo decoded (2), pose
     and parsing's files (3), the output folder (4), no existing file replaced without --overwrite (5); step 7 is
-    the job's run."""
+    the job's run. `person`: a path, or an image in memory named by `label`; `writes` False: the pictures are
+    handed over in memory (the ComfyUI nodes): no folder or file to check, nothing to save."""
+    label = label or str(person)
     model_type = config.model_type_for(category)  # 1
-    decoded = load_input(person, "person", str(person))  # 2
+    decoded = load_input(person, "person", label)  # 2
     check_checkpoints_present(config.checkpoints, [], need_preprocess=True)  # 3
+    if not writes:
+        return MaskJob(config, decoded, label, category, model_type, {})
     check_output_folder(config.output)  # 4: `-o FILE` is the usage error it is for `ootd run`
-    targets = mask_targets(Path(person).name, category, config)
+    targets = mask_targets(Path(label).name, category, config)
     if not config.overwrite:  # 5
         refuse_existing(list(targets.values()))
-    return MaskJob(config, decoded, str(person), category, model_type, targets)
+    return MaskJob(config, decoded, label, category, model_type, targets)
 
 
 def check_batch(config: RunConfig, models: Iterable[ModelType], made_masks: bool,

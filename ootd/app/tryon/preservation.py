@@ -203,8 +203,8 @@ def _seam(making: Making, height: int, cut_height: int) -> int:
 def _user_mask(name: str, masks: Mapping[str, Path]) -> Image.Image:
     path = masks.get(name)
     if path is None:
-        raise PreservationError(f"it was made with the mask {printable(name)}, which is not found (give "
-                                "the folder of the masks: --masks)")
+        raise PreservationError.about("masks", "it was made with the mask {mask}, which is not found (give "
+                                      "the folder of the masks: {@masks})", mask=printable(name))
     return load_image(path, "mask")
 
 

@@ -9,7 +9,17 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ootd.app.tryon.record import COMPARED_SETTINGS, DEFAULT_WORDS, SOFTWARE_KEY, SOFTWARE_PREFIX
+from ootd.app.tryon.record import (
+    COMPARED_SETTINGS,
+    DEFAULT_WORDS,
+    GARMENT_KEY,
+    MASK_KEY,
+    PERSON_KEY,
+    SAMPLE_KEY,
+    SEED_KEY,
+    SOFTWARE_KEY,
+    SOFTWARE_PREFIX,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEAD_BYTES = 1 << 16  # ootd's record is 1-2 KB of text chunks between the header and the pixels
@@ -88,7 +98,7 @@ def is_our_png(path: Path) -> bool:
 def is_intermediate_record(record: dict[str, str]) -> bool:
     """Ours without a sample number: a picture the job writes beside its results (pose, parsing, mask, masked
     person, contact sheet, `ootd mask`'s files), which `ootd compare` and `ootd eval` leave out."""
-    return is_ours(record) and "sample" not in record
+    return is_ours(record) and SAMPLE_KEY not in record
 
 
 @dataclass(frozen=True)
@@ -102,13 +112,13 @@ class RecordedInputs:
 
 
 def recorded_inputs(record: dict[str, str]) -> RecordedInputs:
-    return RecordedInputs(record.get("person", ""), record.get("garment", ""), record.get("mask", ""))
+    return RecordedInputs(record.get(PERSON_KEY, ""), record.get(GARMENT_KEY, ""), record.get(MASK_KEY, ""))
 
 
 def recorded_seed(record: dict[str, str]) -> str:
     """The seed as written ("" when none is recorded): resume compares the words of a pair's files, and a word
     that is not a number must still count as a different seed."""
-    return record.get("seed", "")
+    return record.get(SEED_KEY, "")
 
 
 def setting_changes(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, str]]:

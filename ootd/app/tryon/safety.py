@@ -68,12 +68,14 @@ def check_outputs(images: Iterable[Path], inputs: Iterable[Path | None], *, over
     for out in outputs:
         source = sources.get(_identity(out.path))
         if source is not None:
-            raise UsageError(f"the {out.what} {printable(out.path)} would replace the input {printable(source)}; "
-                             "choose another --output" + (" or --report" if out.what == "report" else ""))
+            raise UsageError.about("output", "the {what} {path} would replace the input {source}; choose another "
+                                   "{@output}" + (" or {@report}" if out.what == "report" else ""), what=out.what,
+                                   path=printable(out.path), source=printable(source))
         if out.is_ours is None or overwrite or not os.path.lexists(out.path):
             continue
         if out.path.is_dir():
             raise UsageError(f"the {out.what} {printable(out.path)} is a folder")
         if not out.is_ours(out.path):
-            raise UsageError(f"{printable(out.path)} exists and is not {out.kind}; it would be replaced: move it "
-                             "away, choose another --output, or pass --overwrite")
+            raise UsageError.about("overwrite", "{path} exists and is not {kind}; it would be replaced: move it away, "
+                                   "choose another {@output}, or pass {@overwrite}", path=printable(out.path),
+                                   kind=out.kind)

@@ -118,8 +118,10 @@ def test_files_not_ours_are_not_replaced(folders: tuple[Path, Path]) -> None:
 
 
 def test_options_are_checked_once(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="--people .*not found"):
+    with pytest.raises(UsageError, match="^people .*not found") as missing:  # the setting, by its name
         PreservationOptions.from_words(people=tmp_path / "none")
-    with pytest.raises(UsageError, match="--review-above"):
+    assert missing.value.words(lambda name: "--" + name).startswith("--people ")
+    with pytest.raises(UsageError, match="^review_above is a percentage") as refused:  # the setting, by its name
         PreservationOptions.from_words(review_above=100)
+    assert refused.value.words(lambda name: "--" + name.replace("_", "-")).startswith("--review-above is a")
     assert PreservationOptions.from_words(review_above=2.5).review_above == pytest.approx(0.025)

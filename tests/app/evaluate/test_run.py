@@ -108,8 +108,9 @@ def test_nothing_left_to_measure_is_one_error(tmp_path: Path) -> None:
         evaluate(results, tmp_path / "photos", OPTIONS)
     with pytest.raises(UsageError, match="--pairs .* --unpaired"):
         EvalOptions.from_words(unpaired=True, pairs_csv=tmp_path / "p.csv")
-    with pytest.raises(UsageError, match="--batch-size"):
+    with pytest.raises(UsageError, match="^batch_size must be 1 to") as refused:  # `ootd eval` words it --batch-size
         EvalOptions.from_words(batch=0)
+    assert refused.value.setting == "batch_size"
 
 
 def batch_folder(tmp_path: Path) -> tuple[Path, Path]:

@@ -65,7 +65,7 @@ def test_a_resumed_distillation_ends_with_the_uninterrupted_weights(cache: Path,
     assert adapter.few_step is not None and adapter.few_step.base_sha256 == weights_sha256(tiny_tree, ModelType.HD)
     assert (adapter.few_step.steps, adapter.few_step.scheduler, adapter.few_step.teacher_guidance) == (
         4, SchedulerName.LCM, 2.0)
-    with pytest.raises(UsageError, match="--ema-decay 0.5 \\(now 0.9\\)"):
+    with pytest.raises(UsageError, match="ema_decay 0.5 \\(now 0.9\\)"):
         train_local(DistillOptions(cache, resumed, tiny_tree, _settings(ema_decay=0.9), resume=True))
 
 
@@ -126,9 +126,9 @@ def test_a_teacher_adapter_is_folded_into_the_published_adapter(cache: Path, tin
     for name in one:
         for (key, a), b in zip(one[name].state_dict().items(), two[name].state_dict().values(), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=key)
-    with pytest.raises(UsageError, match="--resume continues a distillation of other base weights or another"):
+    with pytest.raises(UsageError, match="resume continues a distillation of other base weights or another"):
         train_local(DistillOptions(cache, run, tiny_tree, _settings(steps=3), resume=True))  # without the teacher
-    with pytest.raises(UsageError, match="--teacher-lora .* is a few-step adapter"):
+    with pytest.raises(UsageError, match="teacher_lora .* is a few-step adapter"):
         train_local(DistillOptions(cache, tmp_path / "again", tiny_tree, _settings(steps=1),
                                    teacher=LoraChoice.parse(run / "lora.safetensors")))
 

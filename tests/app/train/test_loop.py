@@ -102,8 +102,9 @@ def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(cache: Path
     assert any(not torch.equal(a[k], start[k]) for k in a)  # steps 3 and 4 did change the weights
     steps = [json.loads(line)["step"] for line in (resumed / "loss.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
-    with pytest.raises(UsageError, match="--rank 8 \\(now 4\\)"):
+    with pytest.raises(UsageError, match="rank 8 \\(now 4\\)") as changed:
         train_local(TrainOptions(cache, resumed, tiny_tree, _settings(rank=4), resume=True))
+    assert changed.value.setting == "resume"
     with pytest.raises(OutputError, match="already holds a training run"):
         train_local(TrainOptions(cache, resumed, tiny_tree, _settings()))
 

@@ -12,6 +12,11 @@ from ootd.method.classify import Classification
 from ootd.settings import AUTO_CATEGORY, Category, check_category_margin, parse_category_word
 
 
+def flag(name: str) -> str:
+    """A front end's word for a setting, as the CLI's: `--category-margin`."""
+    return "--" + name.replace("_", "-")
+
+
 def test_category_words() -> None:
     assert parse_category_word("Auto") == AUTO_CATEGORY and parse_category_word("dresses") is Category.DRESS
     assert not isinstance(parse_category_word("auto"), Category)  # never a category a pipeline could be handed
@@ -19,8 +24,9 @@ def test_category_words() -> None:
         parse_category_word("hat")
     assert check_category_margin(0) == 0.0
     for bad in (-0.1, 1.0):
-        with pytest.raises(UsageError, match="--category-margin"):
+        with pytest.raises(UsageError, match="^category_margin must be") as refused:  # the library's words
             check_category_margin(bad)
+        assert refused.value.words(flag).startswith("--category-margin must be from 0 up to (not including) 1")
 
 
 def test_margin() -> None:
@@ -28,10 +34,11 @@ def test_margin() -> None:
     check_margin(found, 0.05, "g.png")
     with pytest.raises(UsageError) as caught:
         check_margin(found, 0.2, "g.png")
-    message = str(caught.value)
-    assert "upper 0.50" in message and "dress 0.40" in message and "--category" in message
+    message = caught.value.words(flag)  # as the CLI says it (the error names the setting: `category`)
+    assert "upper 0.50" in message and "dress 0.40" in message and caught.value.setting == "category"
     assert "lower" not in message.split("give it")[0]
     assert message.endswith("give it with --category upper, dress or lower")  # every category, none left unsaid
+    assert str(caught.value).endswith("give it with category upper, dress or lower")
 
 
 def test_outfit_order_and_refusals() -> None:

@@ -81,8 +81,9 @@ def test_refused_outfits(tmp_path: Path, example_images, garments, words: str) -
 
 
 def test_refused_combinations(tmp_path: Path, example_images) -> None:  # noqa: ANN001
-    with pytest.raises(UsageError, match="--grid shows one garment"):
+    with pytest.raises(UsageError, match="^grid shows one garment") as grid:  # the setting, in the library's words
         plan_job(config_for(tmp_path, tmp_path, grid=True), outfit(example_images))
+    assert grid.value.setting == "grid"
     with pytest.raises(UsageError, match="hd model only does upper-body"):
         plan_job(config_for(tmp_path, tmp_path, model_type=ModelType.HD), one(example_images, Category.LOWER))
 
@@ -122,7 +123,7 @@ def test_the_steps_run_in_their_order_and_the_first_failing_one_speaks(models, t
     with pytest.raises(UsageError, match="is not an ootd picture"):  # 5 before 6
         prepare_job(config, one(x))
     (out / "person__tshirt__0.png").unlink()
-    with pytest.raises(UsageError, match="--max-memory"):  # 6 before 7
+    with pytest.raises(UsageError, match="max_memory"):  # 6 before 7
         prepare_job(config, one(x))
 
     class Nobody:

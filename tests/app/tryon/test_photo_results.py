@@ -164,7 +164,8 @@ def test_the_python_api_gives_the_cli_pictures_when_asked(use_pipes, pipe_hd, ph
             assert np.array_equal(np.asarray(picture), np.asarray(im))  # the same pixels as the CLI's
             assert picture.info.get("icc_profile") == im.info.get("icc_profile") == SRGB
         assert np.array_equal(np.asarray(made.on_photo(person.read_bytes(), **asked)[0]), np.asarray(picture))
-    with pytest.raises(UsageError, match="--feather is the seam of --keep-unmasked"):
+    # the library's words: its own keywords (the CLI's flags are the CLI's, below)
+    with pytest.raises(UsageError, match="^feather is the seam of keep_unmasked: pass keep_unmasked too"):
         made.on_photo(person, keep_unmasked=False, feather=6)
     with pytest.raises(UsageError, match="900x900 upright"):
         made.on_photo(photos["square"])
@@ -244,8 +245,9 @@ def test_the_batch_memory_check_counts_the_largest_photo_from_its_header(tiny_tr
              "resolution": "384x512", "samples": 1}
     kept = build_config(**words, keep_unmasked=True)
     check_batch(kept, [ModelType.HD], False, persons=[example_images["person"]])  # a small photo fits
-    with pytest.raises(UsageError, match="more than --max-memory 1GiB"):
+    with pytest.raises(UsageError, match="more than max_memory 1GiB") as refused:  # the setting, by its name
         check_batch(kept, [ModelType.HD], False, persons=[example_images["person"], huge, huge])
+    assert "more than --max-memory 1GiB" in refused.value.words(lambda name: "--" + name.replace("_", "-"))
     check_batch(build_config(**words), [ModelType.HD], False, persons=[huge])  # the working size: no photo work
     check_batch(kept, [ModelType.HD], False, persons=[tmp_path / "missing.png"])  # its pair fails on its own
 

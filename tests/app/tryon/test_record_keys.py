@@ -35,10 +35,11 @@ from tests.helpers import REPO
 
 
 def _pass(name: str = "", seed: int = 7, steps: int = 20, lora: LoraChoice | None = None,
-          person: str = "p.png") -> PassRecord:
-    return PassRecord(ModelType.DC, Category.LOWER if name == "lower" else Category.UPPER,
-                      SamplingSettings(seed=seed, steps=steps), SpeedModes(), person, f"{name or 'g'}.png", "auto",
-                      FitMode.PAD, 0, 0.9, name, lora)
+          person: str = "p.png", photo: PhotoOutput | None = None) -> PassRecord:
+    config = RunConfig(Path("ckpt"), sampling=SamplingSettings(seed=seed, steps=steps), speed=SpeedModes(),
+                       fit=FitMode.PAD, lora=lora, photo=photo or PhotoOutput())
+    return PassRecord(ModelType.DC, Category.LOWER if name == "lower" else Category.UPPER, config, person,
+                      f"{name or 'g'}.png", "auto", 0.9, name)
 
 
 def _text(sample: int | None = 0, **changes: object) -> dict[str, str]:
@@ -50,8 +51,8 @@ def _every_key() -> set[str]:
     """Every key a record writes: an outfit's picture (each pass's keys) with an adapter, a classified category,
     the photo's size, threads and a sample number; and `ootd mask`'s record."""
     lora = LoraChoice(Path("adapter.safetensors"), 0.5, "ab12")
-    passes = tuple(_pass(name, lora=lora) for name in PASS_NAMES)
-    record = Record(passes[-1], passes, "cpu", "fp32", "sdpa", 0, "4", PhotoOutput(OutputSize.PHOTO, True, 8))
+    passes = tuple(_pass(name, lora=lora, photo=PhotoOutput(OutputSize.PHOTO, True, 8)) for name in PASS_NAMES)
+    record = Record(passes[-1], passes, "cpu", "fp32", "sdpa", 0, "4")
     keys = set(record.text()) | set(mask_record("p.png", Category.UPPER, ModelType.HD, RunConfig(Path("ckpt"))))
     assert {f"{PASS_NAMES[0]}_seed", "lora_sha256", "output_size", "category_p", "threads", "sample"} <= keys
     return keys

@@ -3,15 +3,17 @@ so the front ends never tell one garment from an outfit themselves."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ootd.app.tryon.autocategory import category_words
+from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.record import PassRecord, Record
-from ootd.settings import Category, FitMode, ModelType, SamplingSettings
-from ootd.speedups.modes import SpeedModes
+from ootd.settings import Category, ModelType, SamplingSettings
 
 
 def _pass(name: str, category: Category, model: ModelType, seed: int, p: float | None = None) -> PassRecord:
-    return PassRecord(model, category, SamplingSettings(seed=seed), SpeedModes(), "p.png", f"{name or 'g'}.png",
-                      "auto", FitMode.PAD, 0, p, name)
+    config = RunConfig(Path("ckpt"), sampling=SamplingSettings(seed=seed))
+    return PassRecord(model, category, config, "p.png", f"{name or 'g'}.png", "auto", p, name)
 
 
 def test_one_garments_report_fields_are_its_pass() -> None:

@@ -121,8 +121,9 @@ def test_threads_are_fixed_where_the_command_starts_and_applied_by_the_runtime(t
     before = torch.get_num_threads()
     assert build_config(checkpoints=tmp_path).threads == before
     for bad in (0, -1, 1025):
-        with pytest.raises(UsageError, match="--threads must be 1 to 1024"):
+        with pytest.raises(UsageError, match="^threads must be 1 to 1024") as refused:
             build_config(checkpoints=tmp_path, threads=bad)
+        assert (refused.value.setting, refused.value.value) == ("threads", bad)
     config = build_config(checkpoints=tmp_path, threads=before + 1, device="cpu")
     assert config.runtime_request.threads == before + 1
     try:

@@ -57,15 +57,14 @@ def test_an_adapter_from_other_base_weights_is_one_line(adapters: dict, tiny_tre
 
 def test_a_plain_adapter_behaves_as_before(adapters: dict, tiny_tree: Path) -> None:
     from ootd.app.tryon.record import PassRecord
-    from ootd.settings import Category, FitMode, ModelType
+    from ootd.settings import Category, ModelType
 
     config = build_config(checkpoints=tiny_tree, lora=str(adapters["plain"]), seed=1)
     defaults = SamplingSettings()
     assert (config.sampling.steps, config.sampling.guidance_scale, config.sampling.scheduler) == (
         defaults.steps, defaults.guidance_scale, defaults.scheduler)
     assert config.lora_notice() is None and config.lora_sampling == ()
-    words = PassRecord(ModelType.HD, Category.UPPER, config.sampling, config.speed, "p.png", "g.png", "m.png",
-                       FitMode.PAD, 0, lora=config.lora).text()
+    words = PassRecord(ModelType.HD, Category.UPPER, config, "p.png", "g.png", "m.png").text()
     assert "lora_sha256" in words and not {"lora_steps", "lora_scheduler", "lora_guidance"} & set(words)
     few = build_config(checkpoints=tiny_tree, lora=str(adapters["few"]), scale=1.5, seed=1)
     assert (few.sampling.steps, few.sampling.guidance_scale, few.lora_sampling) == (4, 1.5, ("steps", "scheduler"))

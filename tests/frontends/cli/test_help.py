@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from ootd import cli
+from ootd.app.tryon.settings import API, RUN, SETTINGS
 from tests.helpers import REPO
 
 DOCS = (REPO / "docs" / "commands.md").read_text()
@@ -121,6 +122,28 @@ def test_the_test_extras_in_the_docs_are_the_ones_scripts_test_sh_installs() -> 
     installed = re.search(r'EXTRAS="(\[[^\]]*\])"', script).group(1)
     said = re.findall(r"`bash scripts/test\.sh[^`]*` installs everything \(`(\[[^\]]*\])`\)", DOCS)
     assert said == [installed], (said, installed)
+
+
+def test_the_docs_tables_state_each_declared_setting_its_default_and_bounds() -> None:
+    """The options tables against the declarations (ootd/app/tryon/settings.py): every setting `ootd run` offers
+    has its row, the common options' default column says its default, and a row states its bounds."""
+    common = {name: row for first, row in table_rows(SECTIONS[COMMON]) for name in long_names(first)}
+    own = {name: row for first, row in table_rows(SECTIONS["`ootd run`"]) for name in long_names(first)}
+    for one in SETTINGS.offered_by(RUN):
+        row = common.get(one.flag) or own.get(one.flag)
+        assert row, f"{one.flag} has no row in docs/commands.md"
+        if one.flag in common:
+            assert one.default_words() in row.split(" | ")[1], (one.flag, one.default_words(), row)
+        elif one.kind is not bool:
+            assert one.default_words() in row, (one.flag, one.default_words(), row)
+        if one.bounds() is not None:
+            assert one.bounds() in row, (one.flag, one.bounds(), row)
+
+
+def test_the_api_docs_name_every_field_the_form_takes() -> None:
+    row = next(line for line in SECTIONS["`ootd serve`"].splitlines() if line.startswith("| `POST /api/tryon`"))
+    missing = [one.name for one in SETTINGS.offered_by(API) if f"`{one.name}`" not in row]
+    assert not missing, f"docs/commands.md's POST /api/tryon row does not name {missing}"
 
 
 @pytest.mark.parametrize("group", [[], ["train"], ["checkpoints"]], ids=["ootd", "train", "checkpoints"])

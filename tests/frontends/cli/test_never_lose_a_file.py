@@ -344,8 +344,9 @@ def test_sigterm_is_handled_like_ctrl_c(models, when: str, tmp_path: Path, examp
 
 
 def test_build_config_checks_mask_grow_and_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(UsageError, match="--mask-grow"):
+    with pytest.raises(UsageError, match="^mask_grow must be 0 to 512") as refused:  # build_config's keyword
         build_config(checkpoints=tmp_path, mask_grow=MAX_MASK_GROW + 1)
+    assert (refused.value.setting, refused.value.value) == ("mask_grow", MAX_MASK_GROW + 1)
     assert build_config(checkpoints=tmp_path, mask_grow=MAX_MASK_GROW).mask_grow == MAX_MASK_GROW
     with pytest.raises(UsageError, match="unknown device 'tpu'"):
         build_config(checkpoints=tmp_path, device="tpu")

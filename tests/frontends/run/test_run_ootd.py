@@ -75,6 +75,11 @@ def test_category_and_model_type_flags(models, run_ootd, tiny_tree: Path, exampl
         assert im.text["steps"] == "4"
     assert run_ootd.main([*base, "--model_type", "sd"]) == 2
     assert "model_type must be 'hd' or 'dc'" in capsys.readouterr().err
+    # ootd's errors worded with this script's own flags (--sample, --step), not ootd run's
+    assert run_ootd.main([*base, "--model_type", "dc", "--sample", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --sample must be between 1 and 64, got 0"
+    assert run_ootd.main([*base, "--model_type", "dc", "--step", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --step must be between 1 and 1000, got 0"
     assert Category.parse("2") is Category.DRESS
 
 

@@ -14,6 +14,7 @@ httpx = pytest.importorskip("httpx")
 
 from PIL import Image  # noqa: E402
 
+from ootd.serve.limits import Limits  # noqa: E402
 from tests.helpers.serving import decode_data_url, files_for, live_server, pipes_factory, tiny_config  # noqa: E402
 
 FAST = {"category": "upper", "steps": "1", "resolution": "384x512", "seed": "3"}
@@ -115,6 +116,13 @@ def test_favicon_and_openapi_schema(server) -> None:  # noqa: ANN001
     assert set(form["required"]) == {"person", "garment", "category"}
     assert form["properties"]["person"]["format"] == "binary" and form["properties"]["steps"]["type"] == "integer"
     assert form["properties"]["scale"]["type"] == "number"
+    # the settings' fields from their declarations: bounds and choices stated, the server's own limits where narrower
+    fields = form["properties"]
+    assert (fields["steps"]["minimum"], fields["steps"]["maximum"]) == (1, Limits.max_steps)
+    assert fields["scale"]["maximum"] == 50 and fields["feather"]["maximum"] == 64
+    assert fields["scheduler"]["enum"] == ["unipc", "dpmpp", "ddim", "euler"]
+    assert {"true", "false"} <= set(fields["keep_unmasked"]["enum"])  # a form's words for a switch
+    assert "--" not in fields["feather"]["description"]
     assert "delete" in paths["/api/jobs/{job_id}"]
     example = paths["/api/tryon"]["post"]["responses"]["200"]["content"]["application/json"]["example"]
     assert isinstance(example["settings"]["steps"], int)

@@ -97,6 +97,19 @@ def test_loads_report_progress_and_time_once_and_release_gives_them_back() -> No
     assert models.loads == {"hd": 2}
 
 
+def test_release_of_one_model_type_keeps_the_rest() -> None:
+    """A host that unloads its models one at a time (ComfyUI) gets one pipeline back, not every pipeline."""
+    counter = Counter()
+    models = Models(None, source=counter.source(), keep=Keep(pipelines=2))
+    models.pipeline(ModelType.HD), models.pipeline(ModelType.DC), models.preprocessor()
+    models.release(Kind.PIPELINE, model_type=ModelType.HD)
+    assert models.held() == ["dc", "preprocessor"]
+    models.release(model_type=ModelType.DC)  # the pipelines of that type, whatever kinds are named
+    assert models.held() == ["preprocessor"]
+    models.pipeline(ModelType.HD)
+    assert counter.loads == ["hd", "dc", "preprocessor", "hd"]
+
+
 def test_one_load_however_many_threads_ask() -> None:
     counter = Counter()
     slow = ModelSource(lambda model_type: time.sleep(0.2) or counter.pipeline(model_type))

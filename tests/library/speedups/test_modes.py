@@ -11,6 +11,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from ootd import cli
+from ootd.app.tryon.settings import SETTINGS
 from ootd.errors import UsageError
 from ootd.settings import QuantizeName, SpeedPreset
 from ootd.speedups.modes import PRESETS, FeatureCache, SpeedModes, TokenMerge, resolve_speed
@@ -37,9 +38,14 @@ def test_fast_and_what_overrides_it() -> None:
 
 @pytest.mark.parametrize("given", [{"cache_interval": 3}, {"token_merge": 0.25}, {"quantize": "int8-dynamic"}])
 def test_exact_refuses_a_mode_that_changes_the_images(given: dict) -> None:
-    with pytest.raises(UsageError, match="--speed exact keeps the exact method") as info:
+    with pytest.raises(UsageError, match="^speed exact keeps the exact method") as info:  # the library's words
         resolve_speed("exact", **given)
-    assert "\n" not in str(info.value)
+    assert "\n" not in str(info.value) and info.value.setting == "speed"
+    # each front end names the settings its way: the CLI by their flags, the user's own words
+    flag = {"cache_interval": "--cache-interval 3", "token_merge": "--token-merge 0.25",
+            "quantize": "--quantize int8-dynamic"}[next(iter(given))]
+    assert info.value.words(SETTINGS.flag) == f"--speed exact keeps the exact method; {flag} changes the images: " \
+                                              "drop one of them"
     exact = PRESETS[SpeedPreset.EXACT]  # the exact values themselves are fine
     words = {"cache_interval": exact.feature_cache.interval, "token_merge": exact.token_merge.ratio,
              "quantize": exact.quantize.value}
@@ -101,11 +107,14 @@ def test_cli_refuses_exact_with_a_mode_in_one_line(tiny_tree, example_images, tm
 
 
 def _recorded(modes: SpeedModes):  # noqa: ANN202 - the record of a picture made with these modes
-    from ootd.app.tryon.record import PassRecord, Record
-    from ootd.settings import Category, FitMode, ModelType, SamplingSettings
+    from pathlib import Path
 
-    return Record(PassRecord(ModelType.HD, Category.UPPER, SamplingSettings(seed=1), modes, "p.png", "g.png", "auto",
-                             FitMode.PAD, 0))
+    from ootd.app.tryon.config import RunConfig
+    from ootd.app.tryon.record import PassRecord, Record
+    from ootd.settings import Category, ModelType, SamplingSettings
+
+    config = RunConfig(Path("ckpt"), sampling=SamplingSettings(seed=1), speed=modes)
+    return Record(PassRecord(ModelType.HD, Category.UPPER, config, "p.png", "g.png", "auto"))
 
 
 def test_the_summary_line_names_the_modes_that_are_on() -> None:

@@ -24,5 +24,6 @@ def test_epochs_are_steps_over_the_global_batch(epochs: int, batch: int, accumul
 
 def test_steps_without_epochs_and_bounds() -> None:
     assert TrainSettings.from_words(steps=7, batch_size=4).total_steps(100, 8) == 7
-    with pytest.raises(UsageError, match="--epochs must be 1 to 100000"):
+    with pytest.raises(UsageError, match="^epochs must be 1 to 100000") as refused:  # the library names the field
         TrainSettings.from_words(epochs=0)
+    assert refused.value.setting == "epochs"

@@ -67,8 +67,9 @@ def test_damaged_and_mismatched_adapters_are_refused_in_one_line(tiny_tree: Path
     (tmp_path / "shape.safetensors").write_bytes(adapter_bytes(wrong, ModelType.HD, 4, 4))
     with pytest.raises(CheckpointError, match="does not fit this model: .* has shape"):
         Models.from_pretrained(tiny_tree, device="cpu").pipeline("hd", lora=tmp_path / "shape.safetensors")
-    with pytest.raises(UsageError, match="--lora-scale must be from 0 to 4"):
+    with pytest.raises(UsageError, match="^lora_scale must be from 0 to 4") as refused:  # the setting's own name
         check_lora_scale(-1)
+    assert refused.value.setting == "lora_scale"
     with pytest.raises(UsageError, match="not found"):
         LoraChoice.parse(tmp_path / "nowhere.safetensors")
     assert LoraChoice.parse(None) is None
