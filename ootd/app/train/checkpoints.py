@@ -150,10 +150,11 @@ def _write_file(tmp: Path, final: Path, name: str, data: bytes) -> None:
         raise no_space(final / name) from None
 
 
-def adapter_of(run: Path, checkpoint: Checkpoint) -> Path:
-    """RUN/lora.safetensors made the checkpoint's adapter when it is not (a resume: a full device or a kill may
-    have stopped its write after the checkpoint was whole)."""
-    lora = (checkpoint.folder / ADAPTER_FILE).read_bytes()
+def adapter_of(run: Path, checkpoint: Checkpoint, published: bytes | None = None) -> Path:
+    """RUN/lora.safetensors made what the checkpoint publishes when it is not (a resume: a full device or a kill
+    may have stopped its write after the checkpoint was whole): the checkpoint's adapter, or `published` (as
+    save_checkpoint's: a distillation's with a teacher adapter folded in)."""
+    lora = published or (checkpoint.folder / ADAPTER_FILE).read_bytes()
     target = run / ADAPTER_FILE
     if not target.is_file() or target.read_bytes() != lora:
         write_atomic(target, lambda handle: handle.write(lora), overwrite=True)

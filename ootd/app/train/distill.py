@@ -141,18 +141,24 @@ class DistillTrainer(Trainer):
         adapter folded in."""
         from safetensors.torch import save
 
+        target = save({f"target.{i}": t.detach().cpu().contiguous()
+                       for i, t in enumerate(self.models.objective.target)})
+        return {"few_step": self.student_sampling, "files": {TARGET_FILE: target},
+                "published": self.published(adapter)}
+
+    def published(self, adapter: dict[str, dict[str, torch.Tensor]]) -> bytes | None:
+        """With a teacher adapter: it and the student's `adapter` folded into one (what fits the released weights);
+        the checkpoint's adapter alone is the student's."""
         from ootd.training.adapters import stack
         from ootd.weights.lora import adapter_bytes
 
-        target = save({f"target.{i}": t.detach().cpu().contiguous()
-                       for i, t in enumerate(self.models.objective.target)})
-        published = None
-        if self.teacher is not None and self.options.teacher is not None:
-            tensors, rank = stack([(self.teacher.tensors, self.teacher.rank, self.teacher.alpha,
-                                    self.options.teacher.scale), (adapter, self.distill.rank, self.distill.alpha, 1.0)])
-            published = adapter_bytes(tensors, ModelType.parse(self.index.model_type), rank, rank,
-                                      self.published_sampling)
-        return {"few_step": self.student_sampling, "files": {TARGET_FILE: target}, "published": published}
+        if self.teacher is None or self.options.teacher is None:
+            return None
+        student = {name: {key: tensor.detach().cpu() for key, tensor in state.items()}
+                   for name, state in adapter.items()}
+        teacher = (self.teacher.tensors, self.teacher.rank, self.teacher.alpha, self.options.teacher.scale)
+        tensors, rank = stack([teacher, (student, self.distill.rank, self.distill.alpha, 1.0)])
+        return adapter_bytes(tensors, ModelType.parse(self.index.model_type), rank, rank, self.published_sampling)
 
     def run_validation(self) -> None:
         import json

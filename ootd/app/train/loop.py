@@ -198,7 +198,7 @@ class Trainer:
         self.validations = list(restored.state.get("validation", []))
         if self.rank == 0:
             self.log.keep_until(self.step)
-            adapter_of(self.options.output, latest)
+            adapter_of(self.options.output, latest, self.published(restored.adapter))
 
     def _sync(self, last: bool) -> contextlib.AbstractContextManager:
         no_sync = getattr(self.model, "no_sync", None)
@@ -265,6 +265,12 @@ class Trainer:
     def checkpoint_extras(self, adapter: dict[str, dict[str, torch.Tensor]]) -> dict[str, Any]:
         """What a checkpoint holds beyond a fine-tune's (save_checkpoint's keywords): a distillation's."""
         return {}
+
+    def published(self, adapter: dict[str, dict[str, torch.Tensor]]) -> bytes | None:
+        """RUN/lora.safetensors' bytes for a checkpoint's `adapter` where they are not the checkpoint's own
+        adapter file (a distillation's teacher adapter folded in); None: they are. A checkpoint writes them, and a
+        resume writes them again from the checkpoint it continues."""
+        return None
 
     def run_validation(self) -> None:
         result = validate(self.models, self.options.cache, self.index, self.options.settings, self.step,

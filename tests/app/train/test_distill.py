@@ -95,6 +95,21 @@ def test_a_signal_during_the_optimizer_step_checkpoints_the_step_and_its_target(
     assert [json.loads(line)["step"] for line in (run / "loss.jsonl").read_text().splitlines()] == [1, 2]
 
 
+def test_a_resume_publishes_the_teacher_and_the_student_folded_together(cache: Path, tiny_tree: Path,
+                                                                        tmp_path: Path) -> None:
+    """--resume makes RUN/lora.safetensors what its checkpoint published (a kill or a full device may have stopped
+    that write): with a teacher adapter, the teacher and the student folded together, not the student alone."""
+    teacher = LoraChoice.parse(write_adapter(tiny_tree, tmp_path / "shop.safetensors", trained=True, rank=4), 0.5)
+    run = tmp_path / "run"
+    train_local(DistillOptions(cache, run, tiny_tree, _settings(steps=2), teacher=teacher))
+    published = (run / "lora.safetensors").read_bytes()
+    (run / "lora.safetensors").write_bytes(published[: len(published) // 2])  # its write stopped half-way
+    report = train_local(DistillOptions(cache, run, tiny_tree, _settings(steps=2), resume=True, teacher=teacher))
+    assert (report.first_step, report.steps) == (2, 2)
+    assert (run / "lora.safetensors").read_bytes() == published
+    assert read_adapter(run / "lora.safetensors").rank == 8  # rank 4 + 4: the teacher's and the student's
+
+
 @pytest.mark.slow
 def test_a_teacher_adapter_is_folded_into_the_published_adapter(cache: Path, tiny_tree: Path, tmp_path: Path) -> None:
     """The student learns on top of base + teacher adapter: RUN/lora.safetensors (rank 4 + 4) changes the released
