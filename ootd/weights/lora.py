@@ -108,10 +108,12 @@ def adapter_bytes(tensors: Mapping[str, Mapping[str, torch.Tensor]], model_type:
     (with a distilled adapter's sampling and base, `few_step`)."""
     from safetensors.torch import save
 
+    unets = sorted(tensors, key=lambda name: UNET_NAMES.index(name) if name in UNET_NAMES else len(UNET_NAMES))
     flat = {f"{unet}.{key}": tensor.detach().to("cpu").contiguous()
             for unet, state in tensors.items() for key, tensor in state.items()}
+    # the UNets in one order, whatever the order they came in: the same adapter is the same bytes
     header = {"format": ADAPTER_FORMAT, "version": ADAPTER_VERSION, "model_type": model_type.value,
-              "rank": str(rank), "alpha": repr(float(alpha)), "unets": ",".join(tensors),
+              "rank": str(rank), "alpha": repr(float(alpha)), "unets": ",".join(unets),
               **(few_step.header() if few_step is not None else {})}
     # one metadata key: safetensors writes several in no fixed order, and the same adapter must hash the same
     return save(flat, metadata={HEADER_KEY: json.dumps(header, sort_keys=True)})

@@ -155,7 +155,7 @@ class DistillTrainer(Trainer):
         if self.teacher is None or self.options.teacher is None:
             return None
         student = {name: {key: tensor.detach().cpu() for key, tensor in state.items()}
-                   for name, state in adapter.items()}
+                   for name, state in adapter.items() if state}  # as a checkpoint's file gives it back
         teacher = (self.teacher.tensors, self.teacher.rank, self.teacher.alpha, self.options.teacher.scale)
         tensors, rank = stack([teacher, (student, self.distill.rank, self.distill.alpha, 1.0)])
         return adapter_bytes(tensors, ModelType.parse(self.index.model_type), rank, rank, self.published_sampling)
