@@ -192,6 +192,7 @@ class _Run:
         self.rows: list[Row] = []
         self.heap: list[tuple[float, int, Measured, str]] = []  # the worst kept: (score, order, ...) min-heap
         self.regions = _Regions()
+        self.first_error: OotdError | None = None  # the first skip's own error (its words for the front end)
 
     def measure(self, handle: IO[bytes]) -> None:
         handle.write((json.dumps({**software(), "kind": "preservation", "changed_delta_e": CHANGED_DELTA_E})
@@ -206,14 +207,26 @@ class _Run:
                                     measure_result(made.result, person, self.cache, self.finder.masks_of(made)))
             except OotdError as exc:
                 self.matching.skip(made.result, " ".join(str(exc).split()))
+                self.first_error = self.first_error or exc
             else:
                 self._keep(measured, printable(person), handle)
             if self.progress is not None:
                 self.progress(STAGE, done, len(self.made))
         if not self.rows:  # the temporary file goes, an earlier preservation.jsonl stays
-            first = self.matching.skipped[0] if self.matching.skipped else None
-            why = f": {first.what}: {first.reason}" if first else ""
-            raise OotdError(f"nothing measured: every result was skipped{why}")
+            raise self._nothing_measured()
+
+    def _nothing_measured(self) -> OotdError:
+        """One error naming the first skip's reason, in the front end's words when that reason names a setting."""
+        first = self.matching.skipped[0] if self.matching.skipped else None
+        if first is None:
+            return OotdError("nothing measured: every result was skipped")
+        cause = self.first_error
+        if cause is not None and cause.setting is not None and cause._template is not None:
+            template, otherwise, values = cause._template
+            return OotdError.about(cause.setting, "nothing measured: every result was skipped: {what}: " + template,
+                                   value=cause.value, otherwise=otherwise,
+                                   **{**{k: v for k, v in values.items() if k != "value"}, "what": first.what})
+        return OotdError(f"nothing measured: every result was skipped: {first.what}: {first.reason}")
 
     def _keep(self, measured: Measured, person: str, handle: IO[bytes]) -> None:
         assert measured.figures is not None

@@ -14,10 +14,12 @@ from typing import Any
 
 from ootd.errors import Namer, UsageError, fill
 
-# The front ends that may offer a setting: the CLI's commands, the HTTP API's form, ComfyUI's try-on and loader nodes
+# The front ends that may offer a setting: the CLI's commands, the HTTP API's form, ComfyUI's nodes (the try-on, the
+# loader, the mask and the garment category nodes)
 RUN, BATCH, SERVE, MASK, BENCH, CLASSIFY = "run", "batch", "serve", "mask", "bench", "classify"
-API, NODE, LOADER_NODE = "api", "node", "loader_node"
-FRONT_ENDS = (RUN, BATCH, SERVE, MASK, BENCH, CLASSIFY, API, NODE, LOADER_NODE)
+API, NODE, LOADER_NODE, MASK_NODE, CLASSIFY_NODE = "api", "node", "loader_node", "mask_node", "classify_node"
+NODES = (NODE, LOADER_NODE, MASK_NODE, CLASSIFY_NODE)
+FRONT_ENDS = (RUN, BATCH, SERVE, MASK, BENCH, CLASSIFY, API, *NODES)
 # `--help`'s panels
 SAMPLING, HARDWARE, INPUTS, OUTPUTS = "Sampling", "Hardware", "Inputs", "Outputs"
 SPEED = "Speed (exact by default; the modes change the images: judge them with `ootd compare`)"

@@ -24,13 +24,16 @@ from ootd.app.tryon.declaration import (
     BATCH,
     BENCH,
     CLASSIFY,
+    CLASSIFY_NODE,
     FRONT_ENDS,
     GROUPS,
     HARDWARE,
     INPUTS,
     LOADER_NODE,
     MASK,
+    MASK_NODE,
     NODE,
+    NODES,
     OUTPUTS,
     RUN,
     SAMPLING,
@@ -74,9 +77,9 @@ from ootd.settings import (
 from ootd.speedups.modes import FeatureCache, SpeedModes, TokenMerge
 from ootd.weights.lora import MAX_LORA_SCALE, LoraChoice
 
-__all__ = ["API", "BATCH", "BENCH", "CLASSIFY", "FRONT_ENDS", "GROUPS", "HARDWARE", "INPUTS", "LOADER_NODE", "MASK",
-           "NODE", "OUTPUTS", "RUN", "SAMPLING", "SERVE", "SETTINGS", "SPEED", "Recorded", "Setting", "Settings",
-           "recorded", "value_of"]
+__all__ = ["API", "BATCH", "BENCH", "CLASSIFY", "CLASSIFY_NODE", "FRONT_ENDS", "GROUPS", "HARDWARE", "INPUTS",
+           "LOADER_NODE", "MASK", "MASK_NODE", "NODE", "NODES", "OUTPUTS", "RUN", "SAMPLING", "SERVE", "SETTINGS",
+           "SPEED", "Recorded", "Setting", "Settings", "recorded", "value_of"]
 
 def _literal(text: str) -> str:
     """Text put into a help template as it is (its braces are not settings)."""
@@ -165,7 +168,7 @@ SETTINGS = Settings(
             range_text="0 to 2^63 - 1"),
     Setting("resolution", str, str(SamplingSettings.resolution), "Working resolution, width x height: 384x512 or "
             "768x1024.", choices=tuple(RESOLUTIONS), flags=("--resolution",), metavar="WxH", panel=SAMPLING,
-            offered=_ALL_RUN | _REQUEST | {MASK, BENCH}, home="sampling.resolution",
+            offered=_ALL_RUN | _REQUEST | {MASK, BENCH, MASK_NODE}, home="sampling.resolution",
             record=_sampling("resolution", lambda s: str(s.resolution))),
     Setting("scheduler", str, SamplingSettings.scheduler.value, "Sampler (unipc: the original's).",
             choices=SchedulerName.words(), flags=("--scheduler",), panel=SAMPLING,
@@ -245,7 +248,7 @@ SETTINGS = Settings(
     Setting("category_margin", float, DEFAULT_CATEGORY_MARGIN, "{@category} auto refuses a garment whose likeliest "
             "category leads the second by less than this probability (0 to 1; docs/categories.md).",
             label="category margin", minimum=0.0, maximum=1.0, below_maximum=True, flags=("--category-margin",),
-            metavar="P", panel=INPUTS, offered=_ALL_RUN | {CLASSIFY}, home="category_margin",
+            metavar="P", panel=INPUTS, offered=_ALL_RUN | {CLASSIFY, CLASSIFY_NODE}, home="category_margin",
             parse=check_category_margin),
     Setting("lora", Path, None, "A LoRA adapter `ootd train run` wrote (RUN/lora.safetensors), merged into the "
             "models.", label="LoRA adapter", flags=("--lora",), metavar="FILE", panel=INPUTS,
@@ -261,10 +264,12 @@ SETTINGS = Settings(
             record=(Recorded("lora_scale", lambda lora: f"{lora.scale:g}" if lora else None,
                              lambda lora: lora.scale if lora else None, absent="none", pixels=True),)),
     Setting("fit", str, FitMode.PAD.value, "Framing of non-3:4 photos.", label="fit mode", choices=FitMode.words(),
-            flags=("--fit",), panel=INPUTS, offered=_ALL_RUN | _REQUEST | {MASK}, home="fit", parse=FitMode.parse,
+            flags=("--fit",), panel=INPUTS, offered=_ALL_RUN | _REQUEST | {MASK, MASK_NODE}, home="fit",
+            parse=FitMode.parse,
             record=(Recorded("fit", lambda fit: fit.value, pixels=True),)),
     Setting("mask_grow", int, 0, "Grow the mask by N pixels (at 512 px height).", minimum=0,
-            maximum=MAX_MASK_GROW, flags=("--mask-grow",), metavar="N", panel=INPUTS, offered=_ALL_RUN | {MASK},
+            maximum=MAX_MASK_GROW, flags=("--mask-grow",), metavar="N", panel=INPUTS,
+            offered=_ALL_RUN | {MASK, MASK_NODE},
             home="mask_grow", parse=check_mask_grow,
             record=(Recorded("mask_grow", str, pixels=True, per_pass=True),)),
     Setting("output_size", str, None, "working (default): the pictures at {@resolution}, as the method makes them; "

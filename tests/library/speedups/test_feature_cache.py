@@ -178,7 +178,7 @@ def test_cli_records_the_interval_and_refuses_bad_ones(tiny_tree, example_images
     with Image.open(report["outputs"][0]) as im:
         assert im.info["cache_interval"] == "2"
     bad = CliRunner().invoke(cli.app, [str(a) for a in [*args, "--cache-interval", "0"]])
-    assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0 and "cache interval" in bad.stderr
+    assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0 and "--cache-interval" in bad.stderr
 
 
 def test_outputs_from_before_the_setting_count_as_exact() -> None:
