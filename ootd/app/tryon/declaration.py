@@ -160,15 +160,16 @@ class Setting:
 
 
 _TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", Path: "path"}
-_FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
-               "off": False}
+# the words a switch takes as a word (`check`; the HTTP API's form fields)
+FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
+              "off": False}
 
 
 def _flag(word: Any) -> bool:
     key = str(word).strip().lower()
-    if key not in _FLAG_WORDS:
+    if key not in FLAG_WORDS:
         raise ValueError(word)
-    return _FLAG_WORDS[key]
+    return FLAG_WORDS[key]
 
 
 def _kind_words(kind: type) -> str:
