@@ -53,6 +53,7 @@ from ootd.speedups.execution import as_memory_format, compile_module, set_memory
 from ootd.speedups.feature_cache import feature_cache
 from ootd.speedups.modes import FeatureCache, SpeedModes, TokenMerge
 from ootd.speedups.token_merge import token_merging
+from ootd.weights.fewstep import call_sampling
 from ootd.weights.integrity import require_finite_latents
 from ootd.weights.loading import Components
 from ootd.weights.lora import LoraChoice
@@ -185,21 +186,20 @@ class TryOnPipeline:
         *,
         mask: ImageInput | None = None,
         num_samples: int = SamplingSettings.num_samples,
-        steps: int = SamplingSettings.steps,
-        guidance_scale: float = SamplingSettings.guidance_scale,
+        steps: int | None = None, guidance_scale: float | None = None,
         seed: int | None = None,
         resolution: tuple[int, int] | str | Resolution = SamplingSettings.resolution,
-        scheduler: str | SchedulerName = SamplingSettings.scheduler,
-        cache_interval: int | None = None,
-        token_merge: float | None = None,
+        scheduler: str | SchedulerName | None = None,
+        cache_interval: int | None = None, token_merge: float | None = None,
         fit: str | FitMode = FitMode.PAD,
         mask_grow: int = 0,
-        progress: Progress | None = None,
-        callback: StepCallback | None = None,
+        progress: Progress | None = None, callback: StepCallback | None = None,
     ) -> TryOnResult:
-        """One try-on: `num_samples` pictures; `cache_interval`, `token_merge` None keep the speed modes."""
-        settings = SamplingSettings.from_words(num_samples=num_samples, steps=steps, guidance_scale=guidance_scale,
-                                               seed=seed, resolution=resolution, scheduler=scheduler)
+        """One try-on: `num_samples` pictures; None keeps the speed modes (`cache_interval`, `token_merge`) and takes
+        a few-step adapter's own sampling, else the defaults (`steps`, `guidance_scale`, `scheduler`)."""
+        settings = call_sampling(self.lora.few_step if self.lora is not None else None, num_samples=num_samples,
+                                 steps=steps, guidance_scale=guidance_scale, seed=seed, resolution=resolution,
+                                 scheduler=scheduler)
         modes = self.modes
         if cache_interval is not None:
             modes = replace(modes, feature_cache=FeatureCache(cache_interval))
@@ -369,7 +369,7 @@ class TryOnPipeline:
         with (self.fusion.garment(garment.features, index), feature_cache(unet, modes.feature_cache) as cache,
               token_merging(self.fusion, modes.token_merge, latents.shape[-2:])):
             steps = chain(cache.on_step if cache is not None else None, callback, timer)
-            latents = sample(model_fn, sched, latents, inpaint=inpaint, callback=steps)
+            latents = sample(model_fn, sched, latents, inpaint=inpaint, callback=steps, seed=settings.seed)
         return latents, timer.times
 
     def _unet_vton(self, unet: torch.nn.Module, model_in: torch.Tensor, t: torch.Tensor, prompt: torch.Tensor,

@@ -308,8 +308,20 @@ class SchedulerName(Choice):
     DPMPP = "dpmpp"  # DPM-Solver++ multistep
     DDIM = "ddim"
     EULER = "euler"
+    LCM = "lcm"  # latent consistency sampling: a few-step adapter's (`ootd train distill`)
+    TCD = "tcd"  # Trajectory Consistency Distillation's sampler, also for a few-step adapter
 
     label = nonmember("scheduler")
+
+    @property
+    def few_step(self) -> bool:
+        """A consistency sampler: its timesteps come from the distillation's grid of CONSISTENCY_GRID points."""
+        return self in (SchedulerName.LCM, SchedulerName.TCD)
+
+
+# The timestep grid a few-step adapter is distilled on and its samplers pick from (diffusers' LCMScheduler and
+# TCDScheduler `original_inference_steps`): every 20th of the 1000 training timesteps, so 1 to 50 steps.
+CONSISTENCY_GRID = 50
 
 
 GUIDANCE_ON = 1.0  # image guidance runs at scales from here up (as the original); below it is off
@@ -336,6 +348,10 @@ class SamplingSettings:
         if not 1 <= self.steps <= MAX_STEPS:
             raise UsageError.about("steps", "{@steps} must be between 1 and {most}, got {value}", value=self.steps,
                                    most=MAX_STEPS)
+        if self.scheduler.few_step and self.steps > CONSISTENCY_GRID:
+            raise UsageError.about("steps", "{@steps} must be between 1 and {most} with the {scheduler} scheduler "
+                                   "(its timesteps are a grid of {most}), got {value}", value=self.steps,
+                                   most=CONSISTENCY_GRID, scheduler=self.scheduler.value)
         if not 0.0 <= self.guidance_scale <= MAX_SCALE:
             raise UsageError.about("scale", "{@scale} must be between 0 and {most:g}, got {value}",
                                    value=self.guidance_scale, most=MAX_SCALE)
@@ -347,6 +363,11 @@ class SamplingSettings:
     def guidance(self) -> bool:
         """Whether image guidance runs (a conditional and an unconditional half per step)."""
         return self.guidance_scale >= GUIDANCE_ON
+
+    @property
+    def unet_evaluations(self) -> int:
+        """Try-on UNet evaluations a picture takes: one per step, two with guidance (what a step count costs)."""
+        return self.steps * (2 if self.guidance else 1)
 
     @classmethod
     def from_words(cls, *, seed: int | None = None, resolution: str | tuple[int, int] | Resolution | None = None,

@@ -8,8 +8,11 @@ memory, and how far each mode's images are from the first mode's (the exact fp32
         --modes exact-fp32,exact-bf16,fast-bf16 --original-steps 1
 
 A mode is `<what>-<precision>[@steps]`: what = exact | fast | cacheN | tomeR | int8 | fast+cl (channels_last on
-top), precision = fp32 | bf16, steps overriding --steps for that mode (its images are then compared with
-nothing). Models are built once per precision (quantized ones on a fresh build). With
+top) | lcmN[+tomeR] (a few-step adapter: N steps of the lcm scheduler, guidance off, a random rank-64 adapter merged
+into the try-on UNet as `--lora` merges one; a stand-in, nothing was distilled: only its time means anything),
+precision = fp32 | bf16, steps overriding --steps for that mode (its images are then compared with nothing).
+An lcm mode's whole call is its own N steps, measured; put it last: its merged adapter changes the built models.
+Models are built once per precision (quantized ones on a fresh build). With
 `--extrapolate N` the whole call is also given for N steps from the measured stages: the fixed stages as
 measured, plus N steps at the median refresh / cached step times (feature caching's steps alternate between the
 two). The original formulation (`ootd/tools/bench/reference.py`) runs `--original-steps` steps on the exact fp32 models
@@ -40,12 +43,16 @@ def parse_mode(spec: str) -> dict[str, Any]:
     from ootd.settings import SpeedPreset
     from ootd.speedups.modes import PRESETS
 
-    match = re.fullmatch(r"(exact|fast(\+cl)?|cache(\d+)|tome([0-9.]+)|int8)-(fp32|bf16)(?:@(\d+))?", spec)
+    match = re.fullmatch(r"(exact|fast(\+cl)?|cache(\d+)|tome([0-9.]+)|int8|lcm(\d+)(?:\+tome([0-9.]+))?)"
+                         r"-(fp32|bf16)(?:@(\d+))?", spec)
     if match is None:
-        raise SystemExit(f"bad mode {spec!r}: <exact|fast|fast+cl|cacheN|tomeR|int8>-<fp32|bf16>[@steps]")
-    what, cl, interval, ratio, precision, steps = match.groups()
+        raise SystemExit(f"bad mode {spec!r}: <exact|fast|fast+cl|cacheN|tomeR|int8|lcmN[+tomeR]>-<fp32|bf16>[@steps]")
+    what, cl, interval, ratio, few, few_ratio, precision, steps = match.groups()
     mode = {"name": spec, "dtype": precision, "cache_interval": 1, "token_merge": 0.0, "quantize": "none",
-            "channels_last": False, "steps": int(steps) if steps else None}
+            "channels_last": False, "steps": int(steps) if steps else None, "few_step": None}
+    if few:  # a few-step adapter: its own steps, the lcm scheduler, no guidance pass
+        mode.update(few_step=int(few), steps=int(few), token_merge=float(few_ratio or 0.0))
+        return mode
     if what.startswith("fast"):
         fast = PRESETS[SpeedPreset.FAST]
         mode.update(cache_interval=fast.feature_cache.interval, token_merge=fast.token_merge.ratio,
@@ -68,6 +75,25 @@ def whole_call(run: dict[str, Any], steps: int, interval: int) -> float:
     per_refresh, per_cached = statistics.median(refresh), statistics.median(cached) if cached else 0.0
     n_refresh = len(range(0, steps, interval))
     return sum(run.get(s, 0.0) for s in FIXED_STAGES) + n_refresh * per_refresh + (steps - n_refresh) * per_cached
+
+
+def merge_random_adapter(components: Any, seed: int, rank: int = 64) -> None:
+    """A stand-in few-step adapter merged into the try-on UNet as `--lora` merges one (peft: added, fused at scale
+    1, its layers removed): the plain layers run after, at the cost of the base model's."""
+    import torch
+
+    from ootd.training.adapters import add_lora, target_modules
+
+    unet = components.unet_vton
+    add_lora(unet, target_modules(unet), rank, rank, seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in unet.named_parameters():
+            if ".lora_B." in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 1e-3)
+    unet.fuse_lora(lora_scale=1.0)
+    unet.unload_lora()
+    unet.requires_grad_(False)
 
 
 def differences(reference: Path, folder: Path) -> dict[str, float]:
@@ -128,9 +154,13 @@ def main() -> None:
             components = built[mode["dtype"]]
         print(f"== {mode['name']}", flush=True)
         steps = mode["steps"] or args.steps
+        few = {"scheduler": "lcm", "scale": 0.0} if mode["few_step"] else {}
+        if mode["few_step"]:
+            merge_random_adapter(components, args.seed)
+            built.clear()  # the merged adapter stays in these models
         config = build_config(**common, precision=mode["dtype"], steps=steps, cache_interval=mode["cache_interval"],
                               token_merge=mode["token_merge"], quantize=mode["quantize"],
-                              channels_last=mode["channels_last"])
+                              channels_last=mode["channels_last"], **few)
         report = run_bench(config, components=components, log=log,
                            options=BenchOptions(save_images=folder / mode["name"]))
         if args.original_steps and mode["name"].startswith("exact-fp32"):
@@ -142,7 +172,8 @@ def main() -> None:
         reference = reference or (folder / mode["name"], steps)
         row = {"mode": mode, "s_per_step": ours["s_per_it"], "steps": ours["steps"], "wall": ours["wall"],
                "stages": {s: ours.get(s) for s in FIXED_STAGES}, "peak_rss_gib": ours["peak_memory"] / 2**30,
-               f"whole_{target}": whole_call(ours, target, mode["cache_interval"]),
+               f"whole_{target}": ours["wall"] if mode["few_step"] else whole_call(ours, target,
+                                                                                    mode["cache_interval"]),
                "diff_from_first": differences(reference[0], folder / mode["name"]) if reference[1] == steps else None,
                "steps_run": steps}
         if report.get("original") is not None:

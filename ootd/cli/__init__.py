@@ -4,7 +4,7 @@
     options.py      the settings' options (derived from ootd/app/tryon/settings.py) and the logging ones
     display.py      progress bars, JSON, tables
     run.py, batch.py, mask.py, classify.py, download.py, checkpoints.py, doctor.py, bench.py, serve.py, compare.py,
-    eval.py, train.py, comfyui.py: one module per command
+    eval.py, train.py, distill.py (`ootd train distill`), comfyui.py: one module per command
 
 Heavy modules (torch, diffusers) are imported only inside the commands that need them, so --help is instant.
 """
@@ -23,6 +23,7 @@ from ootd.cli import (
     classify,
     comfyui,
     compare,
+    distill,
     doctor,
     download,
     eval,
@@ -51,7 +52,8 @@ app = typer.Typer(
 checkpoints_app = typer.Typer(help="Inspect the checkpoints folder.", no_args_is_help=True, rich_markup_mode="rich",
                               context_settings=HELP_OPTIONS, epilog=checkpoints.GROUP_EPILOG)
 app.add_typer(checkpoints_app, name="checkpoints")
-train_app = typer.Typer(help="Fine-tune the try-on model on your own pairs (LoRA): prepare, run, bench.",
+train_app = typer.Typer(help="Fine-tune the try-on model on your own pairs (LoRA): prepare, run, bench; distil it "
+                        "into a few-step adapter.",
                         no_args_is_help=True, rich_markup_mode="rich", context_settings=HELP_OPTIONS)
 app.add_typer(train_app, name="train")
 comfyui_app = typer.Typer(help=comfyui.GROUP_HELP, no_args_is_help=True, rich_markup_mode="rich",
@@ -72,6 +74,7 @@ app.command("eval", epilog=eval.EPILOG)(eval.eval_command)
 train_app.command("prepare", epilog=train.PREPARE_EPILOG)(train.prepare_command)
 train_app.command("run", epilog=train.RUN_EPILOG)(train.run_command)
 train_app.command("bench")(train.bench_command)
+train_app.command("distill", epilog=distill.EPILOG)(distill.distill_command)
 comfyui_app.command("install", epilog=comfyui.EPILOG)(comfyui.install_command)
 comfyui_app.command("uninstall", epilog=comfyui.EPILOG)(comfyui.uninstall_command)
 

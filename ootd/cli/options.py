@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ootd.app.console import echo_err
 from ootd.app.tryon.config import RunConfig, build_config
 from ootd.app.tryon.settings import (
     BATCH,
@@ -36,6 +37,7 @@ from ootd.app.tryon.settings import (
 from ootd.errors import UsageError
 from ootd.hardware.spec import ENV_DEVICE
 from ootd.settings import AUTO_CATEGORY, Category, Choice, ModelType
+from ootd.weights.lora import read_choice
 
 if TYPE_CHECKING:
     from ootd.app.tryon.preservation import PreservationChoice
@@ -136,7 +138,7 @@ class Shared:
         """The validated RunConfig of these words, with the command's own settings `words` on top (`--overwrite`
         of batch); `check`: also the device and precision against this machine (usage errors, exit 2)."""
         chosen = {**self.words, **words}
-        return checked_config(chosen) if check else config_from(chosen)
+        return checked_config(chosen, quiet=self.quiet) if check else config_from(chosen, quiet=self.quiet)
 
 
 def with_options(*groups: dict[str, tuple[Any, Any]], **defaults: Any) -> Callable[[Callable], Callable]:
@@ -180,9 +182,16 @@ def preservation_choice(on: bool, review_above: float | None) -> PreservationCho
     return PreservationChoice(on, check_review_above(review_above))
 
 
-def config_from(options: Mapping[str, Any]) -> RunConfig:
-    """The RunConfig from a command's settings (other entries are left alone)."""
-    return build_config(**{name: word for name, word in options.items() if name in SETTINGS})
+def config_from(options: Mapping[str, Any], *, quiet: bool = False) -> RunConfig:
+    """The RunConfig from a command's settings (other entries are left alone); says in one line when a few-step
+    adapter's own sampling applies (unless `quiet`), after refusing one distilled from other base weights."""
+    config = build_config(**{name: word for name, word in options.items() if name in SETTINGS})
+    notice = config.lora_notice(cli_name)
+    if notice is not None:
+        read_choice(config.lora, config.checkpoints)  # refused in one line first, on other base weights
+        if not quiet:
+            echo_err(notice)
+    return config
 
 
 def option_source(name: str) -> str | None:
@@ -201,11 +210,11 @@ def option_source(name: str) -> str | None:
     return envvar if isinstance(envvar, str) else ENV_DEVICE if name == "device" else None
 
 
-def checked_config(options: Mapping[str, Any]) -> RunConfig:
+def checked_config(options: Mapping[str, Any], *, quiet: bool = False) -> RunConfig:
     """`config_from` plus the device and precision checked against this machine (usage errors, exit 2)."""
     from ootd.app.tryon.loader import check_hardware
 
-    config = config_from(options)
+    config = config_from(options, quiet=quiet)
     check_hardware(config, option_source("device"))
     return config
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ootd.models import Models
     from ootd.pipeline import TryOnPipeline
     from ootd.pipeline_types import RunInfo, Timings
+    from ootd.settings import SamplingSettings
 
 logger = logging.getLogger("ootd.cli")
 
@@ -248,6 +249,7 @@ def _explain(pipe: TryOnPipeline, ran: RunInfo, config: RunConfig, auto: bool = 
                        ("attention", ran.attention)):
         if value:
             typer.echo(f"{key}: {value}")
+    typer.echo(evaluations_line(config.sampling))
     plan: Any = ran.plan
     make_plan = getattr(getattr(pipe, "residency", None), "make_plan", None)
     if callable(make_plan):
@@ -266,6 +268,13 @@ def _explain(pipe: TryOnPipeline, ran: RunInfo, config: RunConfig, auto: bool = 
         typer.echo("memory plan: not available (this build's pipeline does not describe one)")
     if auto:
         _explain_classifier(config)
+
+
+def evaluations_line(sampling: SamplingSettings) -> str:
+    """What a picture costs in try-on UNet evaluations: the steps, times two with image guidance."""
+    per_step = "2 (image guidance: a conditional and an unconditional pass)" if sampling.guidance else "1 (no guidance)"
+    return (f"denoising: {sampling.steps} {sampling.scheduler.value} steps x {per_step} = "
+            f"{sampling.unet_evaluations} try-on UNet evaluations a picture")
 
 
 def _explain_classifier(config: RunConfig) -> None:

@@ -1,7 +1,8 @@
 """`ootd train prepare | run | bench`: fine-tune the try-on model on your own pairs with LoRA (docs/training.md).
 
 Thin: the options, declared once here with their defaults from ootd/training/settings.py, become checked option
-objects; ootd/app/train does the work; this prints the summary.
+objects; ootd/app/train does the work; this prints the summary. `ootd train distill` (distill.py) takes the
+run's options from here.
 """
 
 from __future__ import annotations
@@ -142,20 +143,28 @@ TRAIN_OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
+# the options of a run that are not its settings, as `ootd train run` and `ootd train distill` take them
+CacheArg = Annotated[Path, typer.Argument(help="A cache made by `ootd train prepare`.", metavar="CACHE",
+                                          show_default=False)]
+ResumeOpt = Annotated[bool, _opt("--resume", panel=RUNS, help="Continue RUN from its latest checkpoint.")]
+ExplainOpt = Annotated[bool, _opt("--explain", panel=RUNS, help="Print the device and memory estimate first.")]
+EngineOpt = Annotated[str, _opt("--engine", panel=TRAIN, metavar=choices(EngineName),
+                                help="local, or ray: data-parallel over Ray Train (the ray-train extra).")]
+WorkersOpt = Annotated[int, _opt("--workers", panel=TRAIN, metavar="N", help="Ray Train workers.")]
+GpusOpt = Annotated[bool, _opt("--gpus/--no-gpus", panel=TRAIN, help="A GPU per Ray worker.")]
+
+
 @guarded_command
 @with_options(TRAIN_OPTIONS, LOGGING_OPTIONS)
 def run_command(
-    cache: Annotated[Path, typer.Argument(help="A cache made by `ootd train prepare`.", metavar="CACHE",
-                                          show_default=False)],
+    cache: CacheArg,
     output: Annotated[Path, _opt("--output", "-o", panel=RUNS, metavar="RUN", show_default=False,
                                  help="The run folder: checkpoints, lora.safetensors, loss log, validation.")],
-    resume: Annotated[bool, _opt("--resume", panel=RUNS, help="Continue RUN from its latest checkpoint.")] = False,
-    explain: Annotated[bool, _opt("--explain", panel=RUNS, help="Print the device and memory estimate first.")
-                       ] = False,
-    engine: Annotated[str, _opt("--engine", panel=TRAIN, metavar=choices(EngineName),
-                                help="local, or ray: data-parallel over Ray Train (the ray-train extra).")] = "local",
-    workers: Annotated[int, _opt("--workers", panel=TRAIN, metavar="N", help="Ray Train workers.")] = 2,
-    gpus: Annotated[bool, _opt("--gpus/--no-gpus", panel=TRAIN, help="A GPU per Ray worker.")] = False,
+    resume: ResumeOpt = False,
+    explain: ExplainOpt = False,
+    engine: EngineOpt = "local",
+    workers: WorkersOpt = 2,
+    gpus: GpusOpt = False,
     checkpoints: CheckpointsOpt = None,
     device: DeviceOpt = None,
     attention: AttentionOpt = "auto",
@@ -174,14 +183,21 @@ def run_command(
     check_mixed_precision(settings.mixed_precision, device)
     train = TrainOptions(cache, output, checkpoints or default_checkpoints_dir(), settings,
                          check_device_spec(device), AttentionName.parse(attention, "attention backend"), resume)
-    with Display(show_progress(shared.quiet, json_out)) as display:
-        if chosen_engine is EngineName.RAY:
+    run_training(train, chosen_engine, workers, gpus, explain=explain, json_out=json_out, quiet=shared.quiet)
+
+
+def run_training(train: Any, engine: EngineName, workers: int, gpus: bool, *, explain: bool, json_out: bool,
+                 quiet: bool) -> None:
+    """A fine-tune's or a distillation's run (`train`: its checked options) on the engine asked for, and its
+    summary: one line, or --json."""
+    with Display(show_progress(quiet, json_out)) as display:
+        if engine is EngineName.RAY:
             from ootd.app.train.ray_engine import train_ray
 
             report = train_ray(train, workers, gpus, explain=explain and not json_out, echo=display.print)
         else:
             report = _train_local(train, explain and not json_out, display)
-    _run_summary(report, output, json_out)
+    _run_summary(report, train.output, json_out)
 
 
 def _run_summary(report: Any, output: Path, json_out: bool) -> None:
@@ -204,8 +220,9 @@ def _run_summary(report: Any, output: Path, json_out: bool) -> None:
         typer.echo(summary["no_loss_plot"])
     if report.validation:
         last = report.validation[-1]
-        typer.echo(f"validation at step {last['step']}: SSIM {last['ssim_mean']} ({output}/validation/"
-                   f"{last['sheet']})")
+        scores = (f"SSIM to the teacher at 20 steps, by student steps: {last['ssim_to_teacher']}"
+                  if "ssim_to_teacher" in last else f"SSIM {last['ssim_mean']}")
+        typer.echo(f"validation at step {last['step']}: {scores} ({output}/validation/{last['sheet']})")
 
 
 def _train_local(train: Any, explain: bool, display: Display) -> Any:
@@ -234,13 +251,17 @@ def bench_command(
     train_garment: Annotated[bool, _opt("--train-garment", panel=TRAIN, help="Also adapt the garment UNet.")
                              ] = False,
     steps: Annotated[int, _opt("--steps", panel=TRAIN, metavar="N", help="Steps to time.")] = 3,
+    distill: Annotated[bool, _opt("--distill", panel=TRAIN, help="Time `ootd train distill`'s step instead (its "
+                                  "defaults: rank 64, a target network).")] = False,
     *,
     shared: Shared,
 ) -> None:
     """Seconds per training step and peak memory on this CPU, random weights, one configuration per run."""
     from ootd.settings import parse_resolution
     from ootd.tools.bench.training import bench_training
+    from ootd.training.settings import DistillSettings
 
-    settings = TrainSettings.from_words(batch_size=batch_size, gradient_checkpointing=gradient_checkpointing,
-                                        train_garment=train_garment)
+    kind = DistillSettings if distill else TrainSettings
+    settings = kind.from_words(batch_size=batch_size, gradient_checkpointing=gradient_checkpointing,
+                               train_garment=train_garment)
     print_json(bench_training(random_weights, parse_resolution(resolution), settings, steps).to_json())

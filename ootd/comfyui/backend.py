@@ -1,10 +1,8 @@
-"""What the nodes take from the rest of ootd, in one module: the settings a node offers (its inputs, named as the
-HTTP API's form fields, with their bounds and defaults) and their conversion to `build_config`'s keywords; the
-model handle the loader node hands on, and the models it shares across nodes and prompts; the library's messages
-worded for a node (its inputs, not command-line flags).
+"""What the nodes take from ootd's models: the model handle the loader node hands on, and the models it shares
+across nodes and prompts. (The nodes' setting inputs and their words for the library's messages: inputs.py,
+derived from the settings' declarations.)
 
-Nothing else in this package touches the settings' declarations or the models, so this is the one module to change
-when either moves.
+Nothing else in this package touches the models, so this is the one module to change when they move.
 
 The models of one loader choice (`ModelChoice`: checkpoints, model type, precision, attention, adapter, device)
 are held by one `SharedModels`, found by that choice in a process-wide table: ootd's model owner (`Models`,
@@ -17,7 +15,6 @@ pipeline loads and told what the owner holds, and gets the model released when i
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -26,22 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ootd.errors import OotdError
-from ootd.settings import (
-    DEFAULT_CATEGORY_MARGIN,
-    DEFAULT_FEATHER,
-    MAX_FEATHER,
-    MAX_MASK_GROW,
-    RESOLUTIONS,
-    AttentionName,
-    FitMode,
-    ModelType,
-    OutputSize,
-    PrecisionName,
-    SamplingSettings,
-    SchedulerName,
-    SpeedPreset,
-)
-from ootd.weights.lora import MAX_LORA_SCALE
+from ootd.settings import ModelType
 
 if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
@@ -54,114 +36,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 logger = logging.getLogger("ootd.comfyui")
-
-AUTO = "auto"
-NO_LORA = "none"
-
-
-# ------------------------------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One input of the try-on node: its name (the HTTP API's form field), kind, default, bounds and tooltip."""
-
-    name: str
-    kind: str  # "int", "float", "bool" or "choice"
-    default: Any
-    tooltip: str
-    low: float | None = None
-    high: float | None = None
-    step: float | None = None
-    choices: tuple[str, ...] = ()
-
-
-# Bounds as ootd checks them (SamplingSettings.validate, settings.py): tests/frontends/comfyui/test_backend.py
-# holds them to it (a value at each bound runs, one past it is refused).
-TRYON_SETTINGS: tuple[Setting, ...] = (
-    Setting("samples", "int", SamplingSettings.num_samples, "pictures to make, each from its own noise: the "
-            "IMAGE output is a batch of this many", 1, 64),
-    Setting("steps", "int", SamplingSettings.steps, "denoising steps (ComfyUI's progress bar moves with them)",
-            1, 1000),
-    Setting("scale", "float", SamplingSettings.guidance_scale, "image guidance scale, 0 to 50 (off below 1)",
-            0.0, 50.0, 0.1),
-    Setting("seed", "int", 0, "the random seed: the same seed and settings give the same pictures as `ootd run "
-            "--seed`", 0, 2**63 - 1),
-    Setting("resolution", "choice", str(SamplingSettings.resolution), "the working size: 768x1024 (the released "
-            "models' own) or 384x512 (faster)", choices=tuple(RESOLUTIONS)),
-    Setting("scheduler", "choice", SamplingSettings.scheduler.value, "the sampler (unipc: the original's)",
-            choices=SchedulerName.words()),
-    Setting("fit", "choice", FitMode.PAD.value, "how a photo that is not 3:4 is framed: pad, crop or stretch",
-            choices=FitMode.words()),
-    Setting("keep_unmasked", "bool", False, "on: the pictures are the person photo itself, at its own size, with "
-            "only the garment's region replaced (output_size is then the photo's)"),
-    Setting("output_size", "choice", OutputSize.WORKING.value, "working: the pictures at the resolution; photo: "
-            "the generated picture at the person photo's size and framing", choices=OutputSize.words()),
-    Setting("feather", "int", DEFAULT_FEATHER, "with keep_unmasked: the seam's width in pixels of a 1024 px high "
-            "picture (unused without it)", 0, MAX_FEATHER),
-    Setting("speed", "choice", SpeedPreset.EXACT.value, "exact: the method's own pictures; fast: token merging "
-            "and feature caching (different pictures, fewer seconds)", choices=SpeedPreset.words()),
-)
-MASK_SETTINGS: tuple[Setting, ...] = (
-    Setting("grow", "int", 0, "pixels (of a 512 px high frame) added around the mask", 0, MAX_MASK_GROW),
-    next(s for s in TRYON_SETTINGS if s.name == "resolution"),
-    next(s for s in TRYON_SETTINGS if s.name == "fit"),
-)
-MARGIN = Setting("margin", "float", DEFAULT_CATEGORY_MARGIN, "the lead over the second likeliest category that "
-                 "`auto` needs; under it the garment is refused (0: never refuse)", 0.0, 0.99, 0.01)
-LOADER_CHOICES = {
-    "model_type": ((AUTO, *ModelType.words()), "auto: hd for upper-body garments, dc otherwise; dc also does "
-                   "upper garments"),
-    "precision": (PrecisionName.words(), "auto: ootd's profile of ComfyUI's device (fp32 on most CPUs, fp16 or "
-                  "bf16 on GPUs)"),
-    "attention": (AttentionName.words(), "auto: ootd's choice for the device (a fused kernel where it is exact)"),
-}
-LORA_SCALE = Setting("lora_scale", "float", 1.0, "how much of the adapter: 0 = the base model's pictures, 1 = as "
-                     "trained", 0.0, MAX_LORA_SCALE, 0.05)
-
-
-def tryon_keywords(values: dict[str, Any]) -> dict[str, Any]:
-    """The try-on node's settings -> `build_config` keywords. A node always has a value for every widget, so
-    `feather` counts only with `keep_unmasked` (its tooltip says so) and `keep_unmasked` means the photo's
-    size, whatever `output_size` says."""
-    keep = bool(values["keep_unmasked"])
-    return {"samples": int(values["samples"]), "steps": int(values["steps"]), "scale": float(values["scale"]),
-            "seed": int(values["seed"]), "resolution": str(values["resolution"]),
-            "scheduler": str(values["scheduler"]), "fit": str(values["fit"]), "speed": str(values["speed"]),
-            "keep_unmasked": keep, "output_size": None if keep else str(values["output_size"]),
-            "feather": int(values["feather"]) if keep else None}
-
-
-def mask_keywords(values: dict[str, Any]) -> dict[str, Any]:
-    return {"mask_grow": int(values["grow"]), "resolution": str(values["resolution"]), "fit": str(values["fit"])}
-
-
-# --------------------------------------------------------------------------------------------------- wording
-
-# The library's messages name command-line flags; a node has inputs. Until the library carries the setting with
-# its errors, its flags are worded here, once, as the inputs that set them.
-_INPUTS = {"--model-type": "model_type", "--category": "category", "--mask": "mask", "--cloth": "garment",
-           "--model": "person", "--samples": "samples", "--steps": "steps", "--scale": "scale", "--seed": "seed",
-           "--resolution": "resolution", "--scheduler": "scheduler", "--fit": "fit", "--feather": "feather",
-           "--keep-unmasked": "keep_unmasked", "--output-size": "output_size", "--speed": "speed",
-           "--mask-grow": "grow", "--category-margin": "margin", "--lora-scale": "lora_scale", "--lora": "lora",
-           "--precision": "precision", "--attention": "attention"}
-_PHRASES = (
-    ("pass --checkpoints DIR / set OOTD_CHECKPOINTS", "set the ootd Loader's checkpoints_path"),
-    ("make one with `ootd mask`", "make one with the ootd Mask node"),
-    ("give a mask image with --mask", "connect a MASK to the mask input"),
-    ("`ootd run --mask`", "the try-on's mask input"),
-    ("one --cloth", "one garment"),
-)
-_FLAG = re.compile(r"--[a-z][a-z-]*")
-
-
-def node_words(message: str) -> str:
-    """One line in a node's words: the flags of a library message as the inputs that set them."""
-    text = " ".join(str(message).split())
-    for words, ours in _PHRASES:
-        text = text.replace(words, ours)
-    return _FLAG.sub(lambda m: f"input {_INPUTS[m.group()]}" if m.group() in _INPUTS else m.group(), text)
 
 
 # --------------------------------------------------------------------------------------------------- models
@@ -185,21 +59,20 @@ class Host(Protocol):
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """What the loader node chose: the handle's identity (equal choices share their models)."""
+    """What the loader node chose: the handle's identity (equal choices share their models). `words`: the
+    loader's other settings as `build_config` keywords (inputs.py `config_words`), sorted by name."""
 
     checkpoints: Path
-    model_type: str = AUTO
-    precision: str = PrecisionName.AUTO.value
-    attention: str = AttentionName.AUTO.value
-    lora: Path | None = None
-    lora_scale: float = 1.0
     device: str = "cpu"
+    words: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, checkpoints: Path, device: str = "cpu", **words: Any) -> ModelChoice:
+        return cls(Path(checkpoints), device, tuple(sorted(words.items())))
 
     def config_words(self) -> dict[str, Any]:
         """Its `build_config` keywords."""
-        return {"checkpoints": self.checkpoints, "model_type": None if self.model_type == AUTO else self.model_type,
-                "precision": self.precision, "attention": self.attention, "device": self.device,
-                "lora": self.lora, "lora_scale": self.lora_scale if self.lora is not None else 1.0}
+        return {**dict(self.words), "checkpoints": self.checkpoints, "device": self.device}
 
 
 # what the owner calls what it holds (`Models.held()`) -> the name ComfyUI's log and the performance text show
@@ -354,10 +227,21 @@ class ModelHandle:
         return build_config(**self.choice.config_words(), **words)
 
     def describe(self) -> str:
-        choice = self.choice
-        lora = f", adapter {choice.lora.name} x {choice.lora_scale:g}" if choice.lora is not None else ""
-        return (f"{choice.checkpoints} on {choice.device}: model type {choice.model_type}, precision "
-                f"{choice.precision}, attention {choice.attention}{lora}")
+        """The folder and device, and each setting the loader chose (left out: its default in words), in the
+        declarations' order."""
+        from ootd.app.tryon.settings import SETTINGS
+
+        words = dict(self.choice.words)
+        chosen = [f"{one.shown_label} {one.default_words() if words[one.name] is None else shown_word(words[one.name])}"
+                  for one in SETTINGS if one.name in words]
+        return f"{self.choice.checkpoints} on {self.choice.device}: {', '.join(chosen)}"
+
+
+def shown_word(word: Any) -> str:
+    """A setting's word as the loader's summary shows it: a file by its name, a number as short as it reads."""
+    if isinstance(word, Path):
+        return word.name
+    return f"{word:g}" if isinstance(word, float) else str(word)
 
 
 def make_handle(choice: ModelChoice, host: Host) -> ModelHandle:

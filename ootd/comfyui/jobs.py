@@ -2,7 +2,7 @@
 mask`, the category of `--category auto`, each on the loader's shared models, with nothing written to disk
 (ComfyUI's SaveImage does that) and what ran reported as text.
 
-    config = handle.run_config(...)                  # the node's settings, checked (ootd/comfyui/backend.py)
+    config = handle.run_config(...)                  # the node's settings, checked (ootd/comfyui/inputs.py)
     job = check_job(plan_inputs(config, inputs), owner, writes=False)  # `ootd run`'s checks but the files'
     outcome = job.run(owner, progress, callback)     # the passes; Cancel raises at the next step
     pictures = outcome.pictures()                    # in memory, at the working or the photo's size
@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from PIL import Image
 
-from ootd.comfyui.backend import ModelHandle, SharedModels, mask_keywords, shown, tryon_keywords
+from ootd.app.tryon.settings import CLASSIFY_NODE, MASK_NODE, NODE
+from ootd.comfyui.backend import ModelHandle, SharedModels, shown
+from ootd.comfyui.inputs import config_words
 from ootd.comfyui.report import describe_run
 from ootd.pipeline_types import Timings
 
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
     from ootd.comfyui.host import Steps
 
 logger = logging.getLogger("ootd.comfyui")
+# the way around a photo without a person that the mask node offers (`{@mask}`: the try-on's input)
+MASK_REMEDY = ("or paint the mask yourself (white = repaint) in ComfyUI's mask editor and give it to a try-on's "
+               "{@mask}")
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ def try_on(handle: ModelHandle, person: Image.Image, garments: list[Garment], se
     from ootd.settings import parse_category_word
 
     started = time.perf_counter()
-    config = handle.run_config(**tryon_keywords(settings))
+    config = handle.run_config(**config_words(NODE, settings))
     models = handle.models
     inputs = JobInputs.of(person, [GarmentInput(g.image, parse_category_word(g.category), g.mask, g.name,
                                                 g.mask_name if g.mask is not None else None) for g in garments],
@@ -124,27 +129,29 @@ class MaskPictures:
 
 def mask_of(handle: ModelHandle, person: Image.Image, category: str, settings: dict[str, Any]) -> MaskPictures:
     """The mask a try-on with these settings would make (`ootd mask`), and what explains it."""
-    from ootd.app.tryon.masking import mask_in_person_frame
+    from ootd.app.tryon.masking import PersonNotFound, mask_in_person_frame
     from ootd.app.tryon.preflight import prepare_mask_job
     from ootd.imaging.contact_sheet import contact_sheet
     from ootd.settings import Category
 
-    config = handle.run_config(**mask_keywords(settings))
+    config = handle.run_config(**config_words(MASK_NODE, settings))
     job = prepare_mask_job(config, person, Category.parse(category), label="person", writes=False)
-    outcome = job.run(handle.models.preprocessor())
+    try:
+        outcome = job.run(handle.models.preprocessor())
+    except PersonNotFound as exc:  # the way around it here: the mask editor, then the try-on's mask input
+        raise exc.with_remedy(MASK_REMEDY) from None
     assert outcome.working_mask is not None
     mask = mask_in_person_frame(outcome.working_mask, person.size, config.fit)
     preview = contact_sheet([outcome.images[kind] for kind in ("masked_person", "pose", "parsing")])
     return MaskPictures(mask, preview)
 
 
-def category_of(handle: ModelHandle, garment: Image.Image, margin: float) -> tuple[str, str]:
+def category_of(handle: ModelHandle, garment: Image.Image, settings: dict[str, Any]) -> tuple[str, str]:
     """`auto`'s category of a garment (refused under the margin, as `auto` refuses it) and every category's
     probability as one line."""
     from ootd.app.tryon.autocategory import category_words, check_margin
-    from ootd.settings import check_category_margin
 
-    margin = check_category_margin(margin)
+    margin = handle.run_config(**config_words(CLASSIFY_NODE, settings)).category_margin
     found = handle.models.classifier().classify(garment)
     check_margin(found, margin, "garment")
     shown = ", ".join(f"{category.value} {p:.2f}" for category, p in found.ranked)

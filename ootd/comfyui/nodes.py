@@ -5,48 +5,43 @@
     ootd Try-On            OOTD_MODEL, person and garment IMAGEs, an optional MASK (1 = repaint), category, the
                            settings of the HTTP API's form (same names), an optional second garment (an outfit)
                            -> the pictures (IMAGE, one per sample), each garment's MASK, what ran (STRING)
-    ootd Mask              OOTD_MODEL, person IMAGE, category, grow -> MASK (to edit and feed back) and a preview
-    ootd Garment Category  OOTD_MODEL, garment IMAGE, margin -> the category `auto` chooses, its probabilities
+    ootd Mask              OOTD_MODEL, person IMAGE, category, mask_grow -> MASK (to edit and feed back) and a
+                           preview
+    ootd Garment Category  OOTD_MODEL, garment IMAGE, category_margin -> the category `auto` chooses, its
+                           probabilities
 
-Each node turns its tensors into pictures (ootd/comfyui/tensors.py), does ootd's work on them
-(ootd/comfyui/jobs.py) and turns the pictures back. An ootd error reaches ComfyUI as the node's error: its one line,
-worded with the node's input names. Imported only inside ComfyUI.
+Each node's setting inputs are the settings declared as offered by it (ootd/comfyui/inputs.py); its own inputs
+are the pictures, masks, categories and the model handle. Each node turns its tensors into pictures
+(ootd/comfyui/tensors.py), does ootd's work on them (ootd/comfyui/jobs.py) and turns the pictures back. An ootd
+error reaches ComfyUI as the node's error: its one line, worded with the node's input names. Imported only inside
+ComfyUI.
 """
 
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import folder_paths
 from comfy_api.latest import ComfyExtension, io, ui
 
+from ootd.app.tryon.settings import CLASSIFY_NODE, LOADER_NODE, MASK_NODE, NODE
 from ootd.comfyui import backend, jobs, tensors
-from ootd.comfyui.backend import AUTO, LORA_SCALE, MARGIN, MASK_SETTINGS, NO_LORA, TRYON_SETTINGS, Setting
 from ootd.comfyui.host import ComfyHost, Steps, device_word
+from ootd.comfyui.inputs import AUTO, Widget, config_words, node_errors, widgets
 from ootd.errors import OotdError
 from ootd.settings import Category
 
 CATEGORY = "ootd"
 MODELS_FOLDER = "ootd"  # ComfyUI/models/ootd, and the `ootd:` key of extra_model_paths.yaml
 PATH_OPTION = "(checkpoints_path)"
+NO_LORA = "none"
 CATEGORIES = (*(c.value for c in Category), AUTO)
 OotdModel = io.Custom("OOTD_MODEL")
 
 folder_paths.add_model_folder_path(MODELS_FOLDER, os.path.join(folder_paths.models_dir, MODELS_FOLDER),
                                    is_default=True)
-
-
-@contextmanager
-def node_errors():
-    """ootd's errors as the node's: the same class, its one line in the node's words (ComfyUI shows the message;
-    its log keeps the traceback)."""
-    try:
-        yield
-    except OotdError as exc:
-        raise type(exc)(backend.node_words(str(exc))) from None
 
 
 def checkpoint_folders() -> dict[str, Path]:
@@ -66,60 +61,65 @@ def adapters() -> list[str]:
     return [name for name in folder_paths.get_filename_list("loras") if name.endswith(".safetensors")]
 
 
-def widget(setting: Setting) -> io.Input:
-    """A setting as a V3 widget input, with its bounds, default and tooltip."""
-    if setting.kind == "choice":
-        return io.Combo.Input(setting.name, options=list(setting.choices), default=setting.default,
-                              tooltip=setting.tooltip)
-    if setting.kind == "bool":
-        return io.Boolean.Input(setting.name, default=setting.default, tooltip=setting.tooltip)
-    if setting.kind == "float":
-        return io.Float.Input(setting.name, default=setting.default, min=setting.low, max=setting.high,
-                              step=setting.step, tooltip=setting.tooltip)
-    return io.Int.Input(setting.name, default=setting.default, min=int(setting.low), max=int(setting.high),
-                        tooltip=setting.tooltip, control_after_generate=setting.name == "seed" or None)
+def widget(one: Widget) -> io.Input:
+    """A setting as a V3 widget input, with its bounds, default and tooltip (from its declaration)."""
+    if one.kind == "choice":
+        return io.Combo.Input(one.name, options=list(one.choices), default=one.default, tooltip=one.tooltip)
+    if one.kind == "bool":
+        return io.Boolean.Input(one.name, default=one.default, tooltip=one.tooltip)
+    if one.kind == "float":
+        return io.Float.Input(one.name, default=one.default, min=one.low, max=one.high, step=one.step,
+                              tooltip=one.tooltip)
+    if one.kind == "int":
+        return io.Int.Input(one.name, default=one.default, min=one.low, max=one.high, tooltip=one.tooltip,
+                            control_after_generate=one.seed or None)
+    return io.String.Input(one.name, default=one.default, tooltip=one.tooltip)  # a path or a word
+
+
+def picked(one: Widget) -> list[io.Input]:
+    """The loader's file settings as ComfyUI's pickers of its model folders (the checkpoints, with a path of
+    one's own beside them; the adapters); another setting as its widget."""
+    if one.name == "checkpoints":
+        folders = list(checkpoint_folders())
+        return [io.Combo.Input("checkpoints", options=[*folders, PATH_OPTION], default=(folders or [PATH_OPTION])[0],
+                               tooltip="a folder of the released layout in ComfyUI/models/ootd (or the `ootd:` "
+                                       "paths of extra_model_paths.yaml); ootd download fetches it"),
+                io.String.Input("checkpoints_path", default="", tooltip="a checkpoints folder anywhere: used "
+                                "instead of `checkpoints` when given")]
+    if one.name == "lora":
+        return [io.Combo.Input("lora", options=[NO_LORA, *adapters()], default=NO_LORA,
+                               tooltip="an adapter written by `ootd train` (in ComfyUI/models/loras), merged into "
+                                       "the models when they load")]
+    return [widget(one)]
 
 
 class OotdLoader(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
-        folders = list(checkpoint_folders())
-        choices = backend.LOADER_CHOICES
         return io.Schema(
             node_id="OotdLoader", display_name="ootd Loader", category=CATEGORY,
             description="Where ootd's models are and how they run on ComfyUI's device. Nothing loads here: each "
                         "model loads when a try-on first needs it and stays loaded for every later prompt, until "
                         "ComfyUI needs the memory.",
-            inputs=[
-                io.Combo.Input("checkpoints", options=[*folders, PATH_OPTION], default=(folders or [PATH_OPTION])[0],
-                               tooltip="a folder of the released layout in ComfyUI/models/ootd (or the `ootd:` "
-                                       "paths of extra_model_paths.yaml); ootd download fetches it"),
-                io.String.Input("checkpoints_path", default="", tooltip="a checkpoints folder anywhere: used "
-                                "instead of `checkpoints` when given"),
-                *(io.Combo.Input(name, options=list(words), default=words[0], tooltip=tip)
-                  for name, (words, tip) in choices.items()),
-                io.Combo.Input("lora", options=[NO_LORA, *adapters()], default=NO_LORA,
-                               tooltip="an adapter written by `ootd train` (in ComfyUI/models/loras), merged into "
-                                       "the models when they load"),
-                widget(LORA_SCALE),
-            ],
+            inputs=[put for one in widgets(LOADER_NODE) for put in picked(one)],
             outputs=[OotdModel.Output(display_name="model", tooltip="ootd's models, shared by every node using "
                                                                     "this loader")],
         )
 
     @classmethod
-    def execute(cls, checkpoints: str, checkpoints_path: str, model_type: str, precision: str, attention: str,
-                lora: str, lora_scale: float) -> io.NodeOutput:
+    def execute(cls, checkpoints: str, checkpoints_path: str, lora: str | None = None, **settings: Any
+                ) -> io.NodeOutput:
         with node_errors():
             root = cls.checkpoints_root(checkpoints, checkpoints_path)
-            adapter = None if lora == NO_LORA else Path(folder_paths.get_full_path_or_raise("loras", lora))
-            choice = backend.ModelChoice(root, model_type, precision, attention, adapter, float(lora_scale),
-                                         device_word())
+            words = config_words(LOADER_NODE, settings)
+            if lora is not None:
+                words["lora"] = None if lora == NO_LORA else Path(folder_paths.get_full_path_or_raise("loras", lora))
+            choice = backend.ModelChoice.of(root, device_word(), **words)
             handle = backend.make_handle(choice, ComfyHost())
         return io.NodeOutput(handle, ui=ui.PreviewText(handle.describe()))
 
     @classmethod
-    def fingerprint_inputs(cls, checkpoints: str, checkpoints_path: str, lora: str, **others: Any) -> Any:
+    def fingerprint_inputs(cls, checkpoints: str, checkpoints_path: str, lora: str = NO_LORA, **others: Any) -> Any:
         """Run again (a fresh check) when the chosen files change on disk, not only when the inputs do."""
         try:
             root = cls.checkpoints_root(checkpoints, checkpoints_path)
@@ -159,7 +159,7 @@ class OotdTryOn(io.ComfyNode):
                                tooltip="upper, lower or dress; auto: classified from the garment photo"),
                 io.Mask.Input("mask", optional=True, tooltip="1 = repaint, the person photo's shape (paint it in "
                               "the mask editor, or take an ootd Mask); absent: found by pose and parsing"),
-                *(widget(setting) for setting in TRYON_SETTINGS),
+                *(widget(one) for one in widgets(NODE)),
                 io.Image.Input("garment2", optional=True, tooltip="a second garment: an outfit (one upper and one "
                                "lower garment; the lower is tried on first)"),
                 io.Combo.Input("category2", options=list(CATEGORIES), default="lower", optional=True,
@@ -206,7 +206,7 @@ class OotdMask(io.ComfyNode):
                 io.Image.Input("person", tooltip="photo of the person"),
                 io.Combo.Input("category", options=[c.value for c in Category], default="upper",
                                tooltip="the garment's category: which region the mask covers"),
-                *(widget(setting) for setting in MASK_SETTINGS),
+                *(widget(one) for one in widgets(MASK_NODE)),
             ],
             outputs=[
                 io.Mask.Output(display_name="mask", tooltip="1 = repaint, in the person photo's frame and size"),
@@ -229,7 +229,8 @@ class OotdClassify(io.ComfyNode):
             node_id="OotdClassify", display_name="ootd Garment Category", category=CATEGORY,
             description="The category `auto` would choose for a garment photo (the checkpoints' CLIP), with every "
                         "category's probability.",
-            inputs=[_model_input(), io.Image.Input("garment", tooltip="photo of the garment"), widget(MARGIN)],
+            inputs=[_model_input(), io.Image.Input("garment", tooltip="photo of the garment"),
+                    *(widget(one) for one in widgets(CLASSIFY_NODE))],
             outputs=[
                 io.Combo.Output(display_name="category", options=[c.value for c in Category],
                                 tooltip="upper, lower or dress: connect it to a try-on's category"),
@@ -239,9 +240,9 @@ class OotdClassify(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, model: backend.ModelHandle, garment: Any, margin: float) -> io.NodeOutput:
+    def execute(cls, model: backend.ModelHandle, garment: Any, **settings: Any) -> io.NodeOutput:
         with node_errors():
-            category, text = jobs.category_of(model, tensors.image_to_pil(garment, "garment"), margin)
+            category, text = jobs.category_of(model, tensors.image_to_pil(garment, "garment"), settings)
         return io.NodeOutput(category, text, ui=ui.PreviewText(text))
 
 

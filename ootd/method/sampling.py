@@ -10,6 +10,7 @@ progress, latent edits, cached-feature modes) plug in without editing the loop.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,11 +45,16 @@ class Inpaint:
 
 
 def sample(model_fn: ModelFn, scheduler, latents: torch.Tensor, *,  # noqa: ANN001 - any diffusers scheduler
-           inpaint: Inpaint | None = None, callback: StepCallback | None = None) -> torch.Tensor:
-    """Run every timestep of `scheduler` from `latents` (already times `init_noise_sigma`); return the result."""
+           inpaint: Inpaint | None = None, callback: StepCallback | None = None,
+           seed: int | None = None) -> torch.Tensor:
+    """Run every timestep of `scheduler` from `latents` (already times `init_noise_sigma`); return the result.
+    `seed`: of the noise a stochastic scheduler draws between steps (the consistency samplers'), passed to a
+    scheduler whose `step` takes a generator (as diffusers' pipelines do); a deterministic one draws nothing."""
+    takes = seed is not None and "generator" in inspect.signature(scheduler.step).parameters
+    extra = {"generator": step_noise(seed)} if takes else {}
     for i, t in enumerate(scheduler.timesteps):
         pred = model_fn(scheduler.scale_model_input(latents, t), t)
-        latents = scheduler.step(pred, t, latents, return_dict=False)[0]
+        latents = scheduler.step(pred, t, latents, return_dict=False, **extra)[0]
         if inpaint is not None:
             latents = inpaint.blend(latents, scheduler, i)
         if callback is not None:
@@ -56,6 +62,12 @@ def sample(model_fn: ModelFn, scheduler, latents: torch.Tensor, *,  # noqa: ANN0
             if replaced is not None:
                 latents = replaced
     return latents
+
+
+def step_noise(seed: int) -> torch.Generator:
+    """The fresh noise of a stochastic scheduler's steps: a CPU stream of its own from the seed, apart from the
+    initial noise's (ootd/method/guidance.py), so a seed gives the same pictures on every device."""
+    return torch.Generator("cpu").manual_seed((seed * 6_364_136_223_846_793_005 + 1) % 2**63)
 
 
 def chain(*callbacks: StepCallback | None) -> StepCallback | None:

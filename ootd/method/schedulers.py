@@ -10,6 +10,8 @@ from diffusers import (
     DDIMScheduler,
     DPMSolverMultistepScheduler,
     EulerDiscreteScheduler,
+    LCMScheduler,
+    TCDScheduler,
     UniPCMultistepScheduler,
 )
 from diffusers.schedulers.scheduling_utils import SchedulerMixin
@@ -31,6 +33,10 @@ def build_scheduler(name: SchedulerName, base_config: dict) -> SchedulerMixin:
             return DDIMScheduler.from_config(base_config)
         if name is SchedulerName.EULER:
             return EulerDiscreteScheduler.from_config(base_config)
+        if name is SchedulerName.LCM:
+            return LCMScheduler.from_config(base_config)
+        if name is SchedulerName.TCD:
+            return TCDScheduler.from_config(base_config)
     raise ValueError(f"unknown scheduler {name}")
 
 

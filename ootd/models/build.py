@@ -42,18 +42,19 @@ def read_components(checkpoints: Path, model_type: ModelType, precision: Precisi
 def build_pipeline(components: Callable[[], Components], model_type: ModelType, runtime: Runtime, *,
                    modes: SpeedModes, preprocessor: Preprocessor | Callable[[], Preprocessor] | None,
                    parsing_provider: ParsingProvider, max_memory: int | None,
-                   lora: LoraChoice | None) -> TryOnPipeline:
+                   lora: LoraChoice | None, checkpoints: Path | None) -> TryOnPipeline:
     """The try-on pipeline of `model_type`: what cannot run here fails first (a missing extra, a damaged adapter,
     an attention backend this machine lacks), then the networks load, the adapter is merged at its scale (before
-    quantization: the merged weights are quantized) and the pipeline places them (its residency)."""
+    quantization: the merged weights are quantized) and the pipeline places them (its residency). A few-step
+    adapter is checked against the base weights in `checkpoints` it was distilled from."""
     from ootd.pipeline import TryOnPipeline
     from ootd.speedups.quantize import quantize_unets, require_torchao
-    from ootd.weights.lora import apply_lora, read_adapter
+    from ootd.weights.lora import apply_lora, read_choice
 
     start = time.perf_counter()
     if runtime.quantize is not QuantizeName.NONE:
         require_torchao()  # a missing extra is said before minutes of loading
-    adapter = read_adapter(lora.path) if lora is not None else None  # a damaged file fails before loading
+    adapter = read_choice(lora, checkpoints, model_type)  # a damaged or misfit file fails before loading
     attention = runtime.attention_fn()  # a backend that cannot run here fails before the loading too
     loaded = components()
     apply_lora(loaded, model_type, adapter, lora.scale if lora is not None else 1.0)

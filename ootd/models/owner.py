@@ -204,7 +204,8 @@ class Models:
                 held = self._find(Kind.PREPROCESSOR)
             return build_pipeline(lambda: self._components(model_type, runtime.precision, tick), model_type,
                                   runtime, modes=self.modes, preprocessor=held or self.preprocessor,
-                                  parsing_provider=self.parsing_provider, max_memory=self.max_memory, lora=lora)
+                                  parsing_provider=self.parsing_provider, max_memory=self.max_memory, lora=lora,
+                                  checkpoints=self.checkpoints)
 
         return self._get(key, build, progress, reports=True)
 
@@ -239,11 +240,15 @@ class Models:
         return self._get((Kind.COMPONENTS, model_type, tuple(chosen.dtypes().values())),
                          lambda tick: self._components(model_type, chosen, tick), progress, reports=True)
 
-    def trainable(self, model_type: ModelType, settings: TrainSettings,
-                  progress: Progress | None = None) -> TrainingModels:
-        """A fine-tune's models (ootd/models/training.py) in the runtime's precision, the adapters added."""
+    def trainable(self, model_type: ModelType, settings: TrainSettings, progress: Progress | None = None, *,
+                  merged: LoraChoice | None = None) -> TrainingModels:
+        """A fine-tune's models (ootd/models/training.py) in the runtime's precision, the adapters added; `merged`:
+        an `ootd train` adapter merged into the UNets first, at its scale (a distillation's teacher)."""
         from ootd.models.build import load_training_components
         from ootd.models.training import build_training_models, training_components
+        from ootd.weights.lora import apply_lora, read_adapter
+
+        adapter = read_adapter(merged.path) if merged is not None else None  # a damaged file fails before loading
 
         def build(tick: Progress | None) -> TrainingModels:
             runtime = self.runtime()
@@ -252,9 +257,10 @@ class Models:
                                                                         runtime.device.torch_device))
             else:
                 components = load_training_components(self._checkpoints(), model_type, runtime)
+            apply_lora(components, model_type, adapter, merged.scale if merged is not None else 1.0)
             return build_training_models(components, model_type, runtime, settings)
 
-        return self._get((Kind.TRAINABLE, model_type, settings), build, progress)
+        return self._get((Kind.TRAINABLE, model_type, settings, merged), build, progress)
 
     def metrics(self, weights: MetricWeights, progress: Progress | None = None) -> Networks | None:
         """The evaluation's networks (InceptionV3 features, LPIPS) on the runtime's device; None where the eval

@@ -21,6 +21,7 @@ from ootd.training.settings import MixedPrecision, TrainSettings
 if TYPE_CHECKING:
     from ootd.pipeline import TryOnPipeline
     from ootd.runtime import Runtime
+    from ootd.training.distill import ConsistencyObjective
     from ootd.training.objective import TryOnObjective
     from ootd.weights.loading import Components
 
@@ -31,7 +32,7 @@ class TrainingModels:
     `params` (the only trainable ones), the adapted UNets by name (ootd/weights/lora.py UNET_NAMES)."""
 
     pipe: TryOnPipeline
-    objective: TryOnObjective
+    objective: TryOnObjective | ConsistencyObjective  # a fine-tune's, or a distillation's (ootd train distill)
     params: list[torch.nn.Parameter]
     unets: dict[str, torch.nn.Module]
     device: torch.device

@@ -1,10 +1,11 @@
 """The contract /openapi.json publishes, completed from what the server enforces: every status each route can
-answer with its one error body, every constraint of the try-on form, and the links between the job operations.
+answer with its one error body, the rules of the try-on form, and the links between the job operations.
 
 FastAPI documents the routes' own parameters; the rest happens where FastAPI does not see it: the middleware
 (401 without credentials, 421 for a host name this server does not answer to, 403 for another site's page, 413
-over the upload limit), the form read by the route itself (forms.py: fields, files, their number), the job
-queue (503), the disk (507). This module states them, so that a client generated from the document, or a
+over the upload limit), the form read by the route itself (forms.py: the rules between its fields, its files'
+types; each field's type, bounds and choices are schema.py's, from the settings' declarations), the job queue
+(503), the disk (507). This module states them, so that a client generated from the document, or a
 property-based client driven by it, meets no answer the document does not list. docs/api.md words the same
 contract for people.
 """
@@ -22,16 +23,9 @@ from ootd.app.tryon.config import RunConfig
 from ootd.imaging.opener import FORMATS
 from ootd.serve.forms import FILES, FLAGS, OPTIONAL_FILES
 from ootd.serve.limits import Limits, MiB
+from ootd.serve.schema import form_schema
 from ootd.serve.worker import CANCELLED, DONE, FAILED, QUEUED, RUNNING
-from ootd.settings import (
-    AUTO_CATEGORY,
-    MAX_FEATHER,
-    RESOLUTIONS,
-    Category,
-    FitMode,
-    OutputSize,
-    SchedulerName,
-)
+from ootd.settings import OutputSize
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 ERROR_SCHEMA = {"type": "object", "required": ["error"], "additionalProperties": False,
@@ -70,37 +64,11 @@ def _error(description: str) -> dict[str, Any]:
     return _json(ERROR_REF, description)
 
 
-def form_fields(config: RunConfig, limits: Limits) -> dict[str, dict[str, Any]]:
-    """Each form field's constraints as the server checks them (forms.py; the bounds of ootd/settings.py and of
-    this server's limits)."""
-    steps, _ = limits.bound("steps")
-    samples, _ = limits.bound("samples")
-    categories = [*(c.value for c in Category), AUTO_CATEGORY, ""]  # empty: auto (category2: the first's word)
-    return {
-        "category": {"type": "string", "enum": categories},
-        "category2": {"type": "string", "enum": categories},
-        "samples": {"type": "integer", "minimum": 1, "maximum": samples},
-        "steps": {"type": "integer", "minimum": 1, "maximum": steps},
-        "scale": {"type": "number", "minimum": 0, "maximum": 50},
-        "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
-        "resolution": {"type": "string", "enum": list(RESOLUTIONS)},
-        "scheduler": {"type": "string", "enum": list(SchedulerName.words())},
-        "fit": {"type": "string", "enum": list(FitMode.words())},
-        "keep_unmasked": {"type": "string", "enum": sorted(FLAGS)},
-        "output_size": {"type": "string", "enum": list(OutputSize.words())},
-        "feather": {"type": "integer", "minimum": 0, "maximum": MAX_FEATHER},
-    }
-
-
 def _form(body: dict[str, Any], config: RunConfig, limits: Limits) -> None:
-    """The try-on form's schema completed in place: types and bounds, no other field, the rules between fields,
-    each file part's image types."""
-    schema = body["content"]["multipart/form-data"]["schema"]
-    for name, constraints in form_fields(config, limits).items():
-        schema["properties"][name] = {**schema["properties"].get(name, {}), **constraints}
-    schema["properties"]["category"]["description"] += " (empty: auto)"
-    schema["additionalProperties"] = False
-    schema["maxProperties"] = len(schema["properties"])
+    """The try-on form's schema (schema.py: each field from its declaration) completed in place with what is no one
+    field's: the rules between fields, each file part's image types, the upload limit. The fields are put again:
+    FastAPI's model of a schema holds bounds as floats, which would publish the seed's as 2^63."""
+    schema = body["content"]["multipart/form-data"]["schema"] = form_schema(limits)
     on = sorted(word for word, value in FLAGS.items() if value)
     rules = [
         # an outfit's masks: for both garments or for neither (forms.py `_garments`)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.datastructures import UploadFile
 
 from ootd.app.tryon.config import RunConfig, update_config
+from ootd.app.tryon.declaration import FLAG_WORDS
 from ootd.app.tryon.inputs import GarmentInput, JobInputs
 from ootd.app.tryon.settings import API, SETTINGS, Setting
 from ootd.errors import CheckpointError, OotdError, UsageError, worded
@@ -34,7 +35,7 @@ FILES = ("person", "garment", "mask", "garment2", "mask2")
 OPTIONAL_FILES = ("mask", "garment2", "mask2")
 API_SETTINGS: tuple[Setting, ...] = tuple(SETTINGS.offered_by(API))  # the settings a request may give
 TEXT_FIELDS = ("category", "category2", *(one.name for one in API_SETTINGS))
-FLAGS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+FLAGS = FLAG_WORDS  # the words a switch field takes (the declarations')
 REQUIRED = ("person", "garment", "category")
 # what each input field of the form means (the OpenAPI schema's descriptions; a setting's is its declared help)
 INPUT_HELP = {
@@ -44,7 +45,8 @@ INPUT_HELP = {
     "garment2": "optional second garment: an outfit (one upper and one lower garment; the lower is tried on first)",
     "mask2": "optional mask of the second garment (with a mask of the first)",
     "category2": "the second garment's category (default: the first's word, e.g. auto)",
-    "category": "upper, lower or dress (or the aliases of ootd run), or auto: classified from the garment photo",
+    "category": "upper, lower or dress (or the aliases of ootd run), or auto: classified from the garment photo "
+                "(empty: auto)",
 }
 # what the library's messages point to, in the API's words
 TERMS = {"automatic_mask": "the `person_mask` of an earlier answer"}

@@ -1,33 +1,52 @@
 """What /openapi.json says about the routes that read their multipart form themselves (to stream it under the
-upload limit): the form's fields (its inputs from forms.py, its settings from their declarations: type, bounds,
-choices, help; the server's own limits where they are narrower), and an example of each answer."""
+upload limit): the one place that builds the form's schema, and an example of each answer.
+
+The form's fields are its inputs (forms.py: files, categories) and the settings a request may give, each from its
+declaration (`Setting.json_schema()`: type, bounds, choices, help), narrowed by this server's own limits where they
+are narrower (--max-steps, --max-samples), a switch in the words the form takes. contract.py adds what is no one
+field's: the rules between fields, the file parts' media types, the upload limit, the statuses.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ootd.serve.forms import API_SETTINGS, FILES, INPUT_HELP, REQUIRED, api_name
+from ootd.app.tryon.settings import Setting
+from ootd.serve import forms
+from ootd.serve.forms import FILES, FLAGS, INPUT_HELP, REQUIRED, api_name
 from ootd.serve.limits import Limits
+from ootd.settings import AUTO_CATEGORY, Category
 
 CATEGORY_FIELDS = ("category", "category2")
+CATEGORY_WORDS = [*(c.value for c in Category), AUTO_CATEGORY, ""]  # empty: auto (category2: the first's word)
 
 
-def _properties(limits: Limits) -> dict[str, Any]:
+def setting_field(setting: Setting, limits: Limits) -> dict[str, Any]:
+    """A setting's form field: its declaration as JSON Schema, in the form's words (a switch takes FLAGS' words),
+    within this server's limits (what `Limits.check_request` refuses)."""
+    field = setting.json_schema(lambda name: api_name(name) or name)
+    if setting.kind is bool:
+        field.update(type="string", enum=sorted(FLAGS))
+    narrower = {"steps": limits.max_steps, "samples": limits.max_samples}.get(setting.name)
+    if narrower is not None:
+        field["maximum"] = min(field.get("maximum", narrower), narrower)
+    return field
+
+
+def form_schema(limits: Limits) -> dict[str, Any]:
+    """The try-on form: every field it takes, no other, none twice (forms.py refuses the rest with a 422)."""
     properties: dict[str, Any] = {name: {"type": "string", "format": "binary", "description": INPUT_HELP[name]}
                                   for name in FILES}
-    properties.update({name: {"type": "string", "description": INPUT_HELP[name]} for name in CATEGORY_FIELDS})
-    narrower = {"steps": limits.max_steps, "samples": limits.max_samples}  # what Limits.check_request refuses
-    for one in API_SETTINGS:
-        field = one.json_schema(lambda name: api_name(name) or name)
-        if one.name in narrower:
-            field["maximum"] = min(field.get("maximum", narrower[one.name]), narrower[one.name])
-        properties[one.name] = field
-    return properties
+    properties.update({name: {"type": "string", "enum": CATEGORY_WORDS, "description": INPUT_HELP[name]}
+                       for name in CATEGORY_FIELDS})
+    properties.update({one.name: setting_field(one, limits) for one in forms.API_SETTINGS})  # as the app is built
+    return {"type": "object", "required": list(REQUIRED), "properties": properties, "additionalProperties": False,
+            "maxProperties": len(properties)}
 
 
 def form_body(limits: Limits | None = None) -> dict[str, Any]:
     """The request body of POST /api/tryon and /api/jobs."""
-    schema = {"type": "object", "required": list(REQUIRED), "properties": _properties(limits or Limits())}
+    schema = form_schema(limits or Limits())
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": schema}}}}
 
 

@@ -69,3 +69,33 @@ def load_lora_state(unet: torch.nn.Module, state: Mapping[str, torch.Tensor]) ->
     missing = [k for k in getattr(result, "missing_keys", []) or [] if re.search(r"\.lora_[AB]\.", k)]
     if missing:
         raise ValueError(f"adapter tensors missing from the checkpoint: {missing[:3]}")
+
+
+AdapterTensors = Mapping[str, Mapping[str, torch.Tensor]]  # UNet name -> peft state dict (ootd/weights/lora.py)
+
+
+def stack(parts: list[tuple[AdapterTensors, int, float, float]]) -> tuple[dict[str, dict[str, torch.Tensor]], int]:
+    """Several adapters (tensors, rank, alpha, scale) as one whose change is the sum of theirs: its rank is the sum
+    of their ranks and its alpha that rank (a scaling of 1); A stacked, B side by side times each adapter's own
+    alpha / rank x scale. A module an adapter leaves alone gets zero rows and columns there (no change)."""
+    total = sum(rank for _, rank, _, _ in parts)
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for unet in dict.fromkeys(name for tensors, *_ in parts for name in tensors):
+        states = [tensors.get(unet, {}) for tensors, *_ in parts]
+        modules = sorted({key.rsplit(".lora_", 1)[0] for state in states for key in state})
+        stacked: dict[str, torch.Tensor] = {}
+        for module in modules:
+            a_key, b_key = f"{module}.lora_A.weight", f"{module}.lora_B.weight"
+            known = next(state for state in states if a_key in state)
+            features_in, features_out = known[a_key].shape[1], known[b_key].shape[0]
+            a_rows, b_columns = [], []
+            for state, (_, rank, alpha, scale) in zip(states, parts, strict=True):
+                if a_key in state:
+                    a_rows.append(state[a_key].float())
+                    b_columns.append(state[b_key].float() * (alpha / rank * scale))
+                else:
+                    a_rows.append(torch.zeros(rank, features_in))
+                    b_columns.append(torch.zeros(features_out, rank))
+            stacked[a_key], stacked[b_key] = torch.cat(a_rows), torch.cat(b_columns, dim=1)
+        out[unet] = stacked
+    return out, total

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from ootd.errors import UsageError, printable
 from ootd.imaging.atomic import write_atomic, write_text_atomic
+from ootd.weights.layout import file_sha256  # noqa: F401 - a pair's files hashed as the weights' (prepare's import)
 
 if TYPE_CHECKING:
     import torch
@@ -31,14 +32,6 @@ CACHE_FORMAT = "ootd-train-cache"
 CACHE_VERSION = 1
 ENTRY_TENSORS = ("target", "masked", "garment", "prompt", "mask")
 KEY_CHARS = 32
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def entry_key(*parts: str) -> str:

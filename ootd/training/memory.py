@@ -34,6 +34,7 @@ class TrainingEstimate:
     adapter: int
     activations: int
     adapter_params: int
+    target_network: bool = False
 
     @property
     def total(self) -> int:
@@ -46,16 +47,18 @@ class TrainingEstimate:
             "estimate: allocator slack and kernels' workspace come on top)",
             f"  weights      {size_text(self.weights)} (both UNets and the VAE)",
             f"  adapter      {size_text(self.adapter)} ({self.adapter_params:,} LoRA parameters with gradients and "
-            "AdamW state, fp32)",
+            f"AdamW state{' and the target network' if self.target_network else ''}, fp32)",
             f"  activations  {size_text(self.activations)} (kept for the backward)",
         ])
 
 
 def estimate_training(unet_params: int, vae_params: int, adapter_params: int, weight_bytes: int,
                       latent_tokens: int, batch_size: int, checkpointing: bool, train_garment: bool,
-                      autocast_bytes: int = 4) -> TrainingEstimate:
-    """The estimate of one worker (`unet_params`: both UNets; `latent_tokens`: (H/8) x (W/8))."""
+                      autocast_bytes: int = 4, target_network: bool = False) -> TrainingEstimate:
+    """The estimate of one worker (`unet_params`: both UNets; `latent_tokens`: (H/8) x (W/8); `target_network`: a
+    distillation's fp32 EMA copy of the adapter, 4 bytes a parameter more)."""
     per_token = ACTIVATION_BYTES[(checkpointing, train_garment)] * autocast_bytes / 4
-    return TrainingEstimate(weights=(unet_params + vae_params) * weight_bytes,
-                            adapter=adapter_params * ADAPTER_BYTES_PER_PARAM,
-                            activations=int(per_token * latent_tokens * batch_size), adapter_params=adapter_params)
+    per_param = ADAPTER_BYTES_PER_PARAM + (4 if target_network else 0)
+    return TrainingEstimate(weights=(unet_params + vae_params) * weight_bytes, adapter=adapter_params * per_param,
+                            activations=int(per_token * latent_tokens * batch_size), adapter_params=adapter_params,
+                            target_network=target_network)

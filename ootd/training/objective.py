@@ -84,6 +84,11 @@ class TryOnObjective(torch.nn.Module):
     def num_timesteps(self) -> int:
         return int(self.scheduler.config.num_train_timesteps)
 
+    def draw(self, indices: Sequence[int], latent_shape: Sequence[int], seed: int, step: int,
+             dropout: float) -> Draws:
+        """A micro-batch's draws (`draw` below): the loop asks the objective, whose timesteps they are."""
+        return draw(indices, latent_shape, self.num_timesteps, dropout, seed, step)
+
     def predict(self, noisy: torch.Tensor, timesteps: torch.Tensor, masked: torch.Tensor, garment: torch.Tensor,
                 prompt: torch.Tensor, drop: torch.Tensor) -> torch.Tensor:
         """The try-on UNet's noise prediction for noised latents at `timesteps` (garments dropped where `drop`)."""

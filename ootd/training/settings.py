@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from enum import nonmember
 
 from ootd.errors import UsageError
-from ootd.settings import Choice
+from ootd.settings import GUIDANCE_ON, Choice, SchedulerName
 
 
 class LrSchedule(Choice):
@@ -82,9 +82,15 @@ class TrainSettings:
             ("validation_steps", 1 <= self.validation_steps <= 1000, "must be 1 to 1000"),
             ("validation_pairs", 0 <= self.validation_pairs <= 64, "must be 0 to 64"),
         ]
+        self._refuse(checks)
+
+    def _refuse(self, checks: list[tuple[str, bool, str]]) -> None:
+        """The first check that fails, as a usage error naming its setting (`{@steps} must be ..., got 0`)."""
         for name, ok, bound in checks:
             if not ok:
-                raise UsageError.about(name, f"{{@{name}}} {bound}, got {{value}}", value=getattr(self, name))
+                value = getattr(self, name)
+                raise UsageError.about(name, f"{{@{name}}} {bound}, got {{value}}",
+                                       value=getattr(value, "value", value))
 
     @classmethod
     def from_words(cls, *, schedule: str | LrSchedule = LrSchedule.CONSTANT,
@@ -102,6 +108,11 @@ class TrainSettings:
         global_batch = self.batch_size * self.accumulation * workers
         return self.epochs * max(1, math.ceil(pairs / global_batch))
 
+    @property
+    def target_network(self) -> bool:
+        """Whether the run keeps a target network (an EMA copy of the adapter): a distillation's."""
+        return False
+
     def to_json(self) -> dict[str, object]:
         return {k: (v.value if isinstance(v, Choice) else v) for k, v in asdict(self).items()}
 
@@ -112,3 +123,56 @@ class TrainSettings:
 
     # what a resumed run must share with the one it continues (the rest may change: e.g. more steps)
     RESUME_FIXED = ("batch_size", "accumulation", "rank", "alpha", "train_garment", "dropout", "seed")
+
+
+# -- `ootd train distill`: latent consistency distillation into a few-step adapter (ootd/training/distill.py) ----
+# The defaults are those of diffusers' LCM-LoRA training script (rank 64, learning rate 1e-4, Huber c 0.001, a grid
+# of 50 timesteps: a skipping interval of 20) and of the LCM paper's target network (EMA decay 0.95); the teacher's
+# guidance is the released try-on's own scale. docs/training.md says why.
+DISTILL_SAMPLERS = (SchedulerName.LCM, SchedulerName.TCD)
+_SAMPLER_WORDS = ", ".join(sampler.value for sampler in DISTILL_SAMPLERS)
+
+
+@dataclass(frozen=True)
+class DistillSettings(TrainSettings):
+    """One distillation's settings: a fine-tune's, without outfitting dropout (the student always sees its garment:
+    it learns the guided solution), with the teacher's guidance, the target network's EMA decay, the Huber loss's
+    c and what the adapter records of its sampling."""
+
+    rank: int = 64
+    alpha: float = 64.0
+    dropout: float = 0.0
+    guidance: float = 2.0  # the teacher's image guidance (the released scale)
+    ema_decay: float = 0.95  # the target network: an EMA of the student (0: the student itself, as LCM-LoRA)
+    huber_c: float = 0.001
+    sample_steps: int = 4  # the step count the adapter records
+    sampler: SchedulerName = SchedulerName.LCM  # the scheduler it records (and the validation sheets use)
+
+    def validate(self) -> None:
+        super().validate()
+        from ootd.weights.fewstep import MAX_FEW_STEPS
+
+        self._refuse([
+            ("dropout", self.dropout == 0.0, "must be 0: distillation trains without outfitting dropout"),
+            ("guidance", math.isfinite(self.guidance) and GUIDANCE_ON <= self.guidance <= 50,
+             f"must be from {GUIDANCE_ON:g} (image guidance on) to 50"),
+            ("ema_decay", 0.0 <= self.ema_decay < 1.0, "must be from 0 up to (not including) 1"),
+            ("huber_c", math.isfinite(self.huber_c) and 0 < self.huber_c <= 1, "must be above 0 and at most 1"),
+            ("sample_steps", 1 <= self.sample_steps <= MAX_FEW_STEPS, f"must be 1 to {MAX_FEW_STEPS}"),
+            ("sampler", self.sampler in DISTILL_SAMPLERS, f"must be one of {_SAMPLER_WORDS}"),
+        ])
+
+    @classmethod
+    def from_words(cls, *, sampler: str | SchedulerName = SchedulerName.LCM,  # type: ignore[override]
+                   **values: object) -> DistillSettings:
+        word = str(getattr(sampler, "value", sampler)).strip().lower()
+        if word not in {one.value for one in DISTILL_SAMPLERS}:
+            raise UsageError.about("sampler", "{@sampler} must be one of {words}, got {value}", value=sampler,
+                                   words=_SAMPLER_WORDS)
+        return super().from_words(sampler=SchedulerName(word), **values)  # type: ignore[return-value]
+
+    @property
+    def target_network(self) -> bool:
+        return True
+
+    RESUME_FIXED = (*TrainSettings.RESUME_FIXED, "guidance", "ema_decay", "huber_c")

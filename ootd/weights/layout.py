@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -150,3 +151,12 @@ def find_weights(folder: Path, kind: str, layout: Layout) -> Path:
             return require_file(candidate, layout)
     expected = " or ".join(WEIGHT_NAMES[kind])
     raise CheckpointError(f"no weights in {folder} (expected {expected}); {layout.how_to_get()}")
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read a block at a time (a UNet's weights are gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,9 +22,12 @@ from typing import TYPE_CHECKING
 
 from ootd.errors import CheckpointError, UsageError, printable
 from ootd.settings import ModelType
+from ootd.weights.fewstep import SAMPLING_WORDS, FewStep, check_base, notice
 
 if TYPE_CHECKING:
     import torch
+
+logger = logging.getLogger(__name__)
 
 ADAPTER_FORMAT = "ootd-lora"
 ADAPTER_VERSION = "1"
@@ -34,11 +38,12 @@ HEADER_KEY = "ootd"  # the safetensors metadata key of the adapter's header (JSO
 MAX_HEADER = 1 << 24  # a safetensors header larger than this is not one of ours
 
 
-def check_lora_scale(value: float) -> float:
-    """The `lora_scale` setting: a finite number from 0 to MAX_LORA_SCALE."""
+def check_lora_scale(value: float, setting: str = "lora_scale") -> float:
+    """The `lora_scale` setting (or another adapter's scale, `setting`): a finite number from 0 to
+    MAX_LORA_SCALE."""
     scale = float(value)
     if not math.isfinite(scale) or not 0.0 <= scale <= MAX_LORA_SCALE:
-        raise UsageError.about("lora_scale", "{@lora_scale} must be from 0 to {most:g}, got {value}", value=value,
+        raise UsageError.about(setting, "{@" + setting + "} must be from 0 to {most:g}, got {value}", value=value,
                                most=MAX_LORA_SCALE)
     return scale
 
@@ -50,26 +55,30 @@ class LoraChoice:
     path: Path
     scale: float = 1.0
     sha256: str = ""  # of the file when it was chosen: what a resumed batch compares
+    few_step: FewStep | None = None  # a distilled adapter's own sampling (ootd/weights/fewstep.py)
 
     @classmethod
-    def parse(cls, path: str | Path | None, scale: float = 1.0) -> LoraChoice | None:
-        """The `lora` and `lora_scale` settings -> a checked choice, None without a file (a scale alone is an
-        error)."""
+    def parse(cls, path: str | Path | None, scale: float = 1.0, *,
+              names: tuple[str, str] = ("lora", "lora_scale")) -> LoraChoice | None:
+        """The `lora` and `lora_scale` settings (or another adapter's pair, `names`: a distillation's teacher) ->
+        a checked choice, None without a file (a scale alone is an error)."""
+        lora, lora_scale = (f"{{@{name}}}" for name in names)
         if path is None or not str(path).strip():
             if float(scale) != 1.0:
-                raise UsageError.about("lora_scale", "{@lora_scale} needs {@lora} FILE", value=scale)
+                raise UsageError.about(names[1], lora_scale + " needs " + lora + " FILE", value=scale)
             return None
         file = Path(path).expanduser()
         if not file.is_file():
             problem = "is a folder" if file.is_dir() else "not found"
-            raise UsageError.about("lora", "{@lora} {file}: {problem}", value=file, file=printable(file),
+            raise UsageError.about(names[0], lora + " {file}: {problem}", value=file, file=printable(file),
                                    problem=problem)
         try:
-            sha256 = hashlib.sha256(file.read_bytes()).hexdigest()
+            data = file.read_bytes()
         except OSError as exc:
-            raise UsageError.about("lora", "{@lora} {file}: cannot be read ({why})", value=file,
+            raise UsageError.about(names[0], lora + " {file}: cannot be read ({why})", value=file,
                                    file=printable(file), why=exc.strerror or exc) from None
-        return cls(file, check_lora_scale(scale), sha256)
+        return cls(file, check_lora_scale(scale, names[1]), hashlib.sha256(data).hexdigest(),
+                   _few_step_of(file, data))
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,7 @@ class LoraAdapter:
     rank: int
     alpha: float
     tensors: Mapping[str, Mapping[str, torch.Tensor]]
+    few_step: FewStep | None = None  # a distilled adapter's own sampling and base weights
 
     @property
     def name(self) -> str:
@@ -93,14 +103,18 @@ class LoraAdapter:
 
 
 def adapter_bytes(tensors: Mapping[str, Mapping[str, torch.Tensor]], model_type: ModelType, rank: int,
-                  alpha: float) -> bytes:
-    """The adapter file's bytes: every UNet's peft state dict under its name, and the header read back below."""
+                  alpha: float, few_step: FewStep | None = None) -> bytes:
+    """The adapter file's bytes: every UNet's peft state dict under its name, and the header read back below
+    (with a distilled adapter's sampling and base, `few_step`)."""
     from safetensors.torch import save
 
+    unets = sorted(tensors, key=lambda name: UNET_NAMES.index(name) if name in UNET_NAMES else len(UNET_NAMES))
     flat = {f"{unet}.{key}": tensor.detach().to("cpu").contiguous()
             for unet, state in tensors.items() for key, tensor in state.items()}
+    # the UNets in one order, whatever the order they came in: the same adapter is the same bytes
     header = {"format": ADAPTER_FORMAT, "version": ADAPTER_VERSION, "model_type": model_type.value,
-              "rank": str(rank), "alpha": repr(float(alpha)), "unets": ",".join(tensors)}
+              "rank": str(rank), "alpha": repr(float(alpha)), "unets": ",".join(unets),
+              **(few_step.header() if few_step is not None else {})}
     # one metadata key: safetensors writes several in no fixed order, and the same adapter must hash the same
     return save(flat, metadata={HEADER_KEY: json.dumps(header, sort_keys=True)})
 
@@ -148,6 +162,7 @@ def read_adapter(path: str | Path) -> LoraAdapter:
         flat = load(data)
         model_type = ModelType.parse(metadata.get("model_type", ""))
         rank, alpha = int(metadata["rank"]), float(metadata["alpha"])
+        few_step = FewStep.from_header(metadata)
     except (KeyError, ValueError, UsageError) as exc:
         raise _damaged(path, f"has a bad header or tensors ({str(exc).splitlines()[0][:200]})") from None
     except Exception as exc:  # noqa: BLE001 - safetensors' own errors for a damaged body
@@ -163,7 +178,35 @@ def read_adapter(path: str | Path) -> LoraAdapter:
     if "unet_vton" not in tensors or rank < 1:
         raise _damaged(path, "holds no try-on UNet weights")
     sha256 = hashlib.sha256(data).hexdigest()
-    return LoraAdapter(path, sha256, model_type, rank, alpha, tensors)
+    return LoraAdapter(path, sha256, model_type, rank, alpha, tensors, few_step)
+
+
+def _few_step_of(path: Path, data: bytes) -> FewStep | None:
+    """A chosen file's few-step entry, if it has a good one; anything wrong with the file is read_adapter's to say
+    when the models load (one message for every kind of damage)."""
+    try:
+        return FewStep.from_header(_header(path, data))
+    except (CheckpointError, ValueError):
+        return None
+
+
+def read_choice(choice: LoraChoice | None, checkpoints: Path | None,
+                model_type: ModelType | None = None) -> LoraAdapter | None:
+    """The chosen adapter read and checked before any model loads; a few-step adapter also against the base
+    weights it was distilled from (ootd/weights/fewstep.py; those of `model_type`, None: the adapter's own), and
+    its sampling said in one log line. Without a checkpoints folder (models given, not loaded) a few-step adapter
+    cannot be checked, and is refused."""
+    if choice is None:
+        return None
+    adapter = read_adapter(choice.path)
+    if adapter.few_step is not None:
+        if checkpoints is None:
+            raise UsageError.about("checkpoints", "LoRA adapter {file} is a few-step adapter, checked against the "
+                                   "checkpoints it was distilled from: give {@checkpoints|the checkpoints folder}",
+                                   file=printable(adapter.path))
+        check_base(adapter.path, adapter.few_step, checkpoints, model_type or adapter.model_type)
+        logger.info("%s (unless a call sets them)", notice(adapter.name, adapter.few_step, tuple(SAMPLING_WORDS)))
+    return adapter
 
 
 def check_adapter(adapter: LoraAdapter, unets: Mapping[str, torch.nn.Module], model_type: ModelType) -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 from PIL import Image, ImageOps
 
 from ootd.settings import ModelType
+from ootd.weights.fewstep import FewStep
 
 RESOLUTION = "384x512"
+SD15_BETAS = (0.00085, 0.012, 1000)  # the released scheduler's scaled-linear betas: start, end, steps
 
 
 def photos(folder: Path, example_images: dict[str, Path]) -> dict[str, Path]:
@@ -77,8 +79,27 @@ def prepared_cache(root: Path, tiny_tree: Path, example_images: dict[str, Path],
     return cache
 
 
-def write_adapter(tree: Path, path: Path, trained: bool, model_type: ModelType = ModelType.HD, rank: int = 4) -> Path:
-    """An adapter for the tree's try-on and garment UNets: fresh (B zero) or with random B (a trained stand-in)."""
+def few_step(tree: Path, model_type: ModelType = ModelType.HD, base: str | None = None, steps: int = 4,
+             scheduler: str = "lcm") -> FewStep:
+    """A few-step adapter's header entry: distilled from `tree`'s weights (or the `base` given)."""
+    from ootd.settings import SchedulerName
+    from ootd.weights.fewstep import weights_sha256
+
+    return FewStep(SchedulerName(scheduler), steps, 0.0, 2.0, base or weights_sha256(tree, model_type))
+
+
+def few_step_adapters(tree: Path, folder: Path) -> dict[str, Path]:
+    """Three trained stand-in adapters of `tree`: a few-step one of these weights (`few`, 4 lcm steps), one of
+    other weights (`other`) and a plain one (`plain`)."""
+    return {"few": write_adapter(tree, folder / "few.safetensors", True, sampling=few_step(tree)),
+            "other": write_adapter(tree, folder / "other.safetensors", True, sampling=few_step(tree, base="0" * 64)),
+            "plain": write_adapter(tree, folder / "plain.safetensors", True)}
+
+
+def write_adapter(tree: Path, path: Path, trained: bool, model_type: ModelType = ModelType.HD, rank: int = 4,
+                  sampling: FewStep | None = None) -> Path:
+    """An adapter for the tree's try-on and garment UNets: fresh (B zero) or with random B (a trained stand-in);
+    with `sampling`, a few-step adapter's header (the tensors are a stand-in: nothing was distilled)."""
     import torch
     from diffusers import UNet2DConditionModel
 
@@ -96,5 +117,30 @@ def write_adapter(tree: Path, path: Path, trained: bool, model_type: ModelType =
                 if ".lora_B." in key:
                     param.data.normal_(0, 0.5)
         state[name] = lora_state(unet)
-    path.write_bytes(adapter_bytes(state, model_type, rank, rank))
+    path.write_bytes(adapter_bytes(state, model_type, rank, rank, sampling))
     return path
+
+
+def entry_inputs(pipe: object, cache: Path, key: str, resolution: str = RESOLUTION) -> tuple[object, object]:
+    """A cached pair as the pipeline's `generate` takes it (person and garment inputs), from the entry's tensors
+    alone: a training pair keeps no photos in the cache (the person picture is a grey stand-in, which `generate`
+    does not read)."""
+    import torch
+    from PIL import Image
+
+    from ootd.imaging.framing import FitInfo
+    from ootd.pipeline_types import GarmentInputs, PersonInputs, Timings
+    from ootd.settings import Category, parse_resolution
+    from ootd.training.cache import read_entry
+
+    tensors = read_entry(cache, key)
+    res, dtype = parse_resolution(resolution), pipe.precision.unet  # type: ignore[attr-defined]
+    mask = Image.fromarray(tensors["mask"].numpy(), mode="L")
+    blank = Image.new("RGB", mask.size, (128, 128, 128))
+    fit = FitInfo("stretch", mask.size, mask.size, (0, 0, *mask.size))
+    person = PersonInputs(Category.UPPER, res, blank, mask, blank, fit, {}, tensors["masked"][None].to(dtype=dtype),
+                          tensors["target"][None].to(dtype=dtype), Timings())
+    prompt = tensors["prompt"][None].to(dtype=dtype)
+    with torch.inference_mode():
+        features = pipe.garment_features(tensors["garment"][None].to(dtype=dtype), prompt)  # type: ignore[attr-defined]
+    return person, GarmentInputs(Category.UPPER, res, blank, prompt, features, Timings())

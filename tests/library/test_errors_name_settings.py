@@ -46,7 +46,7 @@ def _cases(tmp_path: Path) -> list[tuple[str, Callable[[], object]]]:
     )
     from ootd.speedups.execution import compile_error
     from ootd.speedups.modes import FeatureCache, TokenMerge, resolve_speed
-    from ootd.training.settings import TrainSettings
+    from ootd.training.settings import DistillSettings, TrainSettings
     from ootd.weights.integrity import require_finite_latents
     from ootd.weights.layout import Layout
     from ootd.weights.loading import check_text_tower
@@ -80,6 +80,9 @@ def _cases(tmp_path: Path) -> list[tuple[str, Callable[[], object]]]:
         ("lora_scale", lambda: LoraChoice.parse(None, 2.0)),
         ("lora", lambda: LoraChoice.parse(tmp_path / "missing.safetensors")),
         ("learning_rate", lambda: TrainSettings.from_words(learning_rate=5.0)),
+        ("ema_decay", lambda: DistillSettings.from_words(ema_decay=1.0)),
+        ("sampler", lambda: DistillSettings.from_words(sampler="unipc")),
+        ("teacher_lora_scale", lambda: LoraChoice.parse(None, 2.0, names=("teacher_lora", "teacher_lora_scale"))),
         ("batch_size", lambda: check_batch(0)),
         ("precision", lambda: require_finite_latents(torch.full((1,), math.nan), "fp16")),
         ("compile", lambda: raise_(compile_error(RuntimeError("inductor failed")))),

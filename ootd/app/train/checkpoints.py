@@ -22,7 +22,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from ootd.errors import NoSpaceError, UsageError, no_space, printable
 from ootd.imaging.atomic import write_atomic
 from ootd.settings import ModelType
 from ootd.training.settings import TrainSettings
+from ootd.weights.fewstep import FewStep
 from ootd.weights.lora import adapter_bytes, read_adapter
 
 STEP_DIGITS = 8
@@ -98,15 +99,19 @@ def _optimizer_state(tensors: dict[str, Any], meta: dict[str, Any]) -> dict[str,
 
 
 def save_checkpoint(run: Path, step: int, adapter: dict[str, dict[str, Any]], model_type: ModelType,
-                    settings: TrainSettings, optimizer_state: dict[str, Any], extra: dict[str, Any]) -> Checkpoint:
-    """Write checkpoint `step` whole (hidden folder, renamed into place) and point RUN/lora.safetensors at it."""
+                    settings: TrainSettings, optimizer_state: dict[str, Any], extra: dict[str, Any], *,
+                    few_step: FewStep | None = None, files: Mapping[str, bytes] | None = None,
+                    published: bytes | None = None) -> Checkpoint:
+    """Write checkpoint `step` whole (hidden folder, renamed into place) and point RUN/lora.safetensors at it.
+    A distillation adds its adapter's sampling (`few_step`), its own files (the target network) and, when
+    RUN/lora.safetensors is not the checkpoint's adapter alone (a teacher adapter folded in), its bytes."""
     from safetensors.torch import save
 
     root = run / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_name(step)
     tmp = root / f".{step_name(step)}.{os.getpid()}.tmp"
-    lora = adapter_bytes(adapter, model_type, settings.rank, settings.alpha)
+    lora = adapter_bytes(adapter, model_type, settings.rank, settings.alpha, few_step)
     tensors, meta = _optimizer_files(optimizer_state)
     state = {"step": step, "settings": settings.to_json(), "optimizer": meta, **extra}
     with signals_deferred():
@@ -116,12 +121,14 @@ def save_checkpoint(run: Path, step: int, adapter: dict[str, dict[str, Any]], mo
             _write_file(tmp, final, ADAPTER_FILE, lora)
             _write_file(tmp, final, "optimizer.safetensors", save(tensors))
             _write_file(tmp, final, "state.json", (json.dumps(state, indent=1) + "\n").encode())
+            for name, data in (files or {}).items():
+                _write_file(tmp, final, name, data)
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        write_atomic(run / ADAPTER_FILE, lambda handle: handle.write(lora), overwrite=True)
+        write_atomic(run / ADAPTER_FILE, lambda handle: handle.write(published or lora), overwrite=True)
     return Checkpoint(step, final)
 
 
@@ -143,10 +150,11 @@ def _write_file(tmp: Path, final: Path, name: str, data: bytes) -> None:
         raise no_space(final / name) from None
 
 
-def adapter_of(run: Path, checkpoint: Checkpoint) -> Path:
-    """RUN/lora.safetensors made the checkpoint's adapter when it is not (a resume: a full device or a kill may
-    have stopped its write after the checkpoint was whole)."""
-    lora = (checkpoint.folder / ADAPTER_FILE).read_bytes()
+def adapter_of(run: Path, checkpoint: Checkpoint, published: bytes | None = None) -> Path:
+    """RUN/lora.safetensors made what the checkpoint publishes when it is not (a resume: a full device or a kill
+    may have stopped its write after the checkpoint was whole): the checkpoint's adapter, or `published` (as
+    save_checkpoint's: a distillation's with a teacher adapter folded in)."""
+    lora = published or (checkpoint.folder / ADAPTER_FILE).read_bytes()
     target = run / ADAPTER_FILE
     if not target.is_file() or target.read_bytes() != lora:
         write_atomic(target, lambda handle: handle.write(lora), overwrite=True)
@@ -180,7 +188,7 @@ def load_checkpoint(checkpoint: Checkpoint) -> Restored:
 def check_resumable(restored: Restored, settings: TrainSettings) -> None:
     """A resume continues the same run: the settings that shape its numbers must not change."""
     saved = restored.state.get("settings", {})
-    changed = [name for name in TrainSettings.RESUME_FIXED if saved.get(name) != getattr(settings, name)]
+    changed = [name for name in type(settings).RESUME_FIXED if saved.get(name) != getattr(settings, name)]
     if changed:
         shown = ", ".join(f"{{@{name}}} {{was_{name}}} (now {{now_{name}}})" for name in changed[:3])
         values = {f"{when}_{name}": value for name in changed[:3]

@@ -46,7 +46,9 @@ def plot_unavailable() -> str | None:
             "'.[train]'); the losses are in loss.jsonl")
 
 
-def plot_losses(rows: list[dict], path: Path, validation: list[dict] | None = None) -> Path | None:
+def plot_losses(rows: list[dict], path: Path, validation: list[dict] | None = None, *,
+                loss_label: str = "noise-prediction loss (MSE)",
+                score_label: str = "validation SSIM (higher is closer to the real photo)") -> Path | None:
     """The loss curve (raw and smoothed) and, on a second axis, the validation SSIM; None without matplotlib
     (the `train` extra) or without a step to plot."""
     try:
@@ -68,13 +70,13 @@ def plot_losses(rows: list[dict], path: Path, validation: list[dict] | None = No
     ax.plot(steps, losses, color="#9bb7d4", linewidth=0.8, label="loss")
     ax.plot(steps, trend, color="#1f4e79", linewidth=2.0, label="loss, smoothed")
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("noise-prediction loss (MSE)")
+    ax.set_ylabel(loss_label)
     ax.grid(alpha=0.3)
     if validation:
         other = ax.twinx()
         other.plot([v["step"] for v in validation], [v["ssim_mean"] for v in validation], "o-", color="#c55a11",
                    label="validation SSIM")
-        other.set_ylabel("validation SSIM (higher is closer to the real photo)")
+        other.set_ylabel(score_label)
         other.legend(loc="upper right")
     ax.legend(loc="upper left")
     fig.tight_layout()

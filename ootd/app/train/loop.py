@@ -51,7 +51,6 @@ from ootd.pipeline_types import Progress
 from ootd.settings import AttentionName, ModelType
 from ootd.training.cache import CacheIndex, read_index
 from ootd.training.data import Layout, load_batch, step_batches
-from ootd.training.objective import draw
 from ootd.training.settings import LrSchedule, MixedPrecision, TrainSettings
 
 if TYPE_CHECKING:
@@ -71,6 +70,15 @@ class TrainOptions:
     device: str | None = None  # a checked device word (ootd/hardware/spec.py)
     attention: AttentionName = AttentionName.AUTO
     resume: bool = False
+
+    def load_models(self, index: CacheIndex, models: Models | None = None) -> TrainingModels:
+        """The models this run trains, for the cache's model type, from `models` (None: the options' own owner)."""
+        return (models or training_models(self)).trainable(ModelType.parse(index.model_type), self.settings)
+
+    def make_trainer(self, models: TrainingModels, index: CacheIndex, *, rank: int = 0, workers: int = 1,
+                     model: torch.nn.Module | None = None) -> Trainer:
+        """The loop's state for one worker (`model`: the objective's DDP wrapper on a Ray worker)."""
+        return Trainer(self, models, index, rank=rank, workers=workers, model=model)
 
 
 @dataclass
@@ -107,8 +115,9 @@ def training_models(options: TrainOptions) -> Models:
 
 
 def load_trainable(options: TrainOptions, index: CacheIndex, models: Models | None = None) -> TrainingModels:
-    """A fine-tune's models for the cache's model type, from `models` (None: the options' own owner)."""
-    return (models or training_models(options)).trainable(ModelType.parse(index.model_type), options.settings)
+    """The models of the run `options` asks for (a fine-tune's or a distillation's), for the cache's model type,
+    from `models` (None: the options' own owner)."""
+    return options.load_models(index, models)
 
 
 def open_run(options: TrainOptions, index: CacheIndex) -> None:
@@ -189,7 +198,7 @@ class Trainer:
         self.validations = list(restored.state.get("validation", []))
         if self.rank == 0:
             self.log.keep_until(self.step)
-            adapter_of(self.options.output, latest)
+            adapter_of(self.options.output, latest, self.published(restored.adapter))
 
     def _sync(self, last: bool) -> contextlib.AbstractContextManager:
         no_sync = getattr(self.model, "no_sync", None)
@@ -203,8 +212,7 @@ class Trainer:
         total = torch.zeros((), device=self.models.device)
         for i, batch in enumerate(batches):
             tensors = load_batch(self.options.cache, [self.train_keys[n] for n, _ in batch], self.models.device)
-            draws = draw([j for _, j in batch], tensors["target"].shape[1:], objective.num_timesteps, s.dropout,
-                         s.seed, self.step)
+            draws = objective.draw([j for _, j in batch], tensors["target"].shape[1:], s.seed, self.step, s.dropout)
             with self._sync(i == len(batches) - 1):
                 with self._autocast():
                     loss = self.model(tensors["target"], tensors["masked"], tensors["garment"], tensors["prompt"],
@@ -227,9 +235,13 @@ class Trainer:
                 self.scaler.update()
             else:
                 self.optimizer.step()
+            self.after_update()
             self.lr.step()
             self.step += 1
         return value
+
+    def after_update(self) -> None:
+        """What follows each optimizer update in the same unit against signals (a distillation's target network)."""
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         dtype = self.models.autocast
@@ -244,8 +256,21 @@ class Trainer:
 
         adapter = {name: lora_state(unet) for name, unet in self.models.unets.items()}
         save_checkpoint(self.options.output, self.step, adapter, ModelType.parse(self.index.model_type),
-                        self.options.settings, self.optimizer.state_dict(), {"validation": self.validations})
-        plot_losses(self.log.read(), self.options.output / "loss.png", self.validations)
+                        self.options.settings, self.optimizer.state_dict(), {"validation": self.validations},
+                        **self.checkpoint_extras(adapter))
+        plot_losses(self.log.read(), self.options.output / "loss.png", self.validations, **self.PLOT_LABELS)
+
+    PLOT_LABELS: dict[str, str] = {}  # the loss plot's axis labels, where they are not a fine-tune's
+
+    def checkpoint_extras(self, adapter: dict[str, dict[str, torch.Tensor]]) -> dict[str, Any]:
+        """What a checkpoint holds beyond a fine-tune's (save_checkpoint's keywords): a distillation's."""
+        return {}
+
+    def published(self, adapter: dict[str, dict[str, torch.Tensor]]) -> bytes | None:
+        """RUN/lora.safetensors' bytes for a checkpoint's `adapter` where they are not the checkpoint's own
+        adapter file (a distillation's teacher adapter folded in); None: they are. A checkpoint writes them, and a
+        resume writes them again from the checkpoint it continues."""
+        return None
 
     def run_validation(self) -> None:
         result = validate(self.models, self.options.cache, self.index, self.options.settings, self.step,
@@ -299,8 +324,8 @@ def train_local(options: TrainOptions, progress: Progress | None = None, models:
     """The whole fine-tune in this process (`models`: already loaded ones, e.g. by --explain or a test)."""
     index = index or read_index(options.cache)
     open_run(options, index)
-    models = models or load_trainable(options, index)
-    trainer = Trainer(options, models, index)
+    models = models or options.load_models(index)
+    trainer = options.make_trainer(models, index)
     if options.resume:
         trainer.restore()
     return run_loop(trainer, progress)

@@ -36,7 +36,8 @@ def training_estimate(models: TrainingModels, resolution: Resolution, settings: 
     autocast = models.autocast.itemsize if models.autocast is not None else 4
     return estimate_training(_params(c.unet_vton) + _params(c.unet_garm) - adapter, _params(c.vae), adapter,
                              weight_bytes, _latent_tokens(resolution), settings.batch_size,
-                             settings.gradient_checkpointing, settings.train_garment, autocast)
+                             settings.gradient_checkpointing, settings.train_garment, autocast,
+                             settings.target_network)
 
 
 def _adapter_params(unet: Any, rank: int, skip_last_block: bool) -> int:
@@ -73,7 +74,7 @@ def config_estimate(checkpoints: Path, model_type: ModelType, resolution: Resolu
     size = weight_dtype(settings.mixed_precision).itemsize  # the weights' dtype, and autocast's when mixed
     return estimate_training(sum(_params(u) for u in unets.values()), _params(vae), adapter, size,
                              _latent_tokens(resolution), settings.batch_size, settings.gradient_checkpointing,
-                             settings.train_garment, size)
+                             settings.train_garment, size, settings.target_network)
 
 
 def batch_line(settings: TrainSettings, workers: int) -> str:

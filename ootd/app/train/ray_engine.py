@@ -43,16 +43,16 @@ def _worker(config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
 
-    from ootd.app.train.loop import Trainer, load_trainable, run_loop
+    from ootd.app.train.loop import load_trainable, run_loop
 
-    options: TrainOptions = config["options"]
+    options: TrainOptions = config["options"]  # a fine-tune's, or a distillation's (DistillOptions)
     context = ray.train.get_context()
     rank, workers = context.get_world_rank(), context.get_world_size()
     index = read_index(options.cache)
     device = options.device if config["gpus"] else "cpu"
     models = load_trainable(replace(options, device=device), index)  # the worker's own model owner
     model = ray.train.torch.prepare_model(models.objective, move_to_device=False)
-    trainer = Trainer(options, models, index, rank=rank, workers=workers, model=model)
+    trainer = options.make_trainer(models, index, rank=rank, workers=workers, model=model)
     if options.resume:
         trainer.restore()
     try:

@@ -46,8 +46,9 @@ class ValidationResult:
                 "ssim_mean": round(float(np.mean(self.ssim)), 5) if self.ssim else None}
 
 
-def _inputs(pipe: TryOnPipeline, cache: Path, entry: CacheEntry,
-            index: CacheIndex) -> tuple[PersonInputs, GarmentInputs, Image.Image]:
+def held_out_inputs(pipe: TryOnPipeline, cache: Path, entry: CacheEntry,
+                    index: CacheIndex) -> tuple[PersonInputs, GarmentInputs, Image.Image]:
+    """A held-out pair as the pipeline takes it (from its cache entry), and its real photo."""
     tensors = read_entry(cache, entry.key)
     person_png, garment_png = image_paths(cache, entry.key)
     person, garment = load_image(person_png, "person"), load_image(garment_png, "garment")
@@ -76,11 +77,17 @@ def validate(models: TrainingModels, cache: Path, index: CacheIndex, settings: T
     rows, scores = [], []
     with models.validating() as pipe:
         for entry in entries:
-            person_in, garment_in, real = _inputs(pipe, cache, entry, index)
+            person_in, garment_in, real = held_out_inputs(pipe, cache, entry, index)
             result = pipe.generate(person_in, garment_in, sampling)
             tried = result.images[0].convert("RGB").resize(real.size)
             scores.append(ssim(np.asarray(real), np.asarray(tried)))
             rows.append(contact_sheet([real, garment_in.garment, tried]))
+    return ValidationResult(step, write_sheet(rows, folder, step, {"ssim": json.dumps([round(s, 5) for s in scores])}),
+                            scores)
+
+
+def write_sheet(rows: list[Image.Image], folder: Path, step: int, text: dict[str, str]) -> Path:
+    """The rows one under another, as RUN/validation/step-N.png (complete or absent)."""
     width = max(r.width for r in rows)
     sheet = Image.new("RGB", (width, sum(r.height for r in rows) + GAP * (len(rows) - 1)), (255, 255, 255))
     y = 0
@@ -88,7 +95,5 @@ def validate(models: TrainingModels, cache: Path, index: CacheIndex, settings: T
         sheet.paste(row, (0, y))
         y += row.height + GAP
     folder.mkdir(parents=True, exist_ok=True)
-    path = save_png_atomic(sheet, folder / f"step-{step:08d}.png",
-                           {"software": "ootd", "validation_step": str(step),
-                            "ssim": json.dumps([round(s, 5) for s in scores])}, overwrite=True)
-    return ValidationResult(step, path, scores)
+    return save_png_atomic(sheet, folder / f"step-{step:08d}.png",
+                           {"software": "ootd", "validation_step": str(step), **text}, overwrite=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ootd.app.tryon.settings import GROUPS, SETTINGS
 from ootd.app.tryon.sizes import ByteSize, parse_size
+from ootd.errors import Namer, library_name
 from ootd.settings import (
     AttentionName,
     Category,
@@ -29,6 +30,7 @@ from ootd.settings import (
     default_model_type,
 )
 from ootd.speedups.modes import SpeedModes, resolve_speed
+from ootd.weights.fewstep import SAMPLING_WORDS, fill_sampling, notice
 from ootd.weights.lora import LoraChoice
 
 if TYPE_CHECKING:
@@ -66,6 +68,8 @@ class RunConfig:
     category_margin: float = _default("category_margin")  # `auto`: the lead over the 2nd category it needs
     seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
     lora: LoraChoice | None = None  # an adapter `ootd train` wrote, merged at its scale when the models load
+    # -- few-step adapters (`ootd train distill`): the sampling settings taken from the adapter, not given ------
+    lora_sampling: tuple[str, ...] = ()
     photo: PhotoOutput = field(default_factory=PhotoOutput)  # working-size pictures, or the photo's (--keep-unmasked)
     # CPU threads of torch and ONNX Runtime. build_config fixes the number where the command starts, and every
     # engine's processes apply it, so a Ray worker sums floats in the same order as a local run (same bytes).
@@ -89,6 +93,13 @@ class RunConfig:
         """The value of a declared setting kept in `extras` (None: not given)."""
         return dict(self.extras).get(name)
 
+    def lora_notice(self, name: Namer = library_name) -> str | None:
+        """The one line a front end says when a few-step adapter's own sampling applies (None otherwise), the
+        settings given instead worded by `name`."""
+        if self.lora is None or self.lora.few_step is None:
+            return None
+        return notice(self.lora.path.name, self.lora.few_step, self.lora_sampling, name)
+
     def model_type_for(self, category: Category) -> ModelType:
         """The model for a category: the forced one (if compatible) or the default (hd upper, dc otherwise)."""
         model_type = self.model_type or default_model_type(category)
@@ -96,9 +107,20 @@ class RunConfig:
         return model_type
 
 
-# how each group's settings become its value: made from words (build_config) or updated by some (update_config)
-_MADE: dict[str, Callable[..., Any]] = {"sampling": SamplingSettings.from_words, "speed": resolve_speed,
-                                        "photo": PhotoOutput.from_words, "lora": LoraChoice.parse}
+# how each group's settings become its value: made from words (build_config) or updated by some (update_config);
+# the sampling group is made last, from its words and the adapter's (`_sampling`)
+_MADE: dict[str, Callable[..., Any]] = {"speed": resolve_speed, "photo": PhotoOutput.from_words,
+                                        "lora": LoraChoice.parse}
+
+
+def _sampling(lora: LoraChoice | None, words: Mapping[str, Any]) -> tuple[SamplingSettings, tuple[str, ...]]:
+    """The sampling settings of `words` (by SamplingSettings' keywords; steps, scale and scheduler None: not
+    given), those not given taken from a few-step adapter's own (ootd/weights/fewstep.py) or the defaults; and the
+    names of the settings taken from the adapter."""
+    named = {name: words.get(key) for name, key in SAMPLING_WORDS.items()}
+    filled, taken = fill_sampling(lora.few_step if lora is not None else None, named)
+    rest = {key: word for key, word in words.items() if key not in SAMPLING_WORDS.values()}
+    return SamplingSettings.from_words(**rest, **{SAMPLING_WORDS[name]: word for name, word in filled.items()}), taken
 
 
 def _speed_updated(current: SpeedModes, **words: Any) -> SpeedModes:
@@ -140,14 +162,17 @@ def build_config(*, checkpoints: Path | str | None = None, **words: Any) -> RunC
     Takes the words a user typed (as front ends receive them), by setting name (ootd/app/tryon/settings.py; an
     unknown name is a TypeError); a setting left out takes its declared default. Each bad word is a one-line
     UsageError naming its setting. The speed options left as None follow the `speed` preset (None: exact).
+    `steps`, `scale` and `scheduler` None: a few-step adapter's own (ootd/weights/fewstep.py), else the defaults.
     `threads` None: the CPU threads torch uses in this process now (its physical cores, or $OMP_NUM_THREADS),
     fixed here so that the processes of every engine apply the same number.
     """
     SETTINGS.check_words(words)
     given = {**{one.name: one.default for one in SETTINGS}, **words, "checkpoints": checkpoints}
     groups, fields, extras = _sorted(given)
-    made = {group: _MADE[group](**groups.get(group, {})) for group in GROUPS}
-    return RunConfig(**fields, **made, extras=tuple(sorted(extras.items())), seed_random=given["seed"] is None)
+    made = {group: _MADE[group](**groups.get(group, {})) for group in GROUPS if group in _MADE}
+    made["sampling"], taken = _sampling(made["lora"], groups.get("sampling", {}))
+    return RunConfig(**fields, **made, lora_sampling=taken, extras=tuple(sorted(extras.items())),
+                     seed_random=given["seed"] is None)
 
 
 def update_config(base: RunConfig, words: Mapping[str, Any]) -> RunConfig:

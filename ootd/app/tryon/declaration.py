@@ -14,10 +14,12 @@ from typing import Any
 
 from ootd.errors import Namer, UsageError, fill
 
-# The front ends that may offer a setting: the CLI's commands, the HTTP API's form, ComfyUI's try-on and loader nodes
+# The front ends that may offer a setting: the CLI's commands, the HTTP API's form, ComfyUI's nodes (the try-on, the
+# loader, the mask and the garment category nodes)
 RUN, BATCH, SERVE, MASK, BENCH, CLASSIFY = "run", "batch", "serve", "mask", "bench", "classify"
-API, NODE, LOADER_NODE = "api", "node", "loader_node"
-FRONT_ENDS = (RUN, BATCH, SERVE, MASK, BENCH, CLASSIFY, API, NODE, LOADER_NODE)
+API, NODE, LOADER_NODE, MASK_NODE, CLASSIFY_NODE = "api", "node", "loader_node", "mask_node", "classify_node"
+NODES = (NODE, LOADER_NODE, MASK_NODE, CLASSIFY_NODE)
+FRONT_ENDS = (RUN, BATCH, SERVE, MASK, BENCH, CLASSIFY, API, *NODES)
 # `--help`'s panels
 SAMPLING, HARDWARE, INPUTS, OUTPUTS = "Sampling", "Hardware", "Inputs", "Outputs"
 SPEED = "Speed (exact by default; the modes change the images: judge them with `ootd compare`)"
@@ -158,15 +160,16 @@ class Setting:
 
 
 _TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", Path: "path"}
-_FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
-               "off": False}
+# the words a switch takes as a word (`check`; the HTTP API's form fields)
+FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
+              "off": False}
 
 
 def _flag(word: Any) -> bool:
     key = str(word).strip().lower()
-    if key not in _FLAG_WORDS:
+    if key not in FLAG_WORDS:
         raise ValueError(word)
-    return _FLAG_WORDS[key]
+    return FLAG_WORDS[key]
 
 
 def _kind_words(kind: type) -> str:

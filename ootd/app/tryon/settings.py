@@ -24,13 +24,16 @@ from ootd.app.tryon.declaration import (
     BATCH,
     BENCH,
     CLASSIFY,
+    CLASSIFY_NODE,
     FRONT_ENDS,
     GROUPS,
     HARDWARE,
     INPUTS,
     LOADER_NODE,
     MASK,
+    MASK_NODE,
     NODE,
+    NODES,
     OUTPUTS,
     RUN,
     SAMPLING,
@@ -46,6 +49,7 @@ from ootd.app.tryon.naming import DEFAULT_NAME, NAME_FIELDS, check_template
 from ootd.app.tryon.sizes import parse_size
 from ootd.hardware.spec import ENV_DEVICE
 from ootd.settings import (
+    CONSISTENCY_GRID,
     DEFAULT_CATEGORY_MARGIN,
     DEFAULT_FEATHER,
     FEATHER_HEIGHT,
@@ -74,9 +78,9 @@ from ootd.settings import (
 from ootd.speedups.modes import FeatureCache, SpeedModes, TokenMerge
 from ootd.weights.lora import MAX_LORA_SCALE, LoraChoice
 
-__all__ = ["API", "BATCH", "BENCH", "CLASSIFY", "FRONT_ENDS", "GROUPS", "HARDWARE", "INPUTS", "LOADER_NODE", "MASK",
-           "NODE", "OUTPUTS", "RUN", "SAMPLING", "SERVE", "SETTINGS", "SPEED", "Recorded", "Setting", "Settings",
-           "recorded", "value_of"]
+__all__ = ["API", "BATCH", "BENCH", "CLASSIFY", "CLASSIFY_NODE", "FRONT_ENDS", "GROUPS", "HARDWARE", "INPUTS",
+           "LOADER_NODE", "MASK", "MASK_NODE", "NODE", "NODES", "OUTPUTS", "RUN", "SAMPLING", "SERVE", "SETTINGS",
+           "SPEED", "Recorded", "Setting", "Settings", "recorded", "value_of"]
 
 def _literal(text: str) -> str:
     """Text put into a help template as it is (its braces are not settings)."""
@@ -131,6 +135,22 @@ def _photo(key: str) -> tuple[Recorded, ...]:
                      lambda p: _photo_words(p).get(key, (None, None))[1], absent=absent, pixels=True),)
 
 
+def _few_step() -> tuple[Recorded, ...]:
+    """What pictures record of a few-step adapter's own sampling (`ootd train distill`), beside the steps, scale
+    and scheduler they were made with (nothing for a plain adapter, or none)."""
+    facts = {"lora_steps": lambda few: few.steps, "lora_scheduler": lambda few: few.scheduler.value,
+             "lora_guidance": lambda few: few.guidance}
+
+    def kept(fact: Callable[[Any], Any], text: bool) -> Callable[[Any], Any]:
+        def of(lora: Any) -> Any:
+            if lora is None or lora.few_step is None:
+                return None
+            return str(fact(lora.few_step)) if text else fact(lora.few_step)
+        return of
+
+    return tuple(Recorded(key, kept(fact, True), kept(fact, False), absent="none") for key, fact in facts.items())
+
+
 _ALL_RUN = frozenset({RUN, BATCH, SERVE})
 _REQUEST = frozenset({API, NODE})
 _EXACT = SpeedModes()
@@ -151,12 +171,18 @@ SETTINGS = Settings(
             maximum=MAX_SAMPLES, flags=("--samples", "-n"), metavar="N", panel=SAMPLING,
             offered=_ALL_RUN | _REQUEST | {BENCH}, home="sampling.num_samples",
             record=_sampling("samples", lambda s: s.num_samples, per_pass=True)),
-    Setting("steps", int, SamplingSettings.steps, "Denoising steps.", minimum=1, maximum=MAX_STEPS,
-            flags=("--steps",), metavar="N", panel=SAMPLING, offered=_ALL_RUN | _REQUEST | {BENCH},
-            home="sampling.steps", record=_sampling("steps", lambda s: s.steps)),
-    Setting("scale", float, SamplingSettings.guidance_scale, "Image guidance scale (off below 1.0).",
+    # steps, scale and scheduler left out: a few-step adapter's own ({@lora}; ootd/weights/fewstep.py), else these
+    Setting("steps", int, None, f"Denoising steps. Default: {SamplingSettings.steps}, or a few-step adapter's own "
+            "({@lora}).", minimum=1, maximum=MAX_STEPS, flags=("--steps",), metavar="N", panel=SAMPLING,
+            offered=_ALL_RUN | _REQUEST | {BENCH}, home="sampling.steps", omitted=SamplingSettings.steps,
+            default_text=f"{SamplingSettings.steps}, or a few-step adapter's own",
+            record=_sampling("steps", lambda s: s.steps)),
+    Setting("scale", float, None, f"Image guidance scale (off below 1.0). Default: "
+            f"{SamplingSettings.guidance_scale}, or a few-step adapter's own (guidance off).",
             label="guidance scale", minimum=0.0, maximum=MAX_SCALE, flags=("--scale",), panel=SAMPLING,
             offered=_ALL_RUN | _REQUEST | {BENCH}, home="sampling.guidance_scale",
+            omitted=SamplingSettings.guidance_scale,
+            default_text=f"{SamplingSettings.guidance_scale}, or a few-step adapter's own",
             record=_sampling("scale", lambda s: float(s.guidance_scale), lambda s: str(s.guidance_scale))),
     Setting("seed", int, SamplingSettings.seed, "Random seed; drawn at random (and printed) when absent.",
             minimum=0, maximum=SEED_LIMIT - 1, flags=("--seed",), metavar="N", panel=SAMPLING,
@@ -165,11 +191,14 @@ SETTINGS = Settings(
             range_text="0 to 2^63 - 1"),
     Setting("resolution", str, str(SamplingSettings.resolution), "Working resolution, width x height: 384x512 or "
             "768x1024.", choices=tuple(RESOLUTIONS), flags=("--resolution",), metavar="WxH", panel=SAMPLING,
-            offered=_ALL_RUN | _REQUEST | {MASK, BENCH}, home="sampling.resolution",
+            offered=_ALL_RUN | _REQUEST | {MASK, BENCH, MASK_NODE}, home="sampling.resolution",
             record=_sampling("resolution", lambda s: str(s.resolution))),
-    Setting("scheduler", str, SamplingSettings.scheduler.value, "Sampler (unipc: the original's).",
+    Setting("scheduler", str, None, f"Sampler. Default: {SamplingSettings.scheduler.value} (the original's), or a "
+            f"few-step adapter's own (lcm or tcd: consistency sampling, 1 to {CONSISTENCY_GRID} steps).",
             choices=SchedulerName.words(), flags=("--scheduler",), panel=SAMPLING,
             offered=_ALL_RUN | _REQUEST | {BENCH}, home="sampling.scheduler",
+            omitted=SamplingSettings.scheduler.value,
+            default_text=f"{SamplingSettings.scheduler.value}, or a few-step adapter's own",
             record=_sampling("scheduler", lambda s: s.scheduler.value)),
     Setting("speed", str, None, "exact (default): the method as published. fast: token merging 0.5 and feature "
             "caching every 3rd step (each option below overrides it). Precision is separate: see {@precision}.",
@@ -245,7 +274,7 @@ SETTINGS = Settings(
     Setting("category_margin", float, DEFAULT_CATEGORY_MARGIN, "{@category} auto refuses a garment whose likeliest "
             "category leads the second by less than this probability (0 to 1; docs/categories.md).",
             label="category margin", minimum=0.0, maximum=1.0, below_maximum=True, flags=("--category-margin",),
-            metavar="P", panel=INPUTS, offered=_ALL_RUN | {CLASSIFY}, home="category_margin",
+            metavar="P", panel=INPUTS, offered=_ALL_RUN | {CLASSIFY, CLASSIFY_NODE}, home="category_margin",
             parse=check_category_margin),
     Setting("lora", Path, None, "A LoRA adapter `ootd train run` wrote (RUN/lora.safetensors), merged into the "
             "models.", label="LoRA adapter", flags=("--lora",), metavar="FILE", panel=INPUTS,
@@ -253,7 +282,8 @@ SETTINGS = Settings(
             record=(Recorded("lora", lambda lora: lora.path.name if lora else None,
                              lambda lora: lora.path.name if lora else None, absent="none", compared=True),
                     Recorded("lora_sha256", lambda lora: lora.sha256 if lora else None,
-                             lambda lora: lora.sha256 if lora else None, absent="none", pixels=True))),
+                             lambda lora: lora.sha256 if lora else None, absent="none", pixels=True),
+                    *_few_step())),
     Setting("lora_scale", float, LoraChoice.scale, f"How much of the adapter: 0 (the base model) to "
             f"{MAX_LORA_SCALE:g}.", label="LoRA scale", minimum=0.0, maximum=MAX_LORA_SCALE,
             flags=("--lora-scale",), metavar="S", panel=INPUTS, offered=_ALL_RUN | {LOADER_NODE},
@@ -261,10 +291,12 @@ SETTINGS = Settings(
             record=(Recorded("lora_scale", lambda lora: f"{lora.scale:g}" if lora else None,
                              lambda lora: lora.scale if lora else None, absent="none", pixels=True),)),
     Setting("fit", str, FitMode.PAD.value, "Framing of non-3:4 photos.", label="fit mode", choices=FitMode.words(),
-            flags=("--fit",), panel=INPUTS, offered=_ALL_RUN | _REQUEST | {MASK}, home="fit", parse=FitMode.parse,
+            flags=("--fit",), panel=INPUTS, offered=_ALL_RUN | _REQUEST | {MASK, MASK_NODE}, home="fit",
+            parse=FitMode.parse,
             record=(Recorded("fit", lambda fit: fit.value, pixels=True),)),
     Setting("mask_grow", int, 0, "Grow the mask by N pixels (at 512 px height).", minimum=0,
-            maximum=MAX_MASK_GROW, flags=("--mask-grow",), metavar="N", panel=INPUTS, offered=_ALL_RUN | {MASK},
+            maximum=MAX_MASK_GROW, flags=("--mask-grow",), metavar="N", panel=INPUTS,
+            offered=_ALL_RUN | {MASK, MASK_NODE},
             home="mask_grow", parse=check_mask_grow,
             record=(Recorded("mask_grow", str, pixels=True, per_pass=True),)),
     Setting("output_size", str, None, "working (default): the pictures at {@resolution}, as the method makes them; "

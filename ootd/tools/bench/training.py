@@ -13,12 +13,13 @@ from typing import Any
 import torch
 
 from ootd.settings import ModelType, Resolution
-from ootd.training.settings import TrainSettings
+from ootd.training.settings import DistillSettings, TrainSettings
 
 
 @dataclass(frozen=True)
 class TrainBench:
     resolution: str
+    kind: str  # "fine-tune" or "distill"
     batch_size: int
     checkpointing: bool
     train_garment: bool
@@ -37,18 +38,22 @@ def _peak_rss() -> int:
 
 
 def bench_training(kind: str, resolution: Resolution, settings: TrainSettings, steps: int) -> TrainBench:
-    """Build the `kind` architectures with random weights, add the adapters and time `steps` optimizer steps."""
+    """Build the `kind` architectures with random weights, add the adapters and time `steps` optimizer steps (of a
+    distillation with DistillSettings: the teacher's guided step, the target network and the student)."""
+    from ootd.app.train.distill import load_distill_models
     from ootd.app.train.plan import training_estimate
     from ootd.models import Models, ModelSource
     from ootd.runtime import RuntimeRequest
     from ootd.settings import PrecisionName
     from ootd.tools.bench.random_weights import build_random_components
-    from ootd.training.objective import draw
 
     source = ModelSource(components=lambda model_type, precision, device: build_random_components(kind, precision,
                                                                                                   device))
     owner = Models(None, RuntimeRequest(device="cpu", precision=PrecisionName.FP32), source=source)
-    models = owner.trainable(ModelType.HD, settings)  # the random networks handed to the owner as a source
+    distill = isinstance(settings, DistillSettings)
+    # the random networks handed to the owner as a source
+    models = (load_distill_models(owner, ModelType.HD, settings) if distill
+              else owner.trainable(ModelType.HD, settings))
     components = models.pipe.components
     baseline = _peak_rss()
     h, w = resolution.height // 8, resolution.width // 8
@@ -62,12 +67,15 @@ def bench_training(kind: str, resolution: Resolution, settings: TrainSettings, s
     for step in range(steps):
         t = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        d = draw(range(b), (4, h, w), models.objective.num_timesteps, settings.dropout, 0, step)
+        d = models.objective.draw(range(b), (4, h, w), 0, step, settings.dropout)
         loss = models.objective(*tensors, prompt, d.noise, d.timesteps, d.drop)
         loss.backward()
         models.objective.release()
         optimizer.step()
+        if distill:
+            models.objective.update_target(settings.ema_decay)
         times.append(time.perf_counter() - t)
     estimate = training_estimate(models, resolution, settings)
-    return TrainBench(str(resolution), b, settings.gradient_checkpointing, settings.train_garment, times,
+    return TrainBench(str(resolution), "distill" if distill else "fine-tune", b, settings.gradient_checkpointing,
+                      settings.train_garment, times,
                       _peak_rss(), estimate.total, baseline)

@@ -91,3 +91,31 @@ def test_sigterm_to_the_driver_saves_a_checkpoint_and_exits_143(tiny_tree: Path,
     summary = json.loads(resumed.stdout)
     assert (summary["from_step"], summary["steps"]) == (saved.step, saved.step + 1)
     assert [c.step for c in checkpoints(run)] == [saved.step, saved.step + 1]
+
+
+def test_a_distillation_on_two_ray_workers_matches_one_worker(tiny_tree: Path, example_images: dict,
+                                                             tmp_path: Path) -> None:
+    """`ootd train distill --engine ray`: the workers run the distillation's objective and target network (each
+    keeps the EMA of the same all-reduced student), and end where one worker with their global batch ends."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.train.torch")
+    from ootd.app.train.distill import TARGET_FILE, DistillOptions
+    from ootd.training.settings import DistillSettings
+
+    cache = prepared_cache(tmp_path / "data", tiny_tree, example_images, split=0.0)
+    common = {"steps": 2, "learning_rate": 1e-2, "warmup": 0, "validation_pairs": 0, "rank": 4, "alpha": 4,
+              "ema_decay": 0.5}
+    train_local(DistillOptions(cache, tmp_path / "one", tiny_tree,
+                               DistillSettings.from_words(batch_size=2, **common)))  # type: ignore[arg-type]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    try:
+        two = train_ray(DistillOptions(cache, tmp_path / "two", tiny_tree,
+                                       DistillSettings.from_words(batch_size=1, **common)), 2, False)  # type: ignore[arg-type]
+    finally:
+        ray.shutdown()
+    assert two.steps == 2
+    for name in ("lora.safetensors", f"checkpoints/step-00000002/{TARGET_FILE}"):
+        a, b = load_file(str(tmp_path / "one" / name)), load_file(str(tmp_path / "two" / name))
+        assert a.keys() == b.keys()
+        for key in a:
+            torch.testing.assert_close(b[key], a[key], rtol=1e-3, atol=5e-4)

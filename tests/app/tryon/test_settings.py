@@ -65,8 +65,10 @@ def test_a_front_end_can_build_its_inputs_from_the_declarations() -> None:
         if described["type"] in ("integer", "number") and described["name"] != "seed":
             assert described["minimum"] is not None and described["maximum"] is not None, described
     steps = SETTINGS["steps"].describe()
-    assert (steps["minimum"], steps["maximum"], steps["default"], steps["pixels"]) == (1, 1000, 20, True)
-    assert SETTINGS["scheduler"].json_schema()["enum"] == ["unipc", "dpmpp", "ddim", "euler"]
+    # left out, the steps are a few-step adapter's own, else 20 (`omitted`: what a front end shows as the default)
+    assert (steps["minimum"], steps["maximum"], steps["default"], steps["omitted"], steps["pixels"]) == (
+        1, 1000, None, 20, True)
+    assert SETTINGS["scheduler"].json_schema()["enum"] == ["unipc", "dpmpp", "ddim", "euler", "lcm", "tcd"]
     assert SETTINGS["category_margin"].json_schema()["exclusiveMaximum"] == 1.0
     for one in SETTINGS:  # where each value lives is one of the places build_config fills
         assert one.home is None or one.group in GROUPS or one.home in RunConfig.__dataclass_fields__, one.name
@@ -95,11 +97,11 @@ THROWAWAY = """
     import json, sys
     from pathlib import Path
 
-    from ootd.app.tryon.settings import API, BATCH, RUN, SAMPLING, SERVE, SETTINGS, Setting, recorded
+    from ootd.app.tryon.settings import API, BATCH, NODE, RUN, SAMPLING, SERVE, SETTINGS, Setting, recorded
 
     # the only edit: one more declaration
     SETTINGS.add(Setting("knob", int, 3, "A throwaway knob.", minimum=0, maximum=9, flags=("--knob",),
-                         metavar="K", panel=SAMPLING, offered=frozenset({RUN, BATCH, SERVE, API}),
+                         metavar="K", panel=SAMPLING, offered=frozenset({RUN, BATCH, SERVE, API, NODE}),
                          record=recorded("knob", pixels=True)))
 
     from fastapi.testclient import TestClient
@@ -136,6 +138,18 @@ THROWAWAY = """
         found["api"] = [answer.status_code, answer.json()]
         refused = client.post("/api/tryon", data={**form, "knob": "12"}, files=files)
         found["api_bad"] = [refused.status_code, refused.json()]
+    # the try-on node (its inputs as ComfyUI gets them, without ComfyUI: ootd/comfyui/inputs.py)
+    from dataclasses import asdict
+
+    from ootd.comfyui.inputs import config_words, node_errors, widgets
+
+    found["node"] = [asdict(one) for one in widgets(NODE) if one.name == "knob"]
+    found["node_value"] = build_config(checkpoints=tree, **config_words(NODE, {"knob": 5})).extra("knob")
+    try:
+        with node_errors():
+            build_config(checkpoints=tree, **config_words(NODE, {"knob": 12}))
+    except Exception as exc:
+        found["node_bad"] = [type(exc).__name__, str(exc)]
     print(json.dumps(found))
 """
 
@@ -144,7 +158,9 @@ def test_a_setting_declared_once_reaches_every_front_end(tmp_path: Path, tiny_tr
                                                          example_images: dict[str, Path]) -> None:
     """A throwaway setting, added to the declarations in a process of its own (nothing else edited): `ootd run`
     offers it (--help, its bounds checked in the CLI's words), the pictures record it and resume compares it, the
-    HTTP API's form takes it (its OpenAPI schema states its type and bounds, its errors name the field)."""
+    HTTP API's form takes it (its OpenAPI schema states its type and bounds, its errors name the field), and the
+    ComfyUI try-on node has it as an input (its bounds, default and tooltip; its value reaches the config; its
+    errors name the input)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OOTD_CPU_BF16": "0"}
     args = [tiny_tree, example_images["person"], example_images["tshirt"], example_images["mask"], tmp_path / "out"]
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(THROWAWAY), *map(str, args)], env=env,
@@ -163,6 +179,10 @@ def test_a_setting_declared_once_reaches_every_front_end(tmp_path: Path, tiny_tr
     assert status == 200, answer
     assert answer["settings"]["knob"] == 5
     assert found["api_bad"] == [422, {"error": "`knob` must be 0 to 9, got 12"}]
+    assert found["node"] == [{"name": "knob", "kind": "int", "default": 3, "tooltip": "A throwaway knob.", "low": 0,
+                              "high": 9, "step": None, "choices": [], "left_out": None}]
+    assert found["node_value"] == 5
+    assert found["node_bad"] == ["UsageError", "input knob must be 0 to 9, got 12"]
 
 
 def test_each_speed_setting_is_one_entry_of_the_modes_table() -> None:

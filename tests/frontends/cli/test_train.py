@@ -39,6 +39,22 @@ def test_bad_input_is_one_line(tmp_path: Path, tiny_tree: Path) -> None:
                                  "fp8"), 2, "unknown mixed precision")
 
 
+def test_distill_words_its_settings_with_its_own_flags(tmp_path: Path) -> None:
+    """`ootd train distill` takes `ootd train run`'s settings (--lr) and its own; the library's errors name them
+    (`ema_decay`, `teacher_lora`) and the command words them with its flags."""
+    (tmp_path / "empty").mkdir()
+    distill = ("train", "distill", tmp_path / "empty", "-o", tmp_path / "r")
+    assert_one_line_error(invoke(*distill, "--lr", "5"), 2, "--lr must be above 0 and at most 1, got 5.0")
+    assert_one_line_error(invoke(*distill, "--ema-decay", "1"), 2,
+                          "--ema-decay must be from 0 up to (not including) 1, got 1.0")
+    assert_one_line_error(invoke(*distill, "--sampler", "unipc"), 2, "--sampler must be one of lcm, tcd")
+    assert_one_line_error(invoke(*distill, "--teacher-lora-scale", "2"), 2,
+                          "--teacher-lora-scale needs --teacher-lora FILE")
+    assert_one_line_error(invoke(*distill, "--teacher-lora", tmp_path / "shop.safetensors"), 2,
+                          "--teacher-lora ", "shop.safetensors: not found")
+    assert_one_line_error(invoke(*distill), 2, "is not a training cache")
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory, tiny_tree: Path, example_images: dict) -> Path:
     return prepared_cache(tmp_path_factory.mktemp("train-cli"), tiny_tree, example_images, split=0.0)

@@ -1,11 +1,11 @@
-"""What the nodes take from the rest of ootd (ootd/comfyui/backend.py), without ComfyUI: each setting's bounds as
-ootd checks them, the node's widgets as `build_config` keywords, the library's messages in the node's words, and
-the shared models: room asked for before a load, every model counted by the host, loaded once, released when
-the host asks and loaded again after."""
+"""What the nodes take from the rest of ootd, without ComfyUI: their setting inputs derived from the declarations
+(ootd/comfyui/inputs.py; each widget's bounds as ootd checks them, a widget left at its default as the setting
+left out), the library's messages in the node's words, and the shared models (ootd/comfyui/backend.py): room asked
+for before a load, every model counted by the host, loaded once, released when the host asks and loaded again
+after."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,45 +13,82 @@ from typing import Any
 import pytest
 
 from ootd.app.tryon.config import build_config
+from ootd.app.tryon.settings import CLASSIFY_NODE, LOADER_NODE, MASK_NODE, NODE, NODES, SETTINGS
 from ootd.comfyui import backend
-from ootd.comfyui.backend import MARGIN, MASK_SETTINGS, TRYON_SETTINGS, ModelChoice, make_handle, node_words
-from ootd.errors import CheckpointError, OotdError, UnsupportedError, UsageError
+from ootd.comfyui.backend import ModelChoice, make_handle
+from ootd.comfyui.inputs import Widget, config_words, node_errors, node_name, widgets
+from ootd.errors import CheckpointError, NoPersonError, OotdError, UnsupportedError, UsageError, worded
 from ootd.settings import Category, ModelType
 
-DEFAULTS = {setting.name: setting.default for setting in TRYON_SETTINGS}
+DEFAULTS = {node: {one.name: one.default for one in widgets(node)} for node in NODES}
 
 
-def keywords(**values: Any) -> dict[str, Any]:
-    return backend.tryon_keywords({**DEFAULTS, **values})
+def keywords(node: str = NODE, **values: Any) -> dict[str, Any]:
+    """A node's `build_config` keywords with its widgets at their defaults but `values` (the loader's checkpoints
+    folder aside: the tests give it)."""
+    words = config_words(node, {**DEFAULTS[node], **values})
+    words.pop("checkpoints", None)
+    return words
 
 
-@pytest.mark.parametrize("setting", [s for s in TRYON_SETTINGS if s.kind in ("int", "float")], ids=lambda s: s.name)
-def test_each_bound_is_ootds_own(setting: backend.Setting, tiny_tree: Path) -> None:
-    """A value at each bound runs; one past it is refused by ootd itself (the bounds cannot drift apart)."""
-    extra = {"keep_unmasked": True} if setting.name == "feather" else {}
-    past = 1 if setting.kind == "int" else 0.01
-    for value in (setting.low, setting.high):
-        build_config(checkpoints=tiny_tree, **keywords(**extra, **{setting.name: value}))
-    for value in (setting.low - past, setting.high + past):
-        with pytest.raises(UsageError):
-            build_config(checkpoints=tiny_tree, **keywords(**extra, **{setting.name: value}))
+def test_every_declared_setting_of_a_node_is_its_input_and_nothing_else() -> None:
+    for node in NODES:
+        assert [one.name for one in widgets(node)] == [one.name for one in SETTINGS.offered_by(node)], node
+    assert [one.name for one in widgets(NODE)] == ["samples", "steps", "scale", "seed", "resolution", "scheduler",
+                                                   "speed", "fit", "output_size", "keep_unmasked", "feather"]
+    assert {one.name for one in widgets(MASK_NODE)} == {"mask_grow", "resolution", "fit"}
+    assert [one.name for one in widgets(CLASSIFY_NODE)] == ["category_margin"]
+    assert {"model_type", "precision", "attention", "lora", "lora_scale"} <= {w.name for w in widgets(LOADER_NODE)}
+    for node in NODES:
+        for one in widgets(node):
+            assert one.tooltip and "--" not in one.tooltip and "{" not in one.tooltip, one
+
+
+NUMBERS = [(node, one) for node in (NODE, MASK_NODE, CLASSIFY_NODE, LOADER_NODE) for one in widgets(node)
+           if one.kind in ("int", "float")]
+
+
+@pytest.mark.parametrize(("node", "one"), NUMBERS, ids=[f"{node}-{one.name}" for node, one in NUMBERS])
+def test_each_bound_is_ootds_own(node: str, one: Widget, tiny_tree: Path, tmp_path: Path) -> None:
+    """A value at each bound of a widget runs; one past it is refused by ootd itself, naming the input."""
+    extra: dict[str, Any] = {"keep_unmasked": True} if one.name == "feather" else {}
+    if one.name == "lora_scale":  # a scale needs an adapter file (chosen, not read, when the config is built)
+        (tmp_path / "a.safetensors").write_bytes(b"x")
+        extra["lora"] = str(tmp_path / "a.safetensors")
+    past = 1 if one.kind == "int" else one.step
+    for value in (one.low, one.high):
+        build_config(checkpoints=tiny_tree, **keywords(node, **extra, **{one.name: value}))
+    for value in (one.low - past, one.high + past):
+        with pytest.raises(UsageError) as refused:
+            build_config(checkpoints=tiny_tree, **keywords(node, **extra, **{one.name: value}))
+        assert worded(refused.value, node_name).startswith(f"input {one.name} "), str(refused.value)
 
 
 def test_every_choice_is_a_word_ootd_takes(tiny_tree: Path) -> None:
-    for setting in (*TRYON_SETTINGS, *MASK_SETTINGS):
-        for word in setting.choices:
-            build_config(checkpoints=tiny_tree, **keywords(**{setting.name: word}))
-    for words, _ in backend.LOADER_CHOICES.values():
-        assert len(set(words)) == len(words)
-    with pytest.raises(UsageError):
-        build_config(checkpoints=tiny_tree, category_margin=MARGIN.high + 0.01)
+    for node in NODES:
+        for one in widgets(node):
+            for word in one.choices:
+                build_config(checkpoints=tiny_tree, **keywords(node, **{one.name: word}))
+    assert widgets(LOADER_NODE)[0].choices == ("auto", "hd", "dc")  # auto: hd for upper, dc otherwise
+    assert keywords(LOADER_NODE, model_type="auto")["model_type"] is None
 
 
-def test_feather_counts_only_with_keep_unmasked(tiny_tree: Path) -> None:
-    plain = build_config(checkpoints=tiny_tree, **keywords(feather=9, output_size="working"))
-    assert not plain.photo.keep_unmasked and plain.photo.feather == 4
-    kept = build_config(checkpoints=tiny_tree, **keywords(feather=9, keep_unmasked=True, output_size="working"))
+def test_widgets_left_at_their_defaults_are_the_settings_defaults(tiny_tree: Path) -> None:
+    for node in (NODE, MASK_NODE, CLASSIFY_NODE):
+        ours = build_config(checkpoints=tiny_tree, **{**keywords(node), "seed": 5})
+        assert ours == build_config(checkpoints=tiny_tree, seed=5), node
+    assert keywords(speed="exact", output_size="working", feather=4) == {**keywords(), "seed": 0}
+    # left out: steps, scale and scheduler are then a few-step adapter's own (else 20, 2.0, unipc, as shown)
+    assert {name for name, word in keywords().items() if word is None} == {"steps", "scale", "scheduler", "speed",
+                                                                          "output_size", "feather"}
+
+
+def test_feather_counts_with_keep_unmasked_and_is_refused_without_it(tiny_tree: Path) -> None:
+    kept = build_config(checkpoints=tiny_tree, **keywords(feather=9, keep_unmasked=True))
     assert kept.photo.keep_unmasked and kept.photo.feather == 9 and kept.photo.at_photo_size
+    with pytest.raises(UsageError) as refused, node_errors():
+        build_config(checkpoints=tiny_tree, **keywords(feather=9))
+    assert str(refused.value).startswith("input feather is the seam of input keep_unmasked")
 
 
 def test_the_librarys_messages_in_a_nodes_words(tiny_tree: Path) -> None:
@@ -66,17 +103,32 @@ def test_the_librarys_messages_in_a_nodes_words(tiny_tree: Path) -> None:
                  lambda: build_config(checkpoints=tiny_tree, category_margin=2)):
         with pytest.raises(OotdError) as caught:
             fail()
-        raised.append(node_words(str(caught.value)))
+        raised.append(worded(caught.value, node_name))
     assert raised[0] == "the hd model only does upper-body garments; use input model_type dc for category dress"
-    assert raised[1].endswith("or set the ootd Loader's checkpoints_path")
+    # the checkpoints are chosen from ComfyUI's folders: neither a flag's DIR nor $OOTD_CHECKPOINTS
+    assert raised[1] == f"checkpoints folder {tiny_tree / 'nowhere'} does not exist; run `ootd download --dest " \
+                        f"{tiny_tree / 'nowhere'}`"
     assert raised[2].startswith("input feather is the seam of input keep_unmasked")
-    assert raised[3] == "input margin must be from 0 up to (not including) 1, got 2"
-    outside_commands = [re.sub(r"`[^`]*`", "", words) for words in raised]  # `ootd download --dest` is a command
-    assert all("--" not in words for words in outside_commands), raised
+    assert raised[3] == "input category_margin must be from 0 up to (not including) 1, got 2"
     found = type("Found", (), {"margin": 0.01, "ranked": [(Category.UPPER, 0.34), (Category.DRESS, 0.33)]})()
     with pytest.raises(UsageError) as caught:
         check_margin(found, 0.2, "garment")
-    assert "give it with input category upper, dress or lower" in node_words(str(caught.value))
+    assert "give it with input category upper, dress or lower" in worded(caught.value, node_name)
+
+
+def test_a_node_error_is_one_line_of_ootds_own_class() -> None:
+    """A message's own class (PersonNotFound is made from its parts) reaches ComfyUI as its ootd.errors class,
+    worded for the node: the mask node offers its own way around a photo without a person."""
+    from ootd.app.tryon.masking import no_person_error
+    from ootd.comfyui.jobs import MASK_REMEDY
+
+    for remedy, words in ((None, "or give a mask image with input mask)"),
+                          (MASK_REMEDY, "ComfyUI's mask editor and give it to a try-on's input mask)")):
+        with pytest.raises(NoPersonError) as caught, node_errors():
+            error = no_person_error("person")
+            raise error.with_remedy(remedy) if remedy else error
+        assert type(caught.value) is NoPersonError and str(caught.value).endswith(words), str(caught.value)
+        assert str(caught.value).startswith("no person detected in person (")
 
 
 class Host:
@@ -105,7 +157,7 @@ class Host:
 def test_models_load_once_with_room_made_first_and_go_when_the_host_asks(tiny_tree: Path, models) -> None:  # noqa: ANN001
     models.fake()
     host = Host()
-    handle = make_handle(ModelChoice(tiny_tree), host)
+    handle = make_handle(ModelChoice.of(tiny_tree), host)
     config = handle.run_config(**keywords(resolution="384x512"))
     shared = handle.models
     first = shared.pipeline(ModelType.HD, config)
@@ -131,26 +183,25 @@ def test_pose_parsing_and_the_classifier_are_the_owners_and_counted_by_the_host(
 
     models.fake(preprocessor=synthetic_preprocessor())
     host = Host()
-    shared = make_handle(ModelChoice(tiny_tree), host).models
+    shared = make_handle(ModelChoice.of(tiny_tree), host).models
     preprocessor = shared.preprocessor()
     assert shared.preprocessor() is preprocessor is shared.owner.preprocessor()
     shared.pipeline(ModelType.HD, shared.config)
     assert sorted(host.held) == ["ootd hd", "ootd pose+parsing"] and shared.loads == {"preprocessor": 1, "hd": 1}
     host.take_back("ootd pose+parsing")
     assert shared.owner.held() == ["hd"]
-    backend.forget(ModelChoice(tiny_tree))
+    backend.forget(ModelChoice.of(tiny_tree))
 
 
 def test_a_loader_choice_is_checked_before_anything_loads(tiny_tree: Path) -> None:
     with pytest.raises(CheckpointError, match="does not exist"):
-        make_handle(ModelChoice(tiny_tree / "nowhere"), Host())
+        make_handle(ModelChoice.of(tiny_tree / "nowhere"), Host())
     with pytest.raises(UnsupportedError):
-        make_handle(ModelChoice(tiny_tree, precision="fp16"), Host())  # fp16 on the CPU
-    with pytest.raises(UsageError, match="input lora"):
-        try:
-            make_handle(ModelChoice(tiny_tree, lora=tiny_tree / "none.safetensors"), Host())
-        except OotdError as exc:
-            raise type(exc)(node_words(str(exc))) from None
+        make_handle(ModelChoice.of(tiny_tree, **keywords(LOADER_NODE, precision="fp16")), Host())  # on the CPU
+    with pytest.raises(UsageError, match="^input lora .*none.safetensors: not found$"), node_errors():
+        make_handle(ModelChoice.of(tiny_tree, lora=tiny_tree / "none.safetensors"), Host())
+    with pytest.raises(UsageError, match="^input lora_scale needs input lora"), node_errors():
+        make_handle(ModelChoice.of(tiny_tree, **keywords(LOADER_NODE, lora_scale=0.5)), Host())
 
 
 def test_a_failed_load_is_tried_again_by_the_next_prompt(tiny_tree: Path, models) -> None:  # noqa: ANN001
@@ -167,7 +218,7 @@ def test_a_failed_load_is_tried_again_by_the_next_prompt(tiny_tree: Path, models
         return FakePipe(model_type)
 
     models.use(load)
-    handle = make_handle(ModelChoice(tiny_tree, attention="sdpa"), Host())
+    handle = make_handle(ModelChoice.of(tiny_tree, attention="sdpa"), Host())
     config = handle.run_config(**keywords(resolution="384x512"))
     with pytest.raises(CheckpointError, match="truncated"):
         handle.models.pipeline(ModelType.HD, config)

@@ -249,19 +249,21 @@ def test_two_prompts_load_the_models_once_and_the_second_gets_them_at_once(comfy
 def test_the_category_node_gives_autos_choice_or_refuses_in_one_line(comfy: Comfy) -> None:
     prompt = {"1": {"class_type": "LoadImage", "inputs": {"image": "ootd_tshirt.png"}},
               "2": {"class_type": "OotdLoader", "inputs": node_of(masked_tryon(), "OotdLoader")},
-              "3": {"class_type": "OotdClassify", "inputs": {"model": ["2", 0], "garment": ["1", 0], "margin": 0.0}},
+              "3": {"class_type": "OotdClassify",
+                    "inputs": {"model": ["2", 0], "garment": ["1", 0], "category_margin": 0.0}},
               "4": {"class_type": "PreviewAny", "inputs": {"source": ["3", 1]}}}
     done = comfy.run(prompt)
     assert done.status == "success", failure(done)
     assert re.fullmatch(r"(upper|lower|dress) \(auto, p 0\.\d\d\): (\w+ 0\.\d\d, ){2}\w+ 0\.\d\d", done.text("4"))
     chosen = done.text("4").split(" ", 1)[0]
     tryon = masked_tryon(seed=5)  # the category output drives a try-on's category
-    tryon["10"] = {"class_type": "OotdClassify", "inputs": {"model": ["3", 0], "garment": ["2", 0], "margin": 0.0}}
+    tryon["10"] = {"class_type": "OotdClassify",
+                   "inputs": {"model": ["3", 0], "garment": ["2", 0], "category_margin": 0.0}}
     node_of(tryon, "OotdTryOn")["category"] = ["10", 0]
     linked = comfy.run(tryon)
     assert linked.status == "success", failure(linked)
     assert linked.text("6").startswith(f"ootd try-on: {'hd' if chosen == 'upper' else 'dc'},")
-    prompt["3"]["inputs"]["margin"] = 0.2  # the tiny CLIP cannot tell: every category near 1/3
+    prompt["3"]["inputs"]["category_margin"] = 0.2  # the tiny CLIP cannot tell: every category near 1/3
     refused = comfy.run(prompt).message("execution_error")
     assert refused["exception_message"].strip().startswith("cannot tell the category of garment")
     assert "give it with input category" in refused["exception_message"]
