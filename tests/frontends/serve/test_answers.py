@@ -120,7 +120,7 @@ def test_favicon_and_openapi_schema(server) -> None:  # noqa: ANN001
     fields = form["properties"]
     assert (fields["steps"]["minimum"], fields["steps"]["maximum"]) == (1, Limits.max_steps)
     assert fields["scale"]["maximum"] == 50 and fields["feather"]["maximum"] == 64
-    assert fields["scheduler"]["enum"] == ["unipc", "dpmpp", "ddim", "euler"]
+    assert fields["scheduler"]["enum"] == ["unipc", "dpmpp", "ddim", "euler", "lcm", "tcd"]
     assert {"true", "false"} <= set(fields["keep_unmasked"]["enum"])  # a form's words for a switch
     assert "--" not in fields["feather"]["description"]
     assert "delete" in paths["/api/jobs/{job_id}"]
