@@ -171,8 +171,10 @@ class RayBatchRunner(BatchRunner):
         config = self.config if gpus or self.config.device else dataclasses.replace(self.config, device="cpu")
         hook = os.environ.get(EXIT_ON_FIRST_ATTEMPT)
         actor = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=0, max_task_retries=0)(PairWorker)
-        shared = ray.put(config)  # sent to each actor once
-        pool = ActorPool(ray, lambda: actor.remote(shared, int(hook) if hook else None, self.preservation,
+        # the config travels inside each actor's creation (a few KB), never through the object store: an object
+        # this driver owns there is one Ray's threads try to recover when a signal to the process group stops the
+        # node, and a failed recovery ends this process at once (exit 1: no page, no report, no resume hint)
+        pool = ActorPool(ray, lambda: actor.remote(config, int(hook) if hook else None, self.preservation,
                                                    self.name),
                          lambda worker, item, attempt: worker.run.remote(item[0], attempt),
                          self.workers, self.cluster.retries + 1, key=lambda item: item[0].index)
