@@ -477,7 +477,7 @@ case_cli_compare_results_only() {  # identical masks and grids are not averaged 
   done
   cli_run compare "$WORK/cmp1" "$WORK/cmp2"
   [ "$RC" -eq 0 ] && grep -q "^skipped 3 intermediate" "$WORK/stdout" \
-    && grep -q "^overall (1 compared, 0 identical" "$WORK/stdout" || { WHY="exit $RC: $(tail -c 300 "$WORK/stdout")"; return 1; }
+    && grep -q "^overall (1 compared, 0 problem(s)): 0 of 1 identical;" "$WORK/stdout" || { WHY="exit $RC: $(tail -c 300 "$WORK/stdout")"; return 1; }
 }
 case_cli_run_output_is_a_file() {
   : >"$WORK/afile.png"; run_ootd "$WORK/tiny" -o "$WORK/afile.png"; OUT="$WORK/nothing"
@@ -621,7 +621,8 @@ case_serve_request_limits() {  # an anonymous client asking for 1000 steps and 6
   local steps samples
   steps="$(serve_http POST /api/tryon steps=1000)"; samples="$(serve_http POST /api/tryon samples=64)"
   stop_serve TERM
-  expect_status "$steps" 422 "limit of 50" && expect_status "$samples" 422 "limit of 4" && serve_clean_exit
+  expect_status "$steps" 422 "steps must be between 1 and 50 (this server's limit), got 1000" \
+    && expect_status "$samples" 422 "samples must be between 1 and 4 (this server's limit), got 64" && serve_clean_exit
 }
 case_serve_no_server_paths() {
   mkdir -p "$WORK/private-ck"

@@ -104,6 +104,7 @@ class RayWorker(Worker):
         self._replicas: list[dict[str, Any]] = []  # the roster's list: the replicas heard from lately
         self._heard: dict[str, dict[str, Any]] = {}  # replica id -> its latest `about`
         self._on: dict[str, str] = {}  # job id -> replica id, while it runs
+        self._halt = threading.Event()  # set by stop(): the replica watch ends
         self._monitor = threading.Thread(target=self._watch, name="ootd-replicas", daemon=True)
 
     def start(self) -> None:
@@ -158,9 +159,12 @@ class RayWorker(Worker):
             self.cancel(job, ShuttingDown())
 
     def stop(self, timeout: float = 10.0) -> bool:
+        """Stop the jobs and the replica watch: once this returns, nothing here calls Ray (a call after the
+        caller's ray.shutdown would start a new Ray instance, in this server's temporary folder)."""
         self.shutdown()
         deadline = self._stop_asked + timeout
-        for thread in list(self._threads):
+        self._halt.set()
+        for thread in [*self._threads, *([self._monitor] if self._monitor.ident is not None else [])]:
             thread.join(max(0.0, deadline - time.monotonic()))
         return not any(thread.is_alive() for thread in self._threads)
 
@@ -278,8 +282,7 @@ class RayWorker(Worker):
         return exc
 
     def _watch(self) -> None:
-        while not self._stopping:
-            time.sleep(REFRESH_S)
+        while not self._halt.wait(REFRESH_S) and not self._stopping:
             with contextlib.suppress(Exception):  # a controller busy replacing a replica answers next time
                 self._refresh()
 

@@ -4,6 +4,8 @@ back-pressure, a replica's death) so each maps to the job state and the HTTP ans
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from ray.serve.exceptions import BackPressureError  # noqa: E402
 from ootd.app.tryon.masking import no_person_error  # noqa: E402
 from ootd.errors import NoPersonError  # noqa: E402
 from ootd.serve.messages import classify  # noqa: E402
-from ootd.serve.ray_engine import RayOptions, RayWorker  # noqa: E402
+from ootd.serve.ray_engine import REFRESH_S, RayOptions, RayWorker  # noqa: E402
 from ootd.serve.ray_replica import _portable  # noqa: E402
 from ootd.serve.service import Finished  # noqa: E402
 from ootd.serve.worker import DONE, FAILED, Job, QueueFull, ReplicaLost  # noqa: E402
@@ -108,3 +110,26 @@ def test_a_replica_error_comes_back_as_its_kind(tmp_path: Path) -> None:
     assert classify(back)[0] == 400
     unpicklable = _portable(QueueFull(3, 7))  # its constructor takes other arguments than its message
     assert "QueueFull" in str(unpicklable) and classify(unpicklable)[0] == 500
+
+
+def test_no_read_of_ray_is_running_or_begins_once_stop_returns() -> None:
+    """The server shuts Ray down right after stop(): a roster read still running, or one begun later, would start
+    a new Ray instance (Ray starts one on any call), with its session in the server's temporary folder."""
+    worker = RayWorker(Handle([]), RayOptions())
+    reads: list[tuple[float, float]] = []
+    inside = threading.Event()
+
+    def read() -> None:  # a slow read of the roster and Ray Serve's status
+        began = time.monotonic()
+        inside.set()
+        time.sleep(0.3)
+        reads.append((began, time.monotonic()))
+
+    worker._refresh = read  # type: ignore[method-assign]
+    worker.start()
+    inside.clear()
+    assert inside.wait(10)  # the watch is inside a read
+    assert worker.stop(5)
+    stopped = time.monotonic()
+    time.sleep(3 * REFRESH_S)
+    assert reads and all(ended <= stopped for _, ended in reads), (reads, stopped)
