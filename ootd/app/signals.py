@@ -32,11 +32,14 @@ class Terminated(KeyboardInterrupt):
     message = "terminated"
 
 
-_received = {"sigterm": False}  # set by the handler: a library may re-raise `Terminated` as a plain KeyboardInterrupt
+# set by the handler: a library may re-raise `Terminated` as a plain KeyboardInterrupt; counted, so that one raised
+# where Python only reports it (a destructor, a fork's hook) is still seen
+_received = {"sigterm": False, "count": 0}
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
     _received["sigterm"] = True
+    _received["count"] += 1
     raise Terminated()
 
 
@@ -70,11 +73,20 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def sigterm_kept() -> Iterator[None]:
     """Whatever handles SIGTERM before stays after: `ray.init` installs its own (`sys.exit(15)`: no cleanup, a
     batch's page left saying "running", exit 15 instead of 143). A SIGTERM that Ray's handler caught meanwhile
-    comes out of here as `Terminated`, when the handler before was ours."""
+    comes out of here as `Terminated`, when the handler before was ours. A Ctrl-C or SIGTERM whose exception was
+    raised where Python only reports it (`ray.init` forks, and logging's fork hook may be what runs when the
+    signal comes) comes out at the end, instead of being lost."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.getsignal(signal.SIGTERM)
+    previous, interrupt = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    interrupted, terminated = [], _received["count"]
+    if callable(interrupt):
+        def _noted(signum: int, frame: Any) -> None:
+            interrupted.append(signum)
+            interrupt(signum, frame)
+
+        signal.signal(signal.SIGINT, _noted)
     try:
         yield
     except SystemExit as exc:
@@ -85,6 +97,12 @@ def sigterm_kept() -> Iterator[None]:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if callable(interrupt):
+            signal.signal(signal.SIGINT, interrupt)
+    if _received["count"] != terminated:
+        raise Terminated()
+    if interrupted:
+        raise KeyboardInterrupt()
 
 
 @contextmanager
@@ -100,6 +118,20 @@ def children_stopped_on_failure() -> Iterator[None]:
     except BaseException:
         _stop(set(_descendants()) - before)
         raise
+
+
+def descendants() -> set[int]:
+    """The processes running below this one now (a private Ray instance's, its workers among them)."""
+    return set(_descendants())
+
+
+def wait_ended(pids: set[int], timeout: float = 2 * STOP_WAIT_S) -> set[int]:
+    """Wait until `pids` have ended (what they held, a lock or an open folder, is then free), at most `timeout`
+    seconds; returns those still running."""
+    deadline = time.monotonic() + timeout
+    while (pids := {pid for pid in pids if _running(pid)}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pids
 
 
 def _descendants() -> list[int]:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ootd.app.signals import children_stopped_on_failure, ray_for_a_driver, sigterm_kept
+from ootd.app.signals import children_stopped_on_failure, descendants, ray_for_a_driver, sigterm_kept, wait_ended
 from ootd.app.tryon.config import RunConfig
 from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.errors import UsageError
@@ -416,22 +416,28 @@ def deployed(config: RunConfig, options: RayOptions, one_model: bool = False) ->
     from ray import serve
 
     options.validate()
-    started, roster = not ray.is_initialized(), None
-    with children_stopped_on_failure():  # last, after ray.shutdown: a node whose start was cut short is not Ray's
-        try:
-            with sigterm_kept():  # Ray's handler exits at once on SIGTERM: this process's stays
-                _connect(ray, options)
-            roster = start_roster(ray, options.health_check_period_s)
-            yield Deployment(config, options, deploy(config, options, one_model, roster), roster)
-        finally:
-            if ray.is_initialized():  # else Serve would start a Ray instance of its own to delete nothing from
-                with contextlib.suppress(Exception):  # the replicas stop gracefully: their folders go
-                    serve.delete(APP_NAME)
-                with contextlib.suppress(Exception):
-                    if roster is not None:
-                        ray.kill(roster)
-            if started:  # Serve's controller goes with the instance (also one half-started when interrupted)
-                ray.shutdown()
+    started, roster, instance = not ray.is_initialized(), None, set()
+    try:
+        with children_stopped_on_failure():  # after ray.shutdown: a node whose start was cut short is not Ray's
+            try:
+                with sigterm_kept():  # Ray's handler exits at once on SIGTERM: this process's stays
+                    _connect(ray, options)
+                roster = start_roster(ray, options.health_check_period_s)
+                yield Deployment(config, options, deploy(config, options, one_model, roster), roster)
+            finally:
+                if ray.is_initialized():  # else Serve would start a Ray instance of its own to delete nothing from
+                    with contextlib.suppress(Exception):  # the replicas stop gracefully: their folders go
+                        serve.delete(APP_NAME)
+                    with contextlib.suppress(Exception):
+                        if roster is not None:
+                            ray.kill(roster)
+                if started:  # Serve's controller goes with the instance (also one half-started when interrupted)
+                    instance = descendants()
+                    ray.shutdown()
+    finally:  # a replica stopped inside its constructor (a signal while it started) could not remove its folder
+        if instance:
+            wait_ended(instance)
+            remove_dead()
 
 
 @contextmanager

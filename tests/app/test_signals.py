@@ -47,6 +47,33 @@ def test_a_sigterm_caught_by_a_library_handler_that_exits_is_still_terminated() 
         raise SystemExit(2)
 
 
+class _SignalledWhenDropped:
+    """Sends a signal from its destructor: what the signal raises there Python only reports, as in logging's fork
+    hook, which may be what runs when a signal comes during ray.init."""
+
+    def __init__(self, sig: int) -> None:
+        self.sig = sig
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), self.sig)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_whose_exception_python_only_reported_still_stops_the_start(monkeypatch: pytest.MonkeyPatch,
+                                                                             sig: int) -> None:
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: None)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(Terminated if sig == signal.SIGTERM else KeyboardInterrupt), sigterm_as_interrupt():
+            with sigterm_kept():
+                _SignalledWhenDropped(sig)  # dropped at once: the exception goes to sys.unraisablehook
+                reached_the_end = True
+        assert reached_the_end
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in "ZX"

@@ -5,6 +5,7 @@ the last finished step and exits 143, as the local engine does."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -93,13 +94,26 @@ def test_sigterm_to_the_driver_saves_a_checkpoint_and_exits_143(tiny_tree: Path,
     assert [c.step for c in checkpoints(run)] == [saved.step, saved.step + 1]
 
 
-@pytest.mark.xfail(strict=False, reason="known defect, open: since the distillation was merged with the settings "
-                   "and model-owner work, two Ray workers' adapter differs from one worker's in 2 of 256 elements by "
-                   "up to 0.0043 (tolerance 0.0005)")
+def _beyond(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], rtol: float, atol: float) -> tuple[int, int]:
+    """How many of the adapter's elements differ beyond the tolerance, of how many."""
+    assert a.keys() == b.keys()
+    over = sum(int((~torch.isclose(b[k], a[k], rtol=rtol, atol=atol)).sum()) for k in a)
+    return over, sum(v.numel() for v in a.values())
+
+
 def test_a_distillation_on_two_ray_workers_matches_one_worker(tiny_tree: Path, example_images: dict,
                                                              tmp_path: Path) -> None:
     """`ootd train distill --engine ray`: the workers run the distillation's objective and target network (each
-    keeps the EMA of the same all-reduced student), and end where one worker with their global batch ends."""
+    keeps the EMA of the same all-reduced student), and end where one worker with their global batch ends.
+
+    All but a few weights, that is: float sums in another order (batch 1 against 2, one thread against two, the
+    all-reduce) change the gradients by ~1e-8, and Adam's first updates are about lr x the gradient's sign
+    (m / sqrt(v)), so a weight whose gradient lies within that rounding of zero can step either way: by up to
+    0.0074 here (lr 0.01 x 0.74 at step 2), half that in the target network (EMA decay 0.5). Measured (AMD EPYC,
+    AVX2): 4 of the 15,360 elements past the tolerance, the largest by 0.0043 (0.0021 in the target network); the
+    same runs in float64 agree to 7e-12; one worker on one thread against two moves one element past it. A defect
+    of the engine moves them all: with each worker drawing its noise and timesteps as if it were alone, 8,006 of
+    the 15,360 differ."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.train.torch")
     from ootd.app.train.distill import TARGET_FILE, DistillOptions
@@ -108,8 +122,8 @@ def test_a_distillation_on_two_ray_workers_matches_one_worker(tiny_tree: Path, e
     cache = prepared_cache(tmp_path / "data", tiny_tree, example_images, split=0.0)
     common = {"steps": 2, "learning_rate": 1e-2, "warmup": 0, "validation_pairs": 0, "rank": 4, "alpha": 4,
               "ema_decay": 0.5}
-    train_local(DistillOptions(cache, tmp_path / "one", tiny_tree,
-                               DistillSettings.from_words(batch_size=2, **common)))  # type: ignore[arg-type]
+    one = train_local(DistillOptions(cache, tmp_path / "one", tiny_tree,
+                                     DistillSettings.from_words(batch_size=2, **common)))  # type: ignore[arg-type]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     try:
         two = train_ray(DistillOptions(cache, tmp_path / "two", tiny_tree,
@@ -117,8 +131,11 @@ def test_a_distillation_on_two_ray_workers_matches_one_worker(tiny_tree: Path, e
     finally:
         ray.shutdown()
     assert two.steps == 2
+    assert all(math.isclose(x, y, rel_tol=1e-3) for x, y in zip(one.losses, two.losses, strict=True)), \
+        (one.losses, two.losses)
+    adapter = load_file(str(tmp_path / "one" / "lora.safetensors"))
+    assert any(v.abs().max() > 1e-3 for k, v in adapter.items() if ".lora_B." in k)  # trained: B moved from zero
     for name in ("lora.safetensors", f"checkpoints/step-00000002/{TARGET_FILE}"):
         a, b = load_file(str(tmp_path / "one" / name)), load_file(str(tmp_path / "two" / name))
-        assert a.keys() == b.keys()
-        for key in a:
-            torch.testing.assert_close(b[key], a[key], rtol=1e-3, atol=5e-4)
+        over, count = _beyond(a, b, rtol=1e-3, atol=5e-4)
+        assert over <= count // 1000, f"{name}: {over} of {count} elements differ beyond the tolerance"

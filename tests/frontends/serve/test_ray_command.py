@@ -73,6 +73,58 @@ def test_a_signal_while_the_ray_engine_starts_stops_it_and_leaves_nothing(tmp_pa
     assert list(temp.glob("ootd-serve-*")) == [], "a temporary folder was left behind"
 
 
+# On the path of every process of the server (its Ray workers included): a replica holds inside its constructor,
+# once it has made its temporary folder, until it is stopped; it says so in HELD.
+HOLD_IN_THE_REPLICA = """
+import os, pathlib, sys, time
+if "default_worker" in sys.argv[0]:
+    import ootd.serve.workspace as workspace
+    _made = workspace.Workspace.__init__
+    def _held(self, *args, **kwargs):
+        _made(self, *args, **kwargs)
+        pathlib.Path(HELD).write_text(str(self.path))
+        time.sleep(120)
+    workspace.Workspace.__init__ = _held
+"""
+
+# Run first in the server: SIG to itself once the replica holds.
+WHEN_THE_REPLICA_HOLDS = """
+import os, pathlib, threading, time
+def _send():
+    while not pathlib.Path(HELD).exists():
+        time.sleep(0.05)
+    pathlib.Path(MARK).write_text(repr(time.time()))
+    os.kill(os.getpid(), SIG)
+threading.Thread(target=_send, daemon=True).start()
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_while_a_replica_is_inside_its_constructor_leaves_no_folder(tmp_path: Path,
+                                                                            tiny_tree: Path) -> None:
+    """A replica stopped inside its constructor cannot remove the folder it made there: the server removes it once
+    the replica's process is gone."""
+    from tests.helpers.signals import run_signalled
+
+    temp, site, held, mark = tmp_path / "tmp", tmp_path / "site", tmp_path / "held", tmp_path / "sent"
+    temp.mkdir()
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HOLD_IN_THE_REPLICA.replace("HELD", repr(str(held))))
+    patch = WHEN_THE_REPLICA_HOLDS.replace("HELD", repr(str(held))).replace("MARK", repr(str(mark))).replace(
+        "SIG", str(int(signal.SIGTERM)))
+    env = {**ray_env(temp), "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    stopped = run_signalled(["serve", "--engine", "ray", "--replicas", "1", "--checkpoints", str(tiny_tree), "--port",
+                             "0", "--device", "cpu"], patch, mark, env=env)
+    assert stopped.seconds is not None, f"never sent: {stopped.stderr[-3000:]}"
+    print(f"SIGTERM in the replica's constructor: exit {stopped.code} {stopped.seconds:.1f} s after it")
+    assert stopped.code == 143, (stopped.code, stopped.stderr[-3000:])
+    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    assert stopped.seconds < 60
+    assert stopped.left == [], f"processes left behind: {stopped.left}"
+    assert Path(held.read_text()).parent == temp
+    assert list(temp.glob("ootd-serve-*")) == [], "the replica's temporary folder was left behind"
+
+
 # Run first in the server: SIG to itself from inside ray.init, once the raylet it starts has started its own
 # children (its agents), so the node is still being built; the time it was sent goes to MARK.
 WHILE_THE_RAYLET_STARTS = """
