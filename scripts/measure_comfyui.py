@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from measuring import ROOT, cpu_name
+
 sys.path.insert(0, str(ROOT))
 EXAMPLES = ROOT / "examples"
 SEEDS = (1, 2, 3)
@@ -39,13 +40,6 @@ STAGES = ("preprocess", "encode_person", "conditioning", "encode_garment", "garm
 
 def load_average() -> str:
     return " / ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "?"
 
 
 def process_cpu(pid: int) -> float:
@@ -131,7 +125,7 @@ def main() -> None:
     parser.add_argument("--checkpoints", type=Path, help="default: full-size random weights written now")
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
-    print(f"{cpu_name()}, {os.cpu_count()} CPUs; load average {load_average()} at the start", flush=True)
+    print(f"{cpu_name('?')}, {os.cpu_count()} CPUs; load average {load_average()} at the start", flush=True)
     with tempfile.TemporaryDirectory(prefix="ootd-measure-") as tmp:
         checkpoints = args.checkpoints
         if checkpoints is None:

@@ -23,13 +23,13 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from measuring import ROOT, cpu_name, cpu_seconds, measure_fresh
+
 sys.path.insert(0, str(ROOT))
 
 
@@ -54,11 +54,6 @@ def subset(results: Path, count: int, into: Path) -> Path:
     for path in sorted(results.iterdir())[:count]:
         (into / path.name).symlink_to(path)
     return into
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def measure(results: str, photos: str, weights: str, batch: int, threads: int) -> dict:
@@ -89,13 +84,6 @@ def measure(results: str, photos: str, weights: str, batch: int, threads: int) -
             "stand_in": report.stand_in, "fid": report.sets.fid, "kid_subset": report.sets.kid_subset_size}
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="384x512,768x1024")
@@ -120,12 +108,9 @@ def main() -> None:
             print(f"# {word}: {counts[-1]} synthetic pairs made in {time.perf_counter() - made:.0f} s", flush=True)
             for count in counts:
                 folder = subset(results, count, Path(tmp) / f"results_{count}")
-                proc = subprocess.run([sys.executable, __file__, "--one", str(folder), str(photos), "--weights",
-                                       args.weights, "--batch", str(args.batch), "--threads", str(args.threads)],
-                                      capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-                if proc.returncode != 0:
-                    sys.exit(proc.stderr[-2000:])
-                row = {"size": word, "count": count, **json.loads(proc.stdout.strip().splitlines()[-1])}
+                row = {"size": word, "count": count, **measure_fresh(__file__, str(folder), str(photos), "--weights",
+                                                                     args.weights, "--batch", str(args.batch),
+                                                                     "--threads", str(args.threads))}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print("\n| size | pairs | first image | per image: wall | CPU | CPU, first / last tenth | FID+KID at the end "

@@ -26,13 +26,13 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from measuring import ROOT, cpu_name, cpu_seconds, measure_fresh
+
 sys.path.insert(0, str(ROOT))
 STAND_IN = ("pose and parsing are fixed maps (a frontal person), not the networks: their cost, once per distinct "
             "photo, is not in these figures")
@@ -95,11 +95,6 @@ def subset(results: Path, count: int, into: Path) -> Path:
     return into
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def measure(results: str, people: str, masks: str) -> dict:
     """One measurement in this (fresh) process: wall and CPU time at every result's progress tick."""
     from ootd.app.evaluate.preservation import PreservationOptions, measure_folder
@@ -123,13 +118,6 @@ def measure(results: str, people: str, masks: str) -> dict:
             "total_s": end - start[0], "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="384x512,768x1024")
@@ -151,11 +139,7 @@ def main() -> None:
             people, masks, results = make_results(Path(tmp), (w, h), args.people, counts[-1])
             for count in counts:
                 folder = subset(results, count, Path(tmp) / f"results_{count}")
-                proc = subprocess.run([sys.executable, __file__, "--one", str(folder), str(people), str(masks)],
-                                      capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-                if proc.returncode != 0:
-                    sys.exit(proc.stderr[-2000:])
-                row = {"size": word, "count": count, **json.loads(proc.stdout.strip().splitlines()[-1])}
+                row = {"size": word, "count": count, **measure_fresh(__file__, str(folder), str(people), str(masks))}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print(f"# load average at the end {Path('/proc/loadavg').read_text().split()[:3]}")

@@ -80,13 +80,19 @@ def sigterm_kept() -> Iterator[None]:
         yield
         return
     previous, interrupt = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    interrupted, terminated = [], _received["count"]
+    interrupted, terminated, reporting = [], _received["count"], sys.unraisablehook
     if callable(interrupt):
         def _noted(signum: int, frame: Any) -> None:
             interrupted.append(signum)
             interrupt(signum, frame)
 
         signal.signal(signal.SIGINT, _noted)
+
+    def _unreported(unraisable: Any) -> None:  # raised again below: a report would be a traceback on the terminal
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            reporting(unraisable)
+
+    sys.unraisablehook = _unreported
     try:
         yield
     except SystemExit as exc:
@@ -99,6 +105,7 @@ def sigterm_kept() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
         if callable(interrupt):
             signal.signal(signal.SIGINT, interrupt)
+        sys.unraisablehook = reporting
     if _received["count"] != terminated:
         raise Terminated()
     if interrupted:

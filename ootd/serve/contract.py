@@ -23,7 +23,7 @@ from ootd.app.tryon.config import RunConfig
 from ootd.imaging.opener import FORMATS
 from ootd.serve.forms import FILES, FLAGS, OPTIONAL_FILES
 from ootd.serve.limits import Limits, MiB
-from ootd.serve.schema import form_schema
+from ootd.serve.schema import FORM_FAILURES, form_schema
 from ootd.serve.worker import CANCELLED, DONE, FAILED, QUEUED, RUNNING
 from ootd.settings import OutputSize
 
@@ -40,18 +40,6 @@ OPERATIONS = {("/api/health", "get"): "health", ("/api/options", "get"): "option
               ("/api/tryon", "post"): "tryon", ("/api/jobs", "post"): "createJob",
               ("/api/jobs/{job_id}", "get"): "getJob", ("/api/jobs/{job_id}", "delete"): "cancelJob",
               ("/api/jobs/{job_id}/files/{name}", "get"): "getJobFile"}
-FORM_FAILURES = {
-    400: "a body that is not well-formed multipart, an upload that is not a usable image (not decodable, too "
-         "small or too large, a mask of another shape), no person found, or an impossible combination (the hd "
-         "model with a lower-body garment, an outfit of two garments of one kind, `auto` unsure of the garment): "
-         "what the pictures contain, which no schema states",
-    413: "the request is larger than the server's upload limit",
-    415: "the body is not multipart/form-data",
-    422: "a field is missing, unknown, repeated past the form's size, not of its type, out of range, or not "
-         "allowed with another field (what this document's form schema says)",
-    503: "busy (Retry-After: seconds), stopping, out of memory, or models that cannot load here",
-    507: "the server's disk is full: nothing of the request was kept; the same request works once space is freed",
-}
 JOB_GONE = {404: "no such job (finished jobs are kept for a while, then deleted)",
             410: "the job was cancelled by its client (DELETE): it is gone, with its files"}
 

@@ -62,17 +62,20 @@ RESULT_EXAMPLE = {
     "settings": {"model_type": "hd", "category": "upper", "samples": 1, "steps": 20, "scale": 2.0, "seed": 42,
                  "resolution": "768x1024", "scheduler": "unipc", "fit": "pad", "mask": "auto"},
 }
-FAILURES = {
-    400: {"description": "an upload is not a usable image, no person found, an impossible combination, or a "
-                         "setting this server cannot run (a precision or attention backend its hardware lacks)",
-          "content": ERROR},
-    413: {"description": "the request is larger than the server's upload limit", "content": ERROR},
-    422: {"description": "a field is missing, unknown, out of range or over the server's limits", "content": ERROR},
-    503: {"description": "busy (Retry-After), stopping, out of memory, or models that cannot load here",
-          "content": ERROR},
-    507: {"description": "the server's disk is full: nothing of the request was kept; the same request works once "
-                         "space is freed", "content": ERROR},
+# what the try-on form's routes answer with an error, in the document's words (contract.py publishes them)
+FORM_FAILURES = {
+    400: "a body that is not well-formed multipart, an upload that is not a usable image (not decodable, too "
+         "small or too large, a mask of another shape), no person found, or an impossible combination (the hd "
+         "model with a lower-body garment, an outfit of two garments of one kind, `auto` unsure of the garment): "
+         "what the pictures contain, which no schema states",
+    413: "the request is larger than the server's upload limit",
+    415: "the body is not multipart/form-data",
+    422: "a field is missing, unknown, repeated past the form's size, not of its type, out of range, or not "
+         "allowed with another field (what this document's form schema says)",
+    503: "busy (Retry-After: seconds), stopping, out of memory, or models that cannot load here",
+    507: "the server's disk is full: nothing of the request was kept; the same request works once space is freed",
 }
+FAILURES = {code: {"description": text, "content": ERROR} for code, text in FORM_FAILURES.items()}
 
 
 def tryon_docs(limits: Limits | None = None) -> dict[str, Any]:

@@ -58,10 +58,17 @@ class _SignalledWhenDropped:
         os.kill(os.getpid(), self.sig)
 
 
+class _Failing:
+    def __del__(self) -> None:
+        raise ValueError("reported as before")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_whose_exception_python_only_reported_still_stops_the_start(monkeypatch: pytest.MonkeyPatch,
                                                                              sig: int) -> None:
-    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: None)
+    """... and is not reported there (a traceback on the terminal); other such reports still are."""
+    reported: list[BaseException] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: reported.append(unraisable.exc_value))
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(Terminated if sig == signal.SIGTERM else KeyboardInterrupt), sigterm_as_interrupt():
@@ -69,7 +76,10 @@ def test_a_signal_whose_exception_python_only_reported_still_stops_the_start(mon
                 _SignalledWhenDropped(sig)  # dropped at once: the exception goes to sys.unraisablehook
                 reached_the_end = True
         assert reached_the_end
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert reported == [] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with sigterm_kept():
+            _Failing()
+        assert [type(exc) for exc in reported] == [ValueError]
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from ootd.imaging import atomic
+from tests.helpers.handles import FailingHandle
 
 FILLER = ".filler"  # the file `fill_leaving` writes (hidden: a folder listing of images skips it)
 PAGE = 4096
@@ -115,11 +116,8 @@ def disk_fills_at(n: int | None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Wr
         monkeypatch.delattr(atomic, "open", raising=False)
 
 
-class _Filling:
+class _Filling(FailingHandle):
     """A file whose device is full: the first write lands half its data, then ENOSPC."""
-
-    def __init__(self, handle) -> None:  # noqa: ANN001
-        self._handle = handle
 
     def write(self, data) -> int:  # noqa: ANN001
         part = data[: len(data) // 2] if isinstance(data, str | bytes) else memoryview(data).cast("B")[
@@ -127,15 +125,6 @@ class _Filling:
         self._handle.write(part)
         self._handle.flush()
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def __getattr__(self, name: str):  # noqa: ANN204
-        return getattr(self._handle, name)
-
-    def __enter__(self):  # noqa: ANN204
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._handle.close()
 
 
 def leftovers(root: Path) -> list[Path]:

@@ -111,6 +111,17 @@ def write_report(folder: Path, entries: list[dict[str, Any]], name: str = "batch
     return path
 
 
+def batch_folder(root: Path) -> tuple[Path, Path]:
+    """A batch's output folder (ROOT/out) of two results, each its person photo made worse, with the report that
+    names their photos; and the folder of those photos (ROOT/photos)."""
+    photos = write_photos(root / "photos", ["a.png", "b.png"])
+    out = root / "out"
+    out.mkdir()
+    for i, (name, image) in enumerate(photos.items()):
+        our_result(out / f"r{i}.png", blurred(image, 2 + i), name)
+    write_report(out, [{"person": f"people/{n}", "outputs": [f"r{i}.png"]} for i, n in enumerate(photos)])
+    return out, root / "photos"
+
 def made_from(path: Path, image: Image.Image, person: str, *, mask: str | None = None, resolution: str = "384x512",
               keep_unmasked: bool = False) -> Path:
     """A PNG with the record a try-on of `person` writes (made by the record's own code: an upper garment on the hd

@@ -10,6 +10,8 @@ import os
 import signal
 from pathlib import Path
 
+from tests.helpers.handles import FailingHandle
+
 KILL_IN_WRITE = "OOTD_TEST_KILL_IN_WRITE"  # the marker file's path
 KILL_PERSON = "OOTD_TEST_KILL_PERSON"  # the start of the picture's name whose write is cut off
 
@@ -36,9 +38,10 @@ def arm() -> None:
     atomic.os.fdopen = fdopen
 
 
-class _Dying:
+class _Dying(FailingHandle):
     def __init__(self, handle, marker: Path) -> None:  # noqa: ANN001
-        self._handle, self._marker = handle, marker
+        super().__init__(handle)
+        self._marker = marker
 
     def write(self, data) -> int:  # noqa: ANN001
         self._handle.write(bytes(data)[: len(data) // 2])
@@ -47,12 +50,3 @@ class _Dying:
         self._marker.touch()
         os.kill(os.getpid(), signal.SIGKILL)
         return 0
-
-    def __getattr__(self, name: str):  # noqa: ANN204
-        return getattr(self._handle, name)
-
-    def __enter__(self):  # noqa: ANN204
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._handle.close()

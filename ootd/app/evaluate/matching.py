@@ -56,6 +56,16 @@ class Skipped:
         return {"what": self.what, "reason": self.reason}
 
 
+SKIPPED_SHOWN = 5  # skipped files named in the lines (all of them are in the JSON)
+
+
+def skipped_text(skipped: list[Skipped]) -> str:
+    """The skipped files for a summary line: the first few with their reasons, the rest counted."""
+    shown = "; ".join(f"{s.what}: {s.reason}" for s in skipped[:SKIPPED_SHOWN])
+    more = f"; and {len(skipped) - SKIPPED_SHOWN} more (--json lists all)" if len(skipped) > SKIPPED_SHOWN else ""
+    return shown + more
+
+
 @dataclass
 class Matching:
     matches: list[Match] = field(default_factory=list)

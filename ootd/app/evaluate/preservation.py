@@ -31,6 +31,7 @@ from ootd.app.evaluate.matching import (
     made_results,
     report_files,
     require_folder,
+    skipped_text,
 )
 from ootd.app.tryon.outputs import format_seconds
 from ootd.app.tryon.preservation import Measured, ParseCache, Parser, measure_result
@@ -45,7 +46,6 @@ from ootd.pipeline_types import Progress
 FIGURES_NAME, PAGE_NAME = "preservation.jsonl", "preservation.html"
 WORST_KEPT = 200  # results whose whole figures are kept for the page
 WORST_SHOWN = 10  # results the terminal's lines name, worst first
-SKIPPED_SHOWN = 5
 STAGE = "preservation"
 
 
@@ -122,10 +122,7 @@ class PreservationReport:
         if self.review_above is not None:
             lines.append(f"review: {self.reviews} of {len(self.rows)} above {percent(self.review_above)} changed")
         if self.skipped:
-            shown = "; ".join(f"{s.what}: {s.reason}" for s in self.skipped[:SKIPPED_SHOWN])
-            more = f"; and {len(self.skipped) - SKIPPED_SHOWN} more (--json lists all)" \
-                if len(self.skipped) > SKIPPED_SHOWN else ""
-            lines.append(f"not measured {len(self.skipped)}: {shown}{more}")
+            lines.append(f"not measured {len(self.skipped)}: {skipped_text(self.skipped)}")
         return lines
 
 

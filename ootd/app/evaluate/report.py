@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ootd.app.evaluate.matching import Skipped
+from ootd.app.evaluate.matching import Skipped, skipped_text
 from ootd.app.tryon.outputs import format_seconds
 from ootd.app.tryon.record import software
 from ootd.errors import printable
@@ -15,7 +15,6 @@ from ootd.evaluation.framing import RESAMPLE
 from ootd.evaluation.sets import SetScores
 from ootd.evaluation.settings import NOT_COMPUTED
 
-SKIPPED_SHOWN = 5  # skipped files named in the lines (all of them are in the JSON)
 FRAMING_RULE = (f"results at their own size; each photo centre-cropped to the result's aspect and resized to its "
                 f"size ({RESAMPLE.name.lower()})")
 
@@ -102,10 +101,7 @@ class EvalReport:
         if framed:
             lines.append(f"photos framed to the results' size: {', '.join(framed)} ({FRAMING_RULE})")
         if self.skipped:
-            shown = "; ".join(f"{s.what}: {s.reason}" for s in self.skipped[:SKIPPED_SHOWN])
-            more = f"; and {len(self.skipped) - SKIPPED_SHOWN} more (--json lists all)" \
-                if len(self.skipped) > SKIPPED_SHOWN else ""
-            lines.append(f"skipped {len(self.skipped)}: {shown}{more}")
+            lines.append(f"skipped {len(self.skipped)}: {skipped_text(self.skipped)}")
         if self.missing:
             lines.append(f"not computed: LPIPS, FID and KID: {self.missing}")
         if self.stand_in:

@@ -17,13 +17,12 @@ from ootd.evaluation.weights import WeightsFile
 from tests.helpers.cli import assert_one_line_error, invoke
 from tests.helpers.evaluation import (
     STAND_IN,
+    batch_folder,
     blurred,
     noise_image,
-    our_result,
     require_eval_stack,
     stand_ins,
     write_photos,
-    write_report,
 )
 from tests.helpers.fakes import images_tree
 
@@ -37,16 +36,6 @@ def folders(tmp_path: Path, count: int = 4, size: tuple[int, int] = (48, 64)) ->
     for i, (name, image) in enumerate(photos.items()):
         blurred(image, i).save(results / name)
     return results, tmp_path / "photos"
-
-
-def batch_out(tmp_path: Path) -> tuple[Path, Path]:
-    photos = write_photos(tmp_path / "photos", ["a.png", "b.png"])
-    out = tmp_path / "out"
-    out.mkdir()
-    for i, (name, image) in enumerate(photos.items()):
-        our_result(out / f"r{i}.png", blurred(image, 2 + i), name)
-    write_report(out, [{"person": f"people/{n}", "outputs": [f"r{i}.png"]} for i, n in enumerate(photos)])
-    return out, tmp_path / "photos"
 
 
 def test_the_table_and_json(tmp_path: Path) -> None:
@@ -66,7 +55,7 @@ def test_the_table_and_json(tmp_path: Path) -> None:
 
 
 def test_a_batch_folder_gets_its_files(tmp_path: Path) -> None:
-    out, photos = batch_out(tmp_path)
+    out, photos = batch_folder(tmp_path)
     with stand_ins():
         result = invoke("eval", out, "--truth", photos)
     assert result.exit_code == 0, result.output
@@ -90,7 +79,7 @@ def test_without_the_eval_extra_ssim_and_the_command_for_this_torch(tmp_path: Pa
     """The default install (no eval extra): SSIM, which needs no network, on every pair; for LPIPS, FID and KID
     one line with the exact command that installs them beside this torch (pinned as it is, its torchvision
     from the index it came from); the batch folder's files written with what was computed."""
-    out, photos = batch_out(tmp_path)
+    out, photos = batch_folder(tmp_path)
     monkeypatch.setitem(sys.modules, "lpips", None)  # as where it is not installed
     result = invoke("eval", out, "--truth", photos)
     assert result.exit_code == 0, result.output
@@ -131,7 +120,7 @@ def test_eval_on_the_core_install_alone(tmp_path: Path) -> None:
 def test_missing_weights_one_line_exit_1_nothing_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The published weights absent and not to be had (an address that leads nowhere): one line naming them,
     where they go and `ootd download --eval`; no number from other weights."""
-    out, photos = batch_out(tmp_path)
+    out, photos = batch_folder(tmp_path)
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     monkeypatch.setattr("ootd.evaluation.networks.stack_problem", lambda: None)
     gone = WeightsFile("InceptionV3 FID weights", (tmp_path / "offline" / "weights-inception-6726825d.pth").as_uri())

@@ -19,7 +19,7 @@ import pytest
 
 from tests.helpers.cli import invoke
 from tests.helpers.disk import disk_fills_at, fill_leaving, free_up, leftovers, small_filesystem
-from tests.helpers.evaluation import blurred, our_result, stand_ins, write_photos, write_report
+from tests.helpers.evaluation import batch_folder, stand_ins
 from tests.helpers.training import masked_csv, prepared_cache
 
 FULL = "no space left on device ("
@@ -278,14 +278,9 @@ def _measure_first_checkpoint(trained: dict, probe: Path, tiny_tree: Path, small
 
 
 def _batch_folder(root: Path) -> tuple[Path, Path]:
-    photos = write_photos(root / "photos", ["a.png", "b.png"])
-    out = root / "out"
-    out.mkdir()
-    for i, (name, image) in enumerate(photos.items()):
-        our_result(out / f"r{i}.png", blurred(image, 2 + i), name)
-    write_report(out, [{"person": f"people/{n}", "outputs": [f"r{i}.png"]} for i, n in enumerate(photos)])
+    out, photos = batch_folder(root)
     (out / "index.html").write_text('<!doctype html><title>batch</title><p class="counts">2 ok</p></html>\n')
-    return out, root / "photos"
+    return out, photos
 
 
 def _complete(name: str, data: bytes) -> bool:
