@@ -208,7 +208,8 @@ class TryOnPipeline:
         category, fit = Category.parse(category), FitMode.parse(fit)
         person_inputs = self.prepare_person(person, category, mask=mask, resolution=settings.resolution, fit=fit,
                                             mask_grow=check_mask_grow(mask_grow))
-        garment_inputs = self.prepare_garment(garment, category, resolution=settings.resolution, fit=fit)
+        garment_inputs = self.prepare_garment(garment, category, resolution=settings.resolution, fit=fit,
+                                              guidance=settings.guidance)
         return self.generate(person_inputs, garment_inputs, settings, progress=progress, callback=callback,
                              modes=modes)
 
@@ -252,8 +253,10 @@ class TryOnPipeline:
     @torch.inference_mode()
     def prepare_garment(self, garment: ImageInput, category: Category, *,
                         resolution: Resolution = SamplingSettings.resolution,
-                        fit: FitMode = FitMode.PAD) -> GarmentInputs:
-        """The garment's side alone: prompt embeddings, latents, garment UNet features (a batch reuses it)."""
+                        fit: FitMode = FitMode.PAD, guidance: bool = True) -> GarmentInputs:
+        """The garment's side alone: prompt embeddings, latents, garment UNet features (a batch reuses it);
+        `guidance` False (a scale below 1, as a few-step adapter's) leaves out guidance's unconditional item,
+        which such a call never reads, and halves the garment UNet's work."""
         check_model_category(self.model_type, category)
         timings = Timings()
         # framed once, straight to the working resolution (docs/upstream.md §2)
@@ -266,9 +269,10 @@ class TryOnPipeline:
         (garment_latents,) = self.residency.run("encode", lambda: self._encode([garment_r]))
         timings.add("encode_garment", time.perf_counter() - t)
         t = time.perf_counter()
-        features = self.residency.run("garment UNet", lambda: self.garment_features(garment_latents, prompt))
+        features = self.residency.run("garment UNet",
+                                      lambda: self.garment_features(garment_latents, prompt, unconditional=guidance))
         timings.add("garment_unet", time.perf_counter() - t)
-        return GarmentInputs(category, resolution, garment_r, prompt, features, timings)
+        return GarmentInputs(category, resolution, garment_r, prompt, features, timings, unconditional=guidance)
 
     @torch.inference_mode()
     def generate(self, person: PersonInputs, garment: GarmentInputs, settings: SamplingSettings,
@@ -285,6 +289,9 @@ class TryOnPipeline:
             raise UsageError("person, garment and settings were prepared at different resolutions")
         if person.category is not garment.category:
             raise UsageError("person and garment were prepared for different categories")
+        if settings.guidance and not garment.unconditional:
+            raise UsageError("the garment was prepared without guidance's unconditional half (guidance=False), "
+                             f"and this call guides (guidance scale {settings.guidance_scale})")
         if modes.quantize is not self.quantize:
             raise UsageError(f"this pipeline was loaded with quantization {self.quantize.value}, not "
                              f"{modes.quantize.value}")
@@ -348,10 +355,12 @@ class TryOnPipeline:
         # the latents in the default layout, whatever the VAE's (the UNets lay their inputs out themselves)
         return latents.to(self.precision.unet).contiguous().chunk(len(images))
 
-    def garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The garment UNet once at timestep 0 on [garment, zeros] (zeros: guidance's unconditional half)."""
-        batch = as_memory_format(torch.cat([garment_latents, torch.zeros_like(garment_latents)]),
-                                 self.speed.channels_last)
+    def garment_features(self, garment_latents: torch.Tensor, prompt: torch.Tensor,
+                         unconditional: bool = True) -> dict[str, torch.Tensor]:
+        """The garment UNet once at timestep 0 on [garment, zeros] (zeros: guidance's unconditional half), or on
+        [garment] alone where no guidance will read the unconditional half."""
+        items = [garment_latents, torch.zeros_like(garment_latents)] if unconditional else [garment_latents]
+        batch = as_memory_format(torch.cat(items), self.speed.channels_last)
         unet = self.components.unet_garm
         with self.residency.visit(unet), capture_block_inputs(unet, stop_early=True) as features:
             unet(batch, 0, encoder_hidden_states=prompt.expand(batch.shape[0], -1, -1), return_dict=False)

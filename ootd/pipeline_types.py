@@ -194,5 +194,7 @@ class GarmentInputs:
     resolution: Resolution
     garment: Image.Image
     prompt: torch.Tensor  # [1, L, D]
-    features: dict[str, torch.Tensor]  # garment UNet block inputs, batch [garment, zeros]
+    features: dict[str, torch.Tensor]  # garment UNet block inputs, batch [garment, zeros] (or [garment]: below)
     timings: Timings
+    # the features hold guidance's unconditional item (zeros); False: [garment] alone, for calls without guidance
+    unconditional: bool = True

@@ -6,10 +6,15 @@
                    which folds the short prompt into the projections; max abs difference of the outputs
   vae-encode       two images encoded as one batch against one at a time (the CPU profile's choice),
                    alternating, with the max abs difference of the latents
+  garment-unet     the garment UNet's pass as a try-on runs it (timestep 0, block inputs captured, stopping
+                   after the last), on [garment, zeros] (guidance) against [garment] alone (no guidance: a
+                   few-step adapter's), alternating, wall and process-CPU seconds; max abs difference of the
+                   garment's features
 
     python scripts/bench_components.py cross-attention --resolution 768x1024 --batch 2
     python scripts/bench_components.py cross-attention --resolution 384x512 --batch 4
     python scripts/bench_components.py vae-encode --resolution 768x1024 --repeats 2
+    python scripts/bench_components.py garment-unet --resolution 384x512 --repeats 2 --threads 1
 """
 
 from __future__ import annotations
@@ -86,9 +91,38 @@ def vae_encode(width: int, height: int, repeats: int) -> None:
                   f"max abs diff {(batched - single).abs().max():.1e}", flush=True)
 
 
+def garment_unet(width: int, height: int, repeats: int) -> None:
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    from ootd.method.fusion import capture_block_inputs
+    from ootd.tools.bench.architectures import FULL
+    from ootd.weights.loading import quiet_loading
+
+    torch.manual_seed(0)
+    with quiet_loading():
+        unet = UNet2DConditionModel(**FULL.unet).eval().requires_grad_(False)
+    garment = torch.randn(1, 4, height // 8, width // 8)
+    prompt = torch.randn(1, 2, int(unet.config.cross_attention_dim))
+
+    def features(batch: torch.Tensor) -> tuple[dict[str, torch.Tensor], float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        with capture_block_inputs(unet, stop_early=True) as captured:
+            unet(batch, 0, encoder_hidden_states=prompt.expand(batch.shape[0], -1, -1), return_dict=False)
+        return dict(captured), time.perf_counter() - wall, time.process_time() - cpu
+
+    with torch.inference_mode():
+        for r in range(repeats):
+            both, wall2, cpu2 = features(torch.cat([garment, torch.zeros_like(garment)]))
+            alone, wall1, cpu1 = features(garment)
+            diff = max(float((both[k][:1] - alone[k]).abs().max()) for k in alone)
+            print(f"round {r + 1}: [garment, zeros] {wall2:.1f} s wall, {cpu2:.1f} s CPU; [garment] {wall1:.1f} s "
+                  f"wall, {cpu1:.1f} s CPU; max abs diff of the garment's features {diff:.1e}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("component", choices=("cross-attention", "vae-encode"))
+    p.add_argument("component", choices=("cross-attention", "vae-encode", "garment-unet"))
     p.add_argument("--resolution", default="768x1024")
     p.add_argument("--batch", type=int, default=2, help="cross-attention: UNet batch (samples x 2 with guidance)")
     p.add_argument("--repeats", type=int, default=None, help="default: 5 for cross-attention, 2 for vae-encode")
@@ -111,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     if args.component == "cross-attention":
         cross_attention(width, height, args.batch, args.repeats or 5)
+    elif args.component == "garment-unet":
+        garment_unet(width, height, args.repeats or 2)
     else:
         vae_encode(width, height, args.repeats or 2)
     return 0

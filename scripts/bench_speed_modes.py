@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import re
 import statistics
 import sys
@@ -67,14 +68,38 @@ def parse_mode(spec: str) -> dict[str, Any]:
 
 
 def whole_call(run: dict[str, Any], steps: int, interval: int) -> float:
-    """Fixed stages + `steps` steps at the measured median refresh / cached step times."""
-    times = run["steps"]
+    """Fixed stages + `steps` steps at the measured median refresh / cached step times (wall seconds)."""
+    return compose({s: run.get(s, 0.0) for s in FIXED_STAGES}, run["steps"], steps, interval)
+
+
+def compose(fixed: dict[str, float | None], times: list[float], steps: int, interval: int) -> float:
+    """The fixed stages' seconds + `steps` steps at the median refresh / cached times of the measured `times`."""
     timed = list(enumerate(times))[1:] if len(times) > 2 else list(enumerate(times))
     refresh = [t for i, t in timed if i % interval == 0] or [t for _, t in timed]
     cached = [t for i, t in timed if i % interval != 0]
     per_refresh, per_cached = statistics.median(refresh), statistics.median(cached) if cached else 0.0
     n_refresh = len(range(0, steps, interval))
-    return sum(run.get(s, 0.0) for s in FIXED_STAGES) + n_refresh * per_refresh + (steps - n_refresh) * per_cached
+    return sum(v or 0.0 for v in fixed.values()) + n_refresh * per_refresh + (steps - n_refresh) * per_cached
+
+
+def cpu_figures(ours: dict[str, Any], target: int, mode: dict[str, Any]) -> dict[str, Any]:
+    """Process-CPU seconds of the call: as measured, per fixed stage, per step, the denoising, and the whole call
+    composed alike in every mode, the fixed stages plus the steps (a few-step mode's own steps as measured, the
+    others' `target` steps at the median refresh / cached step, as `whole_call` composes wall seconds)."""
+    stages = {s: ours["stage_cpu"].get(s) for s in FIXED_STAGES}
+    steps = ours["steps_cpu"]
+    whole = sum(v or 0.0 for v in stages.values()) + sum(steps) if mode["few_step"] else \
+        compose(stages, steps, target, mode["cache_interval"])
+    return {"call": ours["cpu"], "stages": stages, "steps": steps, "s_per_step": ours["s_per_it_cpu"],
+            "denoise": sum(steps), "unet_calls": ours["stages"]["cpu"].get("denoise", []), f"whole_{target}": whole,
+            f"denoise_{target}": sum(steps) if mode["few_step"] else compose({}, steps, target, mode["cache_interval"])}
+
+
+def load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def merge_random_adapter(components: Any, seed: int, rank: int = 64) -> None:
@@ -152,7 +177,8 @@ def main() -> None:
                 built[mode["dtype"]] = components
         else:
             components = built[mode["dtype"]]
-        print(f"== {mode['name']}", flush=True)
+        print(f"== {mode['name']} (load average {load()}, {torch.get_num_threads()} thread(s))", flush=True)
+        load_before = load()
         steps = mode["steps"] or args.steps
         few = {"scheduler": "lcm", "scale": 0.0} if mode["few_step"] else {}
         if mode["few_step"]:
@@ -171,7 +197,9 @@ def main() -> None:
         ours = report["ours"]
         reference = reference or (folder / mode["name"], steps)
         row = {"mode": mode, "s_per_step": ours["s_per_it"], "steps": ours["steps"], "wall": ours["wall"],
-               "stages": {s: ours.get(s) for s in FIXED_STAGES}, "peak_rss_gib": ours["peak_memory"] / 2**30,
+               "stages": {s: ours.get(s) for s in FIXED_STAGES}, "denoise": ours.get("denoise"),
+               "cpu": cpu_figures(ours, target, mode), "load_average": {"before": load_before, "after": load()},
+               "threads": torch.get_num_threads(), "peak_rss_gib": ours["peak_memory"] / 2**30,
                f"whole_{target}": ours["wall"] if mode["few_step"] else whole_call(ours, target,
                                                                                     mode["cache_interval"]),
                "diff_from_first": differences(reference[0], folder / mode["name"]) if reference[1] == steps else None,
@@ -185,6 +213,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "mode"}, default=str), flush=True)
     _table(rows, target)
+    _cpu_table(rows, target)
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1,
                                        default=str) + "\n")
@@ -210,6 +239,25 @@ def _table(rows: list[dict[str, Any]], target: int) -> None:
         print(f"| {r['mode']['name']} | {r['s_per_step']:.1f} s | {r[f'whole_{target}']:.0f} s | {ratio:.2f}x | "
               f"{st['encode']:.1f} / {st['garment_unet']:.1f} / {st['decode']:.1f} s | {r['peak_rss_gib']:.1f} GiB | "
               f"{diff} | {r['steps_run']} |")
+
+
+def _cpu_table(rows: list[dict[str, Any]], target: int) -> None:
+    """Process-CPU seconds (with one thread: the work done, whatever else runs on the machine), each mode against
+    the first and against the first `fast` one: the whole call and the denoising alone."""
+    others = [rows[0]] + [r for r in rows if r["mode"]["name"].startswith("fast")][:1]
+    names = " | ".join(f"vs {o['mode']['name']} (call / denoising)" for o in others)
+    print(f"\n| mode | CPU: conditioning / encodes / garment UNet / decode | CPU s/step | denoising, {target} steps"
+          f" (few-step: its own) | whole call, CPU | whole call, wall | {names} | load before / after |")
+    print("|---|---|---:|---:|---:|---:|" + "---:|" * len(others) + "---|")
+    for r in rows:
+        c, st = r["cpu"], r["cpu"]["stages"]
+        fixed = " / ".join(f"{st[s]:.1f}" if st[s] is not None else "-" for s in FIXED_STAGES)
+        ratios = " | ".join(f"{o['cpu'][f'whole_{target}'] / c[f'whole_{target}']:.2f}x / "
+                            f"{o['cpu'][f'denoise_{target}'] / c[f'denoise_{target}']:.2f}x" for o in others)
+        loads = r["load_average"]
+        print(f"| {r['mode']['name']} | {fixed} s | {c['s_per_step']:.2f} s | {c[f'denoise_{target}']:.1f} s | "
+              f"{c[f'whole_{target}']:.1f} s | {r[f'whole_{target}']:.1f} s | {ratios} | "
+              f"{(loads['before'] or ['?'])[0]} / {(loads['after'] or ['?'])[0]} |")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ class FakePipe:
         self.persons.append(masked.person)
         return SimpleNamespace(category=masked.category, image=masked.person, name="masked", auto=True)
 
-    def prepare_garment(self, garment, category, *, resolution=None, fit="pad"):  # noqa: ANN001, ANN201
+    def prepare_garment(self, garment, category, *, resolution=None, fit="pad", guidance=True):  # noqa: ANN001, ANN201
         self.calls["garment"] += 1
         image = garment if isinstance(garment, Image.Image) else load_image(garment, "garment")
         self.garments.append(garment)

@@ -323,3 +323,18 @@ def test_bench_stage_table_with_the_original_in_its_own_precision() -> None:
     with pytest.raises(UsageError, match="models of its own"):
         run_bench(bench_config(), random_weights="tiny",
                   options=BenchOptions(compare_original=True, original_precision=PrecisionName.BF16, step_repeats=1))
+
+
+@pytest.mark.parametrize("distill", [False, True])
+def test_training_bench_gives_wall_and_cpu_seconds_per_step(distill: bool) -> None:
+    """`ootd train bench`: each step's wall and process-CPU seconds, the thread count, the peak and the estimate."""
+    from ootd.tools.bench.training import bench_training
+    from ootd.training.settings import DistillSettings, TrainSettings
+
+    kind = DistillSettings if distill else TrainSettings
+    out = bench_training("tiny", parse_resolution("384x512"), kind.from_words(batch_size=1), 2).to_json()
+    assert out["kind"] == ("distill" if distill else "fine-tune")
+    assert len(out["step_seconds"]) == len(out["step_cpu_seconds"]) == 2
+    assert all(s > 0 for s in out["step_cpu_seconds"]) and out["median_step_cpu_seconds"] > 0
+    assert out["threads"] == torch.get_num_threads()
+    assert out["peak_rss"] >= out["baseline_rss"] > 0 and out["estimate"] > 0

@@ -141,7 +141,7 @@ def run_pass(pipe: TryOnPipeline, request: TryOnRequest, config: RunConfig, prog
     def prepare_garment() -> Any:
         tick("garment", 0, 1)
         prepared = pipe.prepare_garment(request.pipeline_input("garment"), category, resolution=resolution,
-                                        fit=config.fit)
+                                        fit=config.fit, guidance=config.sampling.guidance)
         tick("garment", 1, 1)
         return prepared
 
@@ -149,8 +149,8 @@ def run_pass(pipe: TryOnPipeline, request: TryOnRequest, config: RunConfig, prog
     person, person_new = _cached(persons, None if None in person_key else (model_type, category, *person_key),
                                  prepare_person)
     garment_key = request.key("garment")
-    garment, garment_new = _cached(garments, None if garment_key is None else (model_type, category, garment_key),
-                                   prepare_garment)
+    garment, garment_new = _cached(garments, None if garment_key is None else
+                                   (model_type, category, garment_key, config.sampling.guidance), prepare_garment)
     extra = {"callback": callback} if callback is not None else {}
     if photo_pixels:  # the results are then brought back to the photo: the memory plan counts that
         extra["photo_pixels"] = photo_pixels

@@ -29,7 +29,16 @@ from ootd.memory.estimate import STAGES
 from ootd.memory.planner import apply_plan_to_vae
 from ootd.settings import RESOLUTIONS, ModelType, PrecisionName, Resolution, SamplingSettings
 from ootd.tools.bench.flops import count_step_flops
-from ootd.tools.bench.profiling import PeakMemory, machine, profile_step, stage_meter, stage_modules, versions
+from ootd.tools.bench.profiling import (
+    PeakMemory,
+    StepClock,
+    machine,
+    profile_step,
+    stage_cpu,
+    stage_meter,
+    stage_modules,
+    versions,
+)
 from ootd.tools.bench.random_weights import build_random_components, synthetic_inputs
 from ootd.tools.bench.reference import run_original
 from ootd.tools.bench.side_by_side import compare_steps
@@ -204,14 +213,16 @@ class _Bench:
         s, pipe = self.sampling, self.pipe
         assert pipe is not None
 
-        def run(steps: int = s.steps) -> Any:
+        def run(steps: int = s.steps, clock: StepClock | None = None) -> Any:
             return pipe(self.person, self.garment, "upper", mask=self.mask, num_samples=s.num_samples,
                         steps=steps, guidance_scale=s.guidance_scale, seed=s.seed, resolution=s.resolution,
-                        scheduler=s.scheduler)
+                        scheduler=s.scheduler, callback=clock)
 
         if warmup:
             run(steps=1)
-        result, report["ours"], peaks = self._measured(lambda: _timed_result(run))
+        with StepClock(self.components.unet_vton) as clock:
+            result, report["ours"], peaks = self._measured(lambda: _timed_result(partial(run, clock=clock)))
+        report["ours"].update(steps_cpu=clock.cpu, s_per_it_cpu=_median(clock.cpu))
         self.images = result.images
         self.say(_timing_line("ours", report["ours"]))
         report["memory"] = {
@@ -259,8 +270,7 @@ class _Bench:
             result, timings = run()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         summary = _summary(timings)
-        summary.update(wall=wall, cpu=cpu, stages=record.to_dict(),
-                       stage_cpu={stage: sum(calls) for stage, calls in record.cpu.items()})
+        summary.update(wall=wall, cpu=cpu, stages=record.to_dict(), stage_cpu=stage_cpu(record))
         summary["peak_memory"] = max([self.meter.read(), *record.peaks.values()])
         return result, summary, record.peaks
 
@@ -307,25 +317,31 @@ def _timing_line(label: str, s: dict[str, Any]) -> str:
              if k in s]
     steps = " ".join(f"{x:.2f}" for x in s.get("steps", []))
     peak = s["peak_memory"] / 2**30
-    return f"{label}: {', '.join(parts)}; steps [{steps}] s, {s['s_per_it']:.3f} s/it; peak {peak:.2f} GiB"
+    line = f"{label}: {', '.join(parts)}; steps [{steps}] s, {s['s_per_it']:.3f} s/it; peak {peak:.2f} GiB"
+    cpu = ", ".join(f"{k} {v:.2f}s" for k, v in s.get("stage_cpu", {}).items())
+    steps_cpu = " ".join(f"{x:.2f}" for x in s.get("steps_cpu", []))
+    return f"{line}; CPU: {cpu}, call {s['cpu']:.2f}s" + (f"; steps [{steps_cpu}] s" if steps_cpu else "")
 
 
 def _summary(timings: dict[str, Any]) -> dict[str, Any]:
     steps = [float(s) for s in timings.get("steps", [])]
-    timed = steps[1:] if len(steps) > 2 else steps  # the first step pays for kernel selection / warm-up
     out = {k: float(v) for k, v in timings.items() if k != "steps"}
     if "encode" not in out:  # the pipeline times the person and garment encodes separately
         out["encode"] = sum(v for k, v in out.items() if k.startswith("encode"))
     out["steps"] = steps
-    out["s_per_it"] = statistics.median(timed) if timed else float("nan")
+    out["s_per_it"] = _median(steps)
     return out
+
+
+def _median(steps: Sequence[float]) -> float:
+    """The median step, leaving out the first of more than two (it pays for kernel selection / warm-up)."""
+    timed = steps[1:] if len(steps) > 2 else steps
+    return statistics.median(timed) if timed else float("nan")
 
 
 def _median_step(run: dict[str, Any], kind: str) -> float:
     """Median seconds of one try-on UNet call (the bulk of a step), wall or CPU, from the stage record."""
-    calls = run["stages"][kind].get("denoise", [])
-    timed = calls[1:] if len(calls) > 2 else calls
-    return statistics.median(timed) if timed else float("nan")
+    return _median(run["stages"][kind].get("denoise", []))
 
 
 def _max_abs_diff(a: Sequence[Image.Image], b: Sequence[Image.Image]) -> float:

@@ -113,9 +113,53 @@ def stage_meter(meter: PeakMemory, modules: dict[str, torch.nn.Module]) -> Itera
 
 
 def stage_modules(c: Components) -> dict[str, torch.nn.Module]:
-    """The module whose forward calls make up each stage of a try-on call."""
-    return {"conditioning": c.image_encoder, "encode": c.vae.encoder, "garment_unet": c.unet_garm,
-            "denoise": c.unet_vton, "decode": c.vae.decoder}
+    """The module whose forward calls make up each stage of a try-on call (the text encoder's own label: its
+    time belongs to conditioning, see `stage_cpu`)."""
+    modules = {"conditioning": c.image_encoder, "encode": c.vae.encoder, "garment_unet": c.unet_garm,
+               "denoise": c.unet_vton, "decode": c.vae.decoder}
+    if c.text_encoder is not None:
+        modules["conditioning_text"] = c.text_encoder
+    return modules
+
+
+def stage_cpu(record: StageRecord) -> dict[str, float]:
+    """Process-CPU seconds per stage of one call (the text encoder's counted in conditioning)."""
+    out = {stage: sum(calls) for stage, calls in record.cpu.items() if stage != "conditioning_text"}
+    if "conditioning_text" in record.cpu:
+        out["conditioning"] = out.get("conditioning", 0.0) + sum(record.cpu["conditioning_text"])
+    return out
+
+
+class StepClock:
+    """A step callback: wall and process-CPU seconds of every denoising step, each from the end of the one
+    before (the first from the try-on UNet's first call): the UNet, the scheduler and the inpainting blend.
+    With one torch thread the CPU seconds are the work done, whatever else shares the machine."""
+
+    def __init__(self, unet: torch.nn.Module) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self._start: tuple[float, float] | None = None
+        self._unet = unet
+        self._handle: Any = None
+
+    def __enter__(self) -> StepClock:
+        def first_call(_module, _args) -> None:  # noqa: ANN001
+            if self._start is None:
+                self._start = (time.perf_counter(), time.process_time())
+        self._handle = self._unet.register_forward_pre_hook(first_call)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.remove()
+
+    def __call__(self, step: int, t: torch.Tensor, latents: torch.Tensor) -> None:
+        if latents.device.type == "cuda":
+            torch.cuda.synchronize(latents.device)
+        now = (time.perf_counter(), time.process_time())
+        if self._start is not None:
+            self.wall.append(now[0] - self._start[0])
+            self.cpu.append(now[1] - self._start[1])
+        self._start = now
 
 
 def profile_step(run: Callable[[], Any], row_limit: int = 15) -> str:

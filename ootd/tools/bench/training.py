@@ -24,12 +24,21 @@ class TrainBench:
     checkpointing: bool
     train_garment: bool
     step_seconds: list[float]
+    # process-CPU seconds of each step: with one torch thread (OMP_NUM_THREADS=1) the work done, whatever else
+    # runs on the machine
+    step_cpu_seconds: list[float]
+    threads: int  # torch's CPU threads
     peak_rss: int  # bytes, the whole process
     estimate: int  # bytes, ootd/training/memory.py
     baseline_rss: int  # bytes, after loading the models, before the first step
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "median_step_seconds": sorted(self.step_seconds)[len(self.step_seconds) // 2]}
+        return {**self.__dict__, "median_step_seconds": _median(self.step_seconds),
+                "median_step_cpu_seconds": _median(self.step_cpu_seconds)}
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def _peak_rss() -> int:
@@ -63,9 +72,9 @@ def bench_training(kind: str, resolution: Resolution, settings: TrainSettings, s
     cross = int(components.unet_vton.config.cross_attention_dim)
     prompt = torch.randn(b, 2, cross, generator=generator)
     optimizer = torch.optim.AdamW(models.params, lr=settings.learning_rate)
-    times = []
+    times, cpu_times = [], []
     for step in range(steps):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         optimizer.zero_grad(set_to_none=True)
         d = models.objective.draw(range(b), (4, h, w), 0, step, settings.dropout)
         loss = models.objective(*tensors, prompt, d.noise, d.timesteps, d.drop)
@@ -75,7 +84,8 @@ def bench_training(kind: str, resolution: Resolution, settings: TrainSettings, s
         if distill:
             models.objective.update_target(settings.ema_decay)
         times.append(time.perf_counter() - t)
+        cpu_times.append(time.process_time() - cpu)
     estimate = training_estimate(models, resolution, settings)
     return TrainBench(str(resolution), "distill" if distill else "fine-tune", b, settings.gradient_checkpointing,
-                      settings.train_garment, times,
+                      settings.train_garment, times, cpu_times, torch.get_num_threads(),
                       _peak_rss(), estimate.total, baseline)

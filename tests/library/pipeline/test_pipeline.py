@@ -165,3 +165,30 @@ def test_setting_the_timesteps_warns_nothing(tiny_tree, name: SchedulerName) -> 
 
 def test_model_types_are_parsed(pipe_hd, pipe_dc) -> None:  # noqa: ANN001
     assert pipe_hd.model_type is ModelType.HD and pipe_dc.model_type is ModelType.DC
+
+
+def test_without_guidance_the_garment_unet_runs_on_the_garment_alone(pipe_hd, example_images) -> None:  # noqa: ANN001
+    """Guidance off (a few-step adapter's scale 0): the garment UNet on [garment], not on [garment, zeros] whose
+    zeros item no step reads; the same pictures as with it; such features refuse a guided call."""
+    batches: list[int] = []
+    handle = pipe_hd.components.unet_garm.register_forward_pre_hook(lambda _m, args: batches.append(args[0].shape[0]))
+    kw = dict(mask=example_images["mask"], steps=2, seed=3, resolution=(384, 512))
+    try:
+        off = pipe_hd(example_images["person"], example_images["tshirt"], "upper", guidance_scale=0.0, **kw)
+        pipe_hd(example_images["person"], example_images["tshirt"], "upper", guidance_scale=2.0, **kw)
+    finally:
+        handle.remove()
+    assert batches == [1, 2]
+    res = parse_resolution("384x512")
+    person = pipe_hd.prepare_person(example_images["person"], Category.UPPER, mask=example_images["mask"],
+                                    resolution=res)
+    both = pipe_hd.prepare_garment(example_images["tshirt"], Category.UPPER, resolution=res)
+    alone = pipe_hd.prepare_garment(example_images["tshirt"], Category.UPPER, resolution=res, guidance=False)
+    assert both.unconditional and not alone.unconditional
+    assert {k: v.shape[0] for k, v in alone.features.items()} == {k: 1 for k in both.features}
+    unguided = SamplingSettings.from_words(steps=2, seed=3, guidance_scale=0.0, resolution=(384, 512))
+    before = pipe_hd.generate(person, both, unguided)  # the unconditional item computed, and not read
+    assert np.abs(_arr(before.images[0]) - _arr(off.images[0])).max() <= 1
+    guided = SamplingSettings.from_words(steps=2, seed=3, guidance_scale=2.0, resolution=(384, 512))
+    with pytest.raises(UsageError, match="without guidance's unconditional half"):
+        pipe_hd.generate(person, alone, guided)
