@@ -1225,10 +1225,11 @@ CASES+=(
 
 case_serve_contract_schemathesis() {  # every check, every phase (stateful too): 0 failures, the server still up
   start_serve --max-steps 1 --max-samples 1 --max-queue 64 || return 1
-  SCHEMATHESIS_HOOKS=tests.helpers.contract_hooks NO_COLOR=1 timeout 900 "$PY" -m schemathesis.cli \
+  # in $WORK: Schemathesis keeps its cache (.schemathesis/) in the folder it runs in, never in the checkout
+  ( cd "$WORK" && SCHEMATHESIS_HOOKS=tests.helpers.contract_hooks NO_COLOR=1 timeout 900 "$PY" -m schemathesis.cli \
     --config-file "$REPO/tests/frontends/serve/schemathesis.toml" run "${SERVE_URL}openapi.json" --checks all \
     --max-examples 20 --seed 1 --workers 1 --request-timeout 300 --max-response-time 600 --warnings off \
-    >"$WORK/schemathesis.log" 2>&1 </dev/null
+    >"$WORK/schemathesis.log" 2>&1 </dev/null )
   RC=$?
   local alive; alive="$(serve_http GET /api/health)"
   stop_serve TERM
