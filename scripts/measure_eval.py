@@ -2,7 +2,8 @@
 
     .venv-eval/bin/python scripts/measure_eval.py [--sizes 384x512,768x1024] [--counts 100,1000] [--batch 8]
 
-Needs the eval extra (scripts/test_eval_stack.sh makes such an environment). The published weights cannot be had
+Needs the eval extra (scripts/test_eval_stack.sh makes such an environment); without it the script says so in
+one line, with the command that installs it, and exits 3. The published weights cannot be had
 on every machine: with `--weights random` (the default here) the networks are the same architectures randomly
 initialised - torch-fidelity's InceptionV3 and lpips's AlexNet - so the work, the time and the memory are those
 of the real metrics and the numbers are meaningless (the output says so). Synthetic pairs: smooth random
@@ -28,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measuring import ROOT, cpu_name, cpu_seconds, measure_fresh
+from measuring import ROOT, cpu_name, cpu_seconds, measure_fresh, parse_counts, parse_sizes, tick_rates
 
 sys.path.insert(0, str(ROOT))
 
@@ -68,20 +69,25 @@ def measure(results: str, photos: str, weights: str, batch: int, threads: int) -
     report = evaluate(Path(results), Path(photos), EvalOptions.from_words(weights, "cpu", batch),
                       progress=lambda stage, done, total: ticks.append((time.perf_counter(), cpu_seconds())))
     end = (time.perf_counter(), cpu_seconds())
-    images = len(ticks)
-
-    def per_image(first: int, last: int, which: int) -> float:
-        return (ticks[last][which] - ticks[first][which]) / (last - first)
-
-    window = max(batch, images // 10 // batch * batch)  # whole batches: the first and the last tenth of the images
-    return {"images": images, "pairs": len(report.pairs), "threads": threads,
-            "first_image_s": ticks[0][0] - start[0],
-            "per_image_s": per_image(0, images - 1, 0), "per_image_cpu_s": per_image(0, images - 1, 1),
-            "first_tenth_cpu_s": per_image(0, window, 1), "last_tenth_cpu_s": per_image(images - 1 - window,
-                                                                                        images - 1, 1),
+    rates = tick_rates(ticks, batch)  # whole batches: the first and the last tenth of the images
+    return {"images": len(ticks), "pairs": len(report.pairs), "threads": threads,
+            "first_image_s": ticks[0][0] - start[0], "per_image_s": rates["per_s"],
+            "per_image_cpu_s": rates["per_cpu_s"], "first_tenth_cpu_s": rates["first_tenth_cpu_s"],
+            "last_tenth_cpu_s": rates["last_tenth_cpu_s"],
             "sets_s": end[0] - ticks[-1][0], "total_s": end[0] - start[0],
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "stand_in": report.stand_in, "fid": report.sets.fid, "kid_subset": report.sets.kid_subset_size}
+
+
+def require_networks() -> None:
+    """The metric networks can run here, or one line saying what is missing and how to install it (exit 3): without
+    them an evaluation scores SSIM only, which is not what these figures are of."""
+    from ootd.evaluation.networks import stack_problem
+
+    problem = stack_problem()
+    if problem is not None:
+        print(f"measure_eval.py: the metric networks (LPIPS, FID, KID) cannot run here: {problem}", file=sys.stderr)
+        sys.exit(3)
 
 
 def main() -> None:
@@ -96,12 +102,13 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(*args.one, args.weights, args.batch, args.threads)))
         return
-    counts = sorted(int(c) for c in args.counts.split(","))
+    sizes, counts = parse_sizes(parser, args.sizes), parse_counts(parser, args.counts)
+    require_networks()
     print(f"# {cpu_name()}, {os.cpu_count()} CPUs, {args.threads} torch thread(s) a run; load average at start "
           f"{Path('/proc/loadavg').read_text().split()[:3]}")
     rows = []
-    for word in args.sizes.split(","):
-        w, h = (int(v) for v in word.split("x"))
+    for w, h in sizes:
+        word = f"{w}x{h}"
         with tempfile.TemporaryDirectory() as tmp:
             made = time.perf_counter()
             photos, results = make_pairs(Path(tmp), (w, h), counts[-1])
@@ -121,7 +128,8 @@ def main() -> None:
               f"{r['per_image_cpu_s'] * 1000:.0f} ms | {r['first_tenth_cpu_s'] * 1000:.0f} / "
               f"{r['last_tenth_cpu_s'] * 1000:.0f} ms | {r['sets_s']:.1f} s (KID subsets of {r['kid_subset']}) | "
               f"{r['total_s']:.0f} s | {r['peak_rss_mib']:.0f} MiB |")
-    for word in args.sizes.split(","):
+    for w, h in sizes:
+        word = f"{w}x{h}"
         of = {r["count"]: r for r in rows if r["size"] == word}
         if len(of) > 1:
             lo, hi = of[counts[0]], of[counts[-1]]

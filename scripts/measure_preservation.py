@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measuring import ROOT, cpu_name, cpu_seconds, measure_fresh
+from measuring import ROOT, cpu_name, cpu_seconds, measure_fresh, parse_counts, parse_sizes, tick_rates
 
 sys.path.insert(0, str(ROOT))
 STAND_IN = ("pose and parsing are fixed maps (a frontal person), not the networks: their cost, once per distinct "
@@ -62,17 +62,18 @@ def make_results(folder: Path, size: tuple[int, int], people: int, count: int) -
     import numpy as np
     from PIL import Image
 
+    from ootd.app.tryon.config import RunConfig
     from ootd.app.tryon.record import PassRecord, Record
     from ootd.imaging.atomic import save_png_atomic
     from ootd.imaging.files import load_image
     from ootd.settings import Category, FitMode, ModelType, SamplingSettings, parse_resolution
-    from ootd.speedups.modes import SpeedModes
 
     photos, masks, results = folder / "people", folder / "masks", folder / "results"
     for made in (photos, masks, results):
         made.mkdir(parents=True)
     shutil.copy(ROOT / "examples" / "person_mask_upper.png", masks / "mask.png")
-    sampling = SamplingSettings(num_samples=1, steps=20, seed=1, resolution=parse_resolution(f"{size[0]}x{size[1]}"))
+    sampling = SamplingSettings(num_samples=1, steps=20, seed=1, resolution=parse_resolution(size))
+    config = RunConfig(Path("checkpoints"), sampling=sampling, fit=FitMode.PAD, mask_grow=0)
     rng = np.random.default_rng(0)
     base = []
     framed = np.asarray(load_image(ROOT / "examples" / "person.png", "person").resize(size)).astype(int)
@@ -80,8 +81,7 @@ def make_results(folder: Path, size: tuple[int, int], people: int, count: int) -
         name = f"p{i:02d}.png"
         shutil.copy(ROOT / "examples" / "person.png", photos / name)
         picture = np.clip(framed + rng.integers(-12, 13, framed.shape), 0, 255).astype(np.uint8)
-        record = Record(PassRecord(ModelType.HD, Category.UPPER, sampling, SpeedModes(), name, "shirt.png",
-                                   "mask.png", FitMode.PAD, 0), sample=0)
+        record = Record(PassRecord(ModelType.HD, Category.UPPER, config, name, "shirt.png", "mask.png"), sample=0)
         base.append(save_png_atomic(Image.fromarray(picture), folder / f"base{i:02d}.png", record.text()))
     for n in range(count):
         os.link(base[n % people], results / f"p{n % people:02d}__g{n:05d}__0.png")
@@ -106,16 +106,22 @@ def measure(results: str, people: str, masks: str) -> dict:
                             lambda: stand_in,
                             progress=lambda stage, done, total: ticks.append((time.perf_counter(), cpu_seconds())))
     end = time.perf_counter()
-    n = len(ticks)
-    window = max(1, n // 10)
-
-    def per(first: int, last: int, which: int) -> float:
-        return (ticks[last][which] - ticks[first][which]) / (last - first)
-
+    rates = tick_rates(ticks)
     return {"results": len(report.rows), "skipped": len(report.skipped), "parses": report.parses,
-            "first_s": ticks[0][0] - start[0], "per_result_s": per(0, n - 1, 0), "per_result_cpu_s": per(0, n - 1, 1),
-            "first_tenth_cpu_s": per(0, window, 1), "last_tenth_cpu_s": per(n - 1 - window, n - 1, 1),
+            "first_s": ticks[0][0] - start[0], "per_result_s": rates["per_s"], "per_result_cpu_s": rates["per_cpu_s"],
+            "first_tenth_cpu_s": rates["first_tenth_cpu_s"], "last_tenth_cpu_s": rates["last_tenth_cpu_s"],
             "total_s": end - start[0], "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def check_size(parser: argparse.ArgumentParser, size: tuple[int, int]) -> None:
+    """A size a try-on makes (the results are recorded as its), or the parser's one-line error."""
+    from ootd.errors import UsageError
+    from ootd.settings import parse_resolution
+
+    try:
+        parse_resolution(size)
+    except UsageError as exc:
+        parser.error(f"--sizes: {exc}")
 
 
 def main() -> None:
@@ -128,13 +134,17 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(*args.one)))
         return
-    counts = sorted(int(c) for c in args.counts.split(","))
+    sizes, counts = parse_sizes(parser, args.sizes), parse_counts(parser, args.counts)
+    for size in sizes:
+        check_size(parser, size)
+    if args.people < 1:
+        parser.error(f"--people: {args.people} is not at least 1")
     load = Path("/proc/loadavg").read_text().split()[:3]
     print(f"# {cpu_name()}, {os.cpu_count()} CPUs; load average at start {load}")
     print(f"# STAND-IN: {STAND_IN}")
     rows = []
-    for word in args.sizes.split(","):
-        w, h = (int(v) for v in word.split("x"))
+    for w, h in sizes:
+        word = f"{w}x{h}"
         with tempfile.TemporaryDirectory() as tmp:
             people, masks, results = make_results(Path(tmp), (w, h), args.people, counts[-1])
             for count in counts:
@@ -149,7 +159,8 @@ def main() -> None:
         print(f"| {r['size']} | {r['count']} | {r['per_result_s'] * 1000:.0f} ms | "
               f"{r['per_result_cpu_s'] * 1000:.0f} ms | {r['first_tenth_cpu_s'] * 1000:.0f} / "
               f"{r['last_tenth_cpu_s'] * 1000:.0f} ms | {r['total_s']:.0f} s | {r['peak_rss_mib']:.0f} MiB |")
-    for word in args.sizes.split(","):
+    for w, h in sizes:
+        word = f"{w}x{h}"
         of = {r["count"]: r for r in rows if r["size"] == word}
         if len(of) > 1:
             lo, hi = of[counts[0]], of[counts[-1]]

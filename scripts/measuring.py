@@ -1,9 +1,10 @@
-"""What the measure_*.py scripts share: the CPU's name for the figures' header, this process's CPU time, and one
+"""What the measure_*.py scripts share: the CPU's name for the figures' header, this process's CPU time, one
 measurement run in a fresh process (the script itself with `--one`), so that each starts cold and its peak memory
-is its own."""
+is its own, their --sizes and --counts read at the edge, and the rates between the progress ticks of one run."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -36,3 +37,39 @@ def measure_fresh(script: str, *args: str) -> dict:
     if proc.returncode != 0:
         sys.exit(proc.stderr[-2000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def parse_sizes(parser: argparse.ArgumentParser, text: str) -> list[tuple[int, int]]:
+    """`--sizes` as WIDTHxHEIGHT pairs ("384x512,768x1024"), or the parser's one-line error."""
+    sizes = []
+    for word in text.split(","):
+        w, _, h = word.strip().lower().partition("x")
+        if not (w.isdigit() and h.isdigit() and int(w) > 0 and int(h) > 0):
+            parser.error(f"--sizes: {word!r} is not WIDTHxHEIGHT (e.g. 384x512)")
+        sizes.append((int(w), int(h)))
+    return sizes
+
+
+def parse_counts(parser: argparse.ArgumentParser, text: str) -> list[int]:
+    """`--counts`, ascending, each at least 2 (a rate needs two progress ticks), or the parser's one-line error."""
+    words = text.split(",")
+    if not all(w.strip().isdigit() and int(w) >= 2 for w in words):
+        parser.error(f"--counts: {text!r} is not whole numbers of at least 2, separated by commas (e.g. 100,1000)")
+    return sorted({int(w) for w in words})
+
+
+def tick_rates(ticks: list[tuple[float, float]], step: int = 1) -> dict[str, float]:
+    """Per item between the first and the last of `ticks` ((wall, CPU) seconds at each item's progress tick): the
+    wall and CPU time, and the CPU time over the first and the last tenth of the items (whole `step`s of them, as
+    they are processed, at least one step; never more than the run: a run shorter than a step compares its first
+    and its last tick)."""
+    n = len(ticks)
+    if n < 2:
+        raise ValueError(f"{n} progress tick(s): a rate needs at least 2")
+    window = min(n - 1, max(step, n // 10 // step * step))
+
+    def per(first: int, last: int, which: int) -> float:
+        return (ticks[last][which] - ticks[first][which]) / (last - first)
+
+    return {"per_s": per(0, n - 1, 0), "per_cpu_s": per(0, n - 1, 1), "first_tenth_cpu_s": per(0, window, 1),
+            "last_tenth_cpu_s": per(n - 1 - window, n - 1, 1)}

@@ -16,4 +16,5 @@ cd "$(dirname "$0")/.."
 OOTD_VENV=${OOTD_EVAL_VENV:-.venv-eval} OOTD_TORCH_VERSION=${OOTD_EVAL_TORCH:-2.14.1} EXTRAS="[dev,eval]" \
   . scripts/setup_env.sh
 OOTD_EVAL_STACK=1 python -m pytest -q tests/library/evaluation tests/app/evaluate tests/frontends/cli/test_eval.py \
+  tests/tools/test_measure_scripts.py \
   tests/test_dependencies.py "$@"

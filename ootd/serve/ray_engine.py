@@ -24,9 +24,8 @@ limit enforced while the body streams, host and origin rules, auth before any by
 (loopback unless --auth), stopping on signals and the per-process temporary folder are the local server's, as
 they are, and a job's files stay with the process that holds its id. What Ray Serve does best - placing
 replicas on devices and nodes, routing to a free one, bounding the line, health checks, replacing the dead -
-it does here through the deployment and its handle (no Serve proxy runs: `proxy_location="Disabled"`).
-
-Ray is imported only when the engine starts (the `ray-serve` extra).
+it does here through the deployment and its handle (no Serve proxy runs: `proxy_location="Disabled"`). Ray is
+imported only when the engine starts (the `ray-serve` extra).
 """
 
 from __future__ import annotations
