@@ -73,3 +73,8 @@ def tick_rates(ticks: list[tuple[float, float]], step: int = 1) -> dict[str, flo
 
     return {"per_s": per(0, n - 1, 0), "per_cpu_s": per(0, n - 1, 1), "first_tenth_cpu_s": per(0, window, 1),
             "last_tenth_cpu_s": per(n - 1 - window, n - 1, 1)}
+
+
+if __name__ == "__main__":  # a module of the measure_*.py scripts, not a command of its own: --help says so
+    argparse.ArgumentParser(description=__doc__ + " Run one of the measure_*.py scripts instead.").parse_args()
+    sys.exit("measuring.py is imported by the measure_*.py scripts: run one of them (--help)")
