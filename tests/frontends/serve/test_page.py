@@ -371,7 +371,9 @@ def test_page_tries_on_an_outfit_with_a_mask_per_garment(browser, tmp_path: Path
         assert not browser.find_element(By.ID, "mask-for").is_displayed()
         browser.find_element(By.CSS_SELECTOR, '#history .run[data-number="1"] .edit-mask').click()
         wait.until(lambda d: d.find_element(By.ID, "garment2-preview").is_displayed())
-        assert browser.execute_script("return [editor.painted.garment, editor.painted.garment2]") == [True, True]
+        # the masks come back once their images have loaded (the previews show first)
+        wait.until(lambda d: d.execute_script("return [editor.painted.garment, editor.painted.garment2]")
+                   == [True, True])
         assert browser.find_element(By.ID, "mask-note").text == "masks: yours"
         assert Select(browser.find_element(By.ID, "category2")).first_selected_option.text == "lower"
         said(browser, "mask-state")
