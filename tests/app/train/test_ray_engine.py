@@ -10,7 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -29,20 +31,25 @@ from tests.helpers.training import prepared_cache
 pytestmark = pytest.mark.slow
 
 
+def _one_worker_then_two(ray: Any, options: Callable[[str, int], Any]) -> tuple[Any, Any]:
+    """The same run with the same global batch: one local worker (batch 2, into "one"), then two Ray Train workers
+    (batch 1 each, into "two")."""
+    one = train_local(options("one", 2))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    try:
+        return one, train_ray(options("two", 1), 2, False)
+    finally:
+        ray.shutdown()
+
+
 def test_two_ray_workers_match_one_worker_with_the_same_global_batch(tiny_tree: Path, example_images: dict,
                                                                      tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.train.torch")
     cache = prepared_cache(tmp_path / "data", tiny_tree, example_images, split=0.0)
     common = {"steps": 3, "learning_rate": 1e-2, "warmup": 0, "validation_pairs": 0, "train_garment": True}
-    one = train_local(TrainOptions(cache, tmp_path / "one", tiny_tree,
-                                   TrainSettings.from_words(batch_size=2, **common)))  # type: ignore[arg-type]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    try:
-        two = train_ray(TrainOptions(cache, tmp_path / "two", tiny_tree,
-                                     TrainSettings.from_words(batch_size=1, **common)), 2, False)  # type: ignore[arg-type]
-    finally:
-        ray.shutdown()
+    one, two = _one_worker_then_two(ray, lambda out, batch: TrainOptions(
+        cache, tmp_path / out, tiny_tree, TrainSettings.from_words(batch_size=batch, **common)))  # type: ignore[arg-type]
     assert two.steps == 3 and len(two.losses) == 3
     a, b = load_file(str(tmp_path / "one" / "lora.safetensors")), load_file(str(tmp_path / "two" / "lora.safetensors"))
     assert a.keys() == b.keys()
@@ -122,14 +129,8 @@ def test_a_distillation_on_two_ray_workers_matches_one_worker(tiny_tree: Path, e
     cache = prepared_cache(tmp_path / "data", tiny_tree, example_images, split=0.0)
     common = {"steps": 2, "learning_rate": 1e-2, "warmup": 0, "validation_pairs": 0, "rank": 4, "alpha": 4,
               "ema_decay": 0.5}
-    one = train_local(DistillOptions(cache, tmp_path / "one", tiny_tree,
-                                     DistillSettings.from_words(batch_size=2, **common)))  # type: ignore[arg-type]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    try:
-        two = train_ray(DistillOptions(cache, tmp_path / "two", tiny_tree,
-                                       DistillSettings.from_words(batch_size=1, **common)), 2, False)  # type: ignore[arg-type]
-    finally:
-        ray.shutdown()
+    one, two = _one_worker_then_two(ray, lambda out, batch: DistillOptions(
+        cache, tmp_path / out, tiny_tree, DistillSettings.from_words(batch_size=batch, **common)))  # type: ignore[arg-type]
     assert two.steps == 2
     assert all(math.isclose(x, y, rel_tol=1e-3) for x, y in zip(one.losses, two.losses, strict=True)), \
         (one.losses, two.losses)
