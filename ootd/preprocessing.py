@@ -12,6 +12,7 @@ needs their files.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -91,7 +92,7 @@ class Preprocessor:
     def parse(self, person: Image.Image) -> tuple[Image.Image, np.ndarray, np.ndarray]:
         """Pose and parsing of the 3:4 person image, at 384x512: (that view, keypoints, labels). An outfit makes
         both garments' masks from one parse (`mask_from`)."""
-        small = person.convert("RGB").resize(PREPROCESS_RESOLUTION.size)
+        small = parse_view(person)
         with ootd_errors():
             keypoints = self.pose(small)
             labels = self.parser(small)
@@ -110,17 +111,44 @@ class Preprocessor:
         return MaskResult(mask=mask, keypoints=keypoints, labels=labels, intermediates=intermediates)
 
 
+def parse_view(person: Image.Image) -> Image.Image:
+    """What pose and parsing see of a 3:4 person image: its RGB view at 384x512."""
+    return person.convert("RGB").resize(PREPROCESS_RESOLUTION.size)
+
+
+def view_key(view: Image.Image) -> str:
+    """A digest of a `parse_view`'s pixels: two images with the same key have the same parse."""
+    return hashlib.blake2b(view.tobytes(), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class PhotoParse:
+    """One pose + parsing of a framed person photo, with the key of the view it was made from (`view_key`), so
+    whoever frames the photo the same way again (the preservation measure) uses it instead of parsing again."""
+
+    key: str
+    keypoints: np.ndarray  # (18, 2) in 384x512 pixels
+    labels: np.ndarray  # (512, 384)
+
+
 class ParseOnce:
     """A Preprocessor that parses a photo once however many masks are made from it (an outfit's every pass's
-    mask), counting its parses."""
+    mask), counting its parses; `made`: the latest parse, for whoever needs it next (the preservation measure)."""
 
     def __init__(self, preprocessor: Preprocessor) -> None:
         self.preprocessor = preprocessor
         self.parses = 0
-        self._last: tuple[bytes, tuple[Image.Image, np.ndarray, np.ndarray]] | None = None
+        self._last: tuple[str, tuple[Image.Image, np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def made(self) -> PhotoParse | None:
+        if self._last is None:
+            return None
+        key, (_, keypoints, labels) = self._last
+        return PhotoParse(key, keypoints, labels)
 
     def __call__(self, person: Image.Image, category: Category, model_type: ModelType, grow: int = 0) -> MaskResult:
-        key = person.convert("RGB").tobytes()
+        key = view_key(parse_view(person))
         if self._last is None or self._last[0] != key:
             self._last = (key, self.preprocessor.parse(person))
             self.parses += 1

@@ -155,14 +155,15 @@ def _try_on(config: RunConfig, inputs: JobInputs, models: Models, display: Displ
 
 def _measured(measure: PreservationChoice, tried: _Tried, inputs: JobInputs, models: Models, timings: Timings
               ) -> PairPreservation | None:
-    """What the results changed of the person photo (docs/preservation.md), with the owner's pose and parsing
-    models (those the masks came from), timed; None with --no-preservation. It never fails the run."""
+    """What the results changed of the person photo (docs/preservation.md), from the parse the job made its masks
+    from (else the owner's pose and parsing models, the ones the masks come from), timed; None with
+    --no-preservation. It never fails the run."""
     from ootd.app.tryon.preservation import measure_made
 
     if not measure.on:
         return None
     t = time.perf_counter()
-    kept = measure_made(tried.images, inputs, models.preprocessor, measure.review_above)
+    kept = measure_made(tried.images, inputs, models.preprocessor, measure.review_above, tried.outcome.job.parse)
     timings.add("preservation", time.perf_counter() - t)
     return kept
 

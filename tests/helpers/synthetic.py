@@ -3,6 +3,7 @@ path runs without real pose/parsing weights (the tiny tree's random ones find no
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -100,3 +101,19 @@ def synthetic_preprocessor() -> Any:
     maps = render_maps([PERSON])
     labels = person_labels()
     return Preprocessor(PoseEstimator(None, maps_fn=lambda bgr: maps), lambda image: labels)
+
+
+def counted_preprocessor() -> tuple[Any, Counter]:
+    """`synthetic_preprocessor` with the runs of its pose and of its parsing model counted (`runs["pose"]`,
+    `runs["parsing"]`): what a photo's parse costs, however it is reached."""
+    pre = synthetic_preprocessor()
+    runs: Counter = Counter()
+
+    def counted(name: str, model: Any) -> Any:
+        def run(image: Any) -> Any:
+            runs[name] += 1
+            return model(image)
+        return run
+
+    pre.pose, pre.parser = counted("pose", pre.pose), counted("parsing", pre.parser)
+    return pre, runs

@@ -5,8 +5,9 @@ from (ootd/evaluation/preservation.py has the figures), as `ootd eval --preserva
 The result's record (ootd/app/tryon/provenance.py `recorded_framing`) says how the photo was framed (working size,
 fit, mask growth), whether the picture is at the working size or the photo's (and kept outside the mask), and
 each pass's category, model and mask. The photo is framed again exactly as the try-on framed it, parsed by the
-project's pose and parsing models (`parser`: the Preprocessor, loaded by whoever calls) and its masks made by
-the code that made them (ootd/preprocessing.py `mask_person`): an automatic mask is the same mask; a user's mask
+project's pose and parsing models (`parser`: the Preprocessor, loaded by whoever calls; not at all when the
+try-on's own parse of that view is at hand: `ootd run`'s job, an outfit row of a batch) and its masks made by the
+code that made them (ootd/preprocessing.py `mask_person`): an automatic mask is the same mask; a user's mask
 is read from its file (`masks`: its recorded name -> path). The parse also gives the regions
 (preprocess/regions.py). Everything is then brought to the result's own frame: the working size with the padding
 cut away, or the photo's size (ootd/imaging/photo.py's mapping, the same binarised mask `--keep-unmasked`
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +49,7 @@ from ootd.imaging.files import load_image, load_photo
 from ootd.imaging.framing import FitInfo, frame_of, restore_framing
 from ootd.imaging.opener import open_image
 from ootd.imaging.photo import feather_pixels, in_photo_frame, photo_mask
+from ootd.preprocessing import PhotoParse, parse_view, view_key
 from ootd.settings import Category, FitMode, ModelType, OutputSize, PhotoOutput, Resolution, parse_resolution
 
 logger = logging.getLogger(__name__)
@@ -106,12 +107,14 @@ class Making:
 
 
 class ParseCache:
-    """The parse (keypoints, labels) of the last PARSES_KEPT photos framed one way, and the failures (nobody
-    found), so a photo is parsed once for all its results; the parser loads at the first parse."""
+    """The parse (keypoints, labels) of the last PARSES_KEPT framed photos, and the failures (nobody found), keyed
+    by the view pose and parsing see (ootd/preprocessing.py `view_key`), so a photo is parsed once for all its
+    results; a parse its try-on already made is `remember`ed instead of made again. The parser loads at the first
+    parse."""
 
     def __init__(self, parser: Parser, size: int = PARSES_KEPT) -> None:
         self.parser, self.size = parser, size
-        self.items: OrderedDict[tuple, Any] = OrderedDict()
+        self.items: OrderedDict[str, Any] = OrderedDict()
         self.parses = 0
         self._loaded: Any = None
 
@@ -127,19 +130,31 @@ class ParseCache:
                 raise
         return self._loaded
 
-    def parse(self, key: tuple, framed: Image.Image) -> tuple[np.ndarray, np.ndarray]:
+    def remember(self, parse: PhotoParse | None) -> None:
+        """Keep a parse made elsewhere (a try-on's, for its masks): the photo framed as it was is not parsed
+        again."""
+        if parse is not None:
+            self._keep(parse.key, (parse.keypoints, parse.labels))
+
+    def _keep(self, key: str, found: Any) -> None:
+        self.items[key] = found
+        self.items.move_to_end(key)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+
+    def parse(self, framed: Image.Image) -> tuple[np.ndarray, np.ndarray]:
+        """The keypoints and labels of the framed photo `framed`, parsed only when no parse of its view is kept."""
+        key = view_key(parse_view(framed))
         if key in self.items:
             self.items.move_to_end(key)
         else:
             try:
                 self.parses += 1
                 _, keypoints, labels = self.preprocessor().parse(framed)
-                self.items[key] = (keypoints, labels)
+                self._keep(key, (keypoints, labels))
             except NoPersonError:
-                self.items[key] = PreservationError("nobody found in the photo (pose estimation), so it has no "
-                                                    "regions to measure")
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
+                self._keep(key, PreservationError("nobody found in the photo (pose estimation), so it has no "
+                                                  "regions to measure"))
         found = self.items[key]
         if isinstance(found, BaseException):
             raise found.with_traceback(None)
@@ -149,13 +164,13 @@ class ParseCache:
 class _Parsed:
     """What `mask_person` calls for an automatic mask: the cached parse of the framed photo, its mask rules."""
 
-    def __init__(self, cache: ParseCache, key: tuple) -> None:
-        self.cache, self.key = cache, key
+    def __init__(self, cache: ParseCache) -> None:
+        self.cache = cache
         self.parse: tuple[np.ndarray, np.ndarray] | None = None
 
     def of(self, framed: Image.Image) -> tuple[np.ndarray, np.ndarray]:
         if self.parse is None:
-            self.parse = self.cache.parse(self.key, framed)
+            self.parse = self.cache.parse(framed)
         return self.parse
 
     def __call__(self, person: Image.Image, category: Category, model_type: ModelType, grow: int = 0) -> Any:
@@ -243,9 +258,7 @@ def measure_result(result: Path, person: Path, cache: ParseCache, masks: Mapping
         raise PreservationError(f"it is {picture.shape[1]}x{picture.shape[0]}, but {printable(person)} "
                                 f"({photo.size[0]}x{photo.size[1]}) framed as its record says gives "
                                 f"{expected[0]}x{expected[1]}: not the photo it was made from")
-    stat = os.stat(person)
-    key = (os.path.realpath(person), stat.st_mtime_ns, stat.st_size, making.resolution, making.fit)
-    framed, mask, fit, (keypoints, labels) = _masks_and_parse(photo, making, masks or {}, _Parsed(cache, key))
+    framed, mask, fit, (keypoints, labels) = _masks_and_parse(photo, making, masks or {}, _Parsed(cache))
     regions = Image.fromarray(regions_at_working_size(labels, keypoints, making.passes[-1][1].value, fit))
     mask = restore_framing(mask, fit, keep_scale=True)
     if making.photo.at_photo_size:
@@ -346,17 +359,20 @@ def measure_pair(results: list[Path], person: Path, cache: ParseCache, masks: Ma
     return PairPreservation(pair.results, review_above is not None and score is not None and score > review_above)
 
 
-def measure_made(results: Sequence[Path], inputs: JobInputs, parser: Parser, review_above: float | None = None
-                 ) -> PairPreservation:
+def measure_made(results: Sequence[Path], inputs: JobInputs, parser: Parser, review_above: float | None = None,
+                 parse: PhotoParse | None = None) -> PairPreservation:
     """What one job (`ootd run`) made changed of its person photo: `measure_pair` on its results, the photo and the
-    masks as the user gave them (paths), with `parser` (the pose and parsing models the job's model owner holds).
+    masks as the user gave them (paths), with `parse` (the job's own parse of the photo, `TryOnJob.parse`: the
+    photo is not parsed again) or else `parser` (the pose and parsing models the job's model owner holds).
     Never raises: the try-on is done and saved, so whatever stops the measuring is each result's `problem`."""
     person = inputs.photo_source
     if not isinstance(person, str | Path):
         return _unmeasured(results, "the person photo was not given as a file, so it cannot be read again")
     masks = {Path(g.mask).name: Path(g.mask) for g in inputs.garments if isinstance(g.mask, str | Path)}
+    cache = ParseCache(parser, 1)
+    cache.remember(parse)
     try:
-        return measure_pair(list(results), Path(person), ParseCache(parser, 1), masks, review_above)
+        return measure_pair(list(results), Path(person), cache, masks, review_above)
     except Exception as exc:  # measuring must not fail a run whose pictures are written: said, not hidden
         logger.warning("preservation: %s", exc, exc_info=True)
         return _unmeasured(results, f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}")

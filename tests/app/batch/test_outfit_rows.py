@@ -13,7 +13,7 @@ from PIL import Image
 
 from tests.helpers.cli import invoke
 from tests.helpers.images import pixels, text
-from tests.helpers.synthetic import synthetic_preprocessor
+from tests.helpers.synthetic import counted_preprocessor, synthetic_preprocessor
 
 RUN = ["--steps", "1", "--resolution", "384x512", "--seed", "7"]
 
@@ -122,3 +122,16 @@ def test_an_outfit_rows_auto_garment_is_classified_as_a_single_rows(tiny_tree: P
     record = text(tmp_path / "batch" / "person__tshirt-with-trousers__0.png")
     assert record["upper_category"] == "upper" and record["upper_category_p"] == "0.9000"
     assert record["lower_category_p"] == "given" and record["category_source"] == "auto"
+
+
+def test_an_outfit_rows_parse_makes_its_masks_and_its_preservation_figures(
+        tiny_tree: Path, tmp_path: Path, inputs: Path, models, pipe_hd, pipe_dc) -> None:  # noqa: ANN001
+    pre, runs = counted_preprocessor()
+    pipes = {"hd": pipe_hd, "dc": pipe_dc}
+    models.use(lambda model_type: pipes[model_type.value], preprocessor=pre)
+    (inputs / "pairs.csv").write_text("person,garment,category\nperson.png,tshirt.png;trousers.png,upper;lower\n")
+    batch = invoke("batch", inputs / "pairs.csv", "-o", tmp_path / "out", "--checkpoints", tiny_tree, *RUN)
+    assert batch.exit_code == 0, batch.output
+    (line,) = [json.loads(x) for x in (tmp_path / "out" / "batch_report.jsonl").read_text().splitlines()]
+    assert line["status"] == "ok" and line["preservation"]["score"] is not None, line
+    assert runs == {"pose": 1, "parsing": 1}  # both masks and the figures from one parse of the photo

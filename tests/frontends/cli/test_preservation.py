@@ -19,7 +19,7 @@ from ootd.app.evaluate.preservation import PreservationOptions, measure_folder
 from tests.helpers.cli import assert_one_line_error, invoke
 from tests.helpers.evaluation import framed, made_from
 from tests.helpers.fakes import images_tree, read_report
-from tests.helpers.synthetic import synthetic_preprocessor
+from tests.helpers.synthetic import counted_preprocessor, synthetic_preprocessor
 
 RUN = ["--steps", "1", "--resolution", "384x512", "--seed", "3"]
 FACE = (slice(55, 120), slice(167, 217))  # the synthetic parse's face at 384x512
@@ -177,6 +177,28 @@ def test_run_json_and_line_carry_the_figures_eval_computes(models, tmp_path: Pat
     assert lines[0] == str(out / "person__tshirt__0.png"), lines
     assert lines[1].startswith("preservation: ") and lines[2].startswith("seed: "), lines
     assert lines[1].removeprefix("preservation: ") == kept["summary"]  # not marked: no --review-above
+
+
+def test_run_parses_the_photo_once_and_measures_what_a_parse_of_its_own_measures(
+        models, tmp_path: Path, pipe_hd, tiny_tree: Path, example_images) -> None:  # noqa: ANN001
+    from ootd.app.tryon.inputs import JobInputs
+    from ootd.app.tryon.preservation import measure_made
+    from ootd.settings import Category
+
+    pre, runs = counted_preprocessor()
+    models.use(pipe_hd, preprocessor=pre)
+    person, garment = example_images["person"], example_images["tshirt"]
+    result = invoke("run", "-m", person, "-c", garment, "-k", "upper", "--checkpoints", tiny_tree, "-o",
+                    tmp_path / "out", *RUN, "--samples", "2", "--json")
+    assert result.exit_code == 0, result.output
+    assert runs == {"pose": 1, "parsing": 1}  # the automatic mask's parse is the one the figures come from
+    data = json.loads(result.stdout)
+    kept = data["preservation"]
+    assert len(kept["results"]) == 2 and all("regions" in r for r in kept["results"]), kept
+    # the same figures as the measure parsing the photo again itself
+    again = measure_made([Path(p) for p in data["outputs"]], JobInputs.single(person, garment, Category.UPPER),
+                         synthetic_preprocessor)
+    assert json.loads(json.dumps(again.to_json())) == kept
 
 
 def test_run_no_preservation_and_review_above_bounds(models, tmp_path: Path, pipe_hd, tiny_tree: Path,  # noqa: ANN001
