@@ -8,8 +8,10 @@ embedding computed as inference computes them. The order of the work:
 2. the split: a fraction of the people (a person is a person photo) is held out for validation, never a person on
    both sides;
 3. each pair whose entry is not in the cache yet is prepared and written (complete or absent), so an interrupted
-   prepare resumes where it stopped and a finished one does no work at all (no model is even loaded);
-4. the index, written last.
+   prepare resumes where it stopped and a finished one does no work at all (no model is even loaded); the pairs of
+   one person photo are prepared one after the other, so the photo is parsed once for all of them (the one parse
+   held at a time), whatever the order the rows list them in;
+4. the index, written last, in the rows' order.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ootd.app.train.layouts import Row, read_rows
 from ootd.errors import InputImageError, NoPersonError, OotdError, UsageError, printable
 from ootd.models import Models
 from ootd.pipeline_types import Progress
+from ootd.preprocessing import ParseOnce
 from ootd.settings import (
     Category,
     FitMode,
@@ -125,9 +128,28 @@ def prepare_models(options: PrepareOptions) -> Models:
                   parsing_provider=ParsingProvider.parse(options.parsing_provider, "parsing provider"))
 
 
+class _Parses:
+    """Pose + parsing for the automatic masks of a prepare: the owner's models, loaded at the first automatic mask,
+    the latest photo's parse kept (ootd/preprocessing.py `ParseOnce`), so the pairs of one photo, prepared one
+    after the other, parse it once."""
+
+    def __init__(self, models: Models) -> None:
+        self.models = models
+        self._once: ParseOnce | None = None
+
+    def __call__(self) -> ParseOnce:
+        if self._once is None:
+            self._once = ParseOnce(self.models.preprocessor())
+        return self._once
+
+    @property
+    def parses(self) -> int:
+        return self._once.parses if self._once is not None else 0
+
+
 def _prepare_one(checked: _Checked, model_type: ModelType, options: PrepareOptions, models: Models,
-                 val: bool) -> None:
-    """Compute and write one entry (and a held-out pair's photos)."""
+                 val: bool, parses: _Parses) -> None:
+    """Compute and write one entry (and a held-out pair's photos); an automatic mask from `parses`."""
     from ootd.app.tryon.masking import PREPARE_REMEDY, no_person_error
     from ootd.imaging.atomic import save_png_atomic
     from ootd.imaging.files import load_image
@@ -144,7 +166,7 @@ def _prepare_one(checked: _Checked, model_type: ModelType, options: PrepareOptio
     try:
         masked = mask_person(person, row.category, model_type, options.resolution, options.fit, 0,
                              mask=load_image(row.mask, "mask") if row.mask is not None else None,
-                             preprocessor=models.preprocessor() if row.mask is None else None)
+                             preprocessor=parses() if row.mask is None else None)
     except NoPersonError:
         raise no_person_error(str(row.person), PREPARE_REMEDY) from None
     tensors = pair_tensors(masked.person, masked.masked_person, masked.mask, garment, row.category, model_type,
@@ -180,6 +202,40 @@ def _check_cache(options: PrepareOptions, model_type: ModelType) -> None:
                          "another -o folder")
 
 
+def _by_person(checked: list[_Checked]) -> list[int]:
+    """The rows' positions with each person photo's together, the photos in the order they first appear (O(n))."""
+    groups: dict[str, list[int]] = {}
+    for position, item in enumerate(checked):
+        groups.setdefault(item.person_id, []).append(position)
+    return [position for group in groups.values() for position in group]
+
+
+def _prepare_all(checked: list[_Checked], val_people: set[str], model_type: ModelType, options: PrepareOptions,
+                 models: Models, tick: Progress) -> list[tuple[str, str]]:
+    """Each row's outcome, by position: ("prepared" | "reused", ""), ("duplicate", the row it repeats) or
+    ("problem", why). The rows of one photo are worked on together (`_by_person`), each in the rows' order, so an
+    entry, a duplicate and a problem are what they would be row after row."""
+    outcomes: list[tuple[str, str]] = [("", "")] * len(checked)
+    parses = _Parses(models)
+    done: dict[str, _Checked] = {}
+    for count, position in enumerate(_by_person(checked), 1):
+        item = checked[position]
+        val = item.person_id in val_people
+        if item.key in done:
+            outcomes[position] = ("duplicate", done[item.key].row.where())
+        elif _is_done(options.cache, item.key, val):
+            outcomes[position], done[item.key] = ("reused", ""), item
+        else:
+            try:
+                _prepare_one(item, model_type, options, models, val, parses)
+                outcomes[position], done[item.key] = ("prepared", ""), item
+            except (UsageError, NoPersonError, InputImageError) as exc:  # the pair's own problem, not the run's
+                outcomes[position] = ("problem", str(exc))
+        tick("prepare", count, len(checked))
+    logger.debug("prepare: %d pose + parsing runs for %d rows", parses.parses, len(checked))
+    return outcomes
+
+
 def prepare(options: PrepareOptions, progress: Progress | None = None, models: Models | None = None) -> PrepareReport:
     """Prepare every good row into the cache (see the module docstring); `models`: the model owner (None: one of
     the options' own, `prepare_models`), asked for each model when the first pair needs it."""
@@ -199,24 +255,17 @@ def prepare(options: PrepareOptions, progress: Progress | None = None, models: M
             report.problems.append(f"{row.where()}: {exc}")
         tick("check", i, len(rows))
     val_people = held_out([c.person_id for c in checked], options.split, options.seed)
-    models = models or prepare_models(options)
+    outcomes = _prepare_all(checked, val_people, model_type, options, models or prepare_models(options), tick)
     done: dict[str, _Checked] = {}
-    for i, item in enumerate(checked, 1):
-        val = item.person_id in val_people
-        if item.key in done:
-            report.duplicates.append(f"{item.row.where()}: the same photos as {done[item.key].row.where()}, "
-                                     "trained on once")
-        elif _is_done(options.cache, item.key, val):
-            report.reused += 1
-            done[item.key] = item
+    for item, (what, detail) in zip(checked, outcomes, strict=True):  # the rows' order, whatever the work's
+        if what == "duplicate":
+            report.duplicates.append(f"{item.row.where()}: the same photos as {detail}, trained on once")
+        elif what == "problem":
+            report.problems.append(f"{item.row.where()}: {detail}")
         else:
-            try:
-                _prepare_one(item, model_type, options, models, val)
-                report.prepared += 1
-                done[item.key] = item
-            except (UsageError, NoPersonError, InputImageError) as exc:  # the pair's own problem, not the run's
-                report.problems.append(f"{item.row.where()}: {exc}")
-        tick("prepare", i, len(checked))
+            report.reused += what == "reused"
+            report.prepared += what == "prepared"
+            done[item.key] = item
     entries = [CacheEntry(key, str(c.row.person), str(c.row.garment), c.row.category.value,  # type: ignore[union-attr]
                           c.person_id, "val" if c.person_id in val_people else "train") for key, c in done.items()]
     report.index = replace(report.index, entries=entries, skipped=list(report.problems))

@@ -12,7 +12,7 @@ from ootd.app.train.prepare import PrepareOptions, held_out, prepare
 from ootd.models import use_models
 from ootd.settings import Category, ModelType, parse_resolution
 from ootd.training.cache import entry_path, image_paths, read_entry, read_index
-from tests.helpers.synthetic import synthetic_preprocessor
+from tests.helpers.synthetic import counted_preprocessor, synthetic_preprocessor
 from tests.helpers.training import PAIRS, RESOLUTION, masked_csv, three_layouts
 
 
@@ -112,3 +112,30 @@ def test_a_second_identical_row_is_a_duplicate_not_already_there(tmp_path: Path,
     assert len(first.index.entries) == len(PAIRS)
     again = prepare(_options(data, tmp_path / "cache", tiny_tree))
     assert (again.prepared, again.reused, len(again.duplicates)) == (0, len(PAIRS), 1)
+
+
+def test_a_photo_in_several_rows_is_parsed_once_and_the_cache_is_what_one_row_at_a_time_gives(
+        tmp_path: Path, tiny_tree: Path, example_images: dict) -> None:
+    """p1 in three rows and p2 in two, interleaved, automatic masks: one pose + parsing per photo; every entry
+    byte for byte what a prepare of its row alone writes (that row's own parse), the index in the rows' order."""
+    from tests.helpers.training import photos
+
+    photos(tmp_path / "src", example_images)
+    rows = ["src/p1.png,src/g1.png,upper", "src/p2.png,src/g1.png,upper", "src/p1.png,src/g2.png,upper",
+            "src/p2.png,src/g2.png,upper", "src/p1.png,src/g1.png,lower"]
+    (tmp_path / "pairs.csv").write_text("\n".join(["person,garment,category", *rows]) + "\n")
+    pre, runs = counted_preprocessor()
+    with use_models(preprocessor=lambda: pre):
+        report = prepare(_options(tmp_path / "pairs.csv", tmp_path / "cache", tiny_tree))
+        assert runs == {"pose": 2, "parsing": 2}  # one parse per distinct photo, not one per row
+        assert report.prepared == len(rows) and not report.problems
+        listed = [(Path(e.person).name, Path(e.garment).name, e.category) for e in report.index.entries]
+        assert listed == [tuple(Path(word).name for word in row.split(",")) for row in rows]
+        for n, row in enumerate(rows):  # each row alone: its own parse, as every row had before
+            alone = tmp_path / f"alone{n}.csv"
+            alone.write_text(f"person,garment,category\n{row}\n")
+            own = prepare(_options(alone, tmp_path / f"cache{n}", tiny_tree, model_type=ModelType.DC))
+            (entry,) = own.index.entries
+            assert entry.key == report.index.entries[n].key
+            assert (entry_path(tmp_path / f"cache{n}", entry.key).read_bytes()
+                    == entry_path(tmp_path / "cache", entry.key).read_bytes())
