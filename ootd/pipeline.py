@@ -248,7 +248,8 @@ class TryOnPipeline:
         original_latents = original_latents * self.components.vae.config.scaling_factor
         timings = Timings({"encode_person": time.perf_counter() - t})
         return PersonInputs(masked.category, masked.resolution, masked.person, masked.mask, masked.masked_person,
-                            masked.fit, dict(masked.intermediates), person_latents, original_latents, timings)
+                            masked.fit, dict(masked.intermediates), person_latents, original_latents, timings,
+                            masked.parse)
 
     @torch.inference_mode()
     def prepare_garment(self, garment: ImageInput, category: Category, *,

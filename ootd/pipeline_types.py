@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import torch
 
     from ootd.evaluation.preservation import Preservation
+    from ootd.preprocessing import PhotoParse
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total): how every stage reports progress
 
@@ -184,6 +185,7 @@ class PersonInputs:
     person_latents: torch.Tensor  # masked person, unscaled
     original_latents: torch.Tensor  # person, times the VAE scaling factor
     timings: Timings
+    parse: PhotoParse | None = None  # the pose + parsing an automatic mask came from (PersonMask.parse)
 
 
 @dataclass

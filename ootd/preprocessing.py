@@ -12,6 +12,7 @@ needs their files.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 from collections.abc import Iterator
@@ -123,29 +124,28 @@ def view_key(view: Image.Image) -> str:
 
 @dataclass(frozen=True, eq=False)
 class PhotoParse:
-    """One pose + parsing of a framed person photo, with the key of the view it was made from (`view_key`), so
-    whoever frames the photo the same way again (the preservation measure) uses it instead of parsing again."""
+    """One pose + parsing of a framed person photo (`framed`, at any size), so whoever frames the photo the same
+    way again (the preservation measure) finds it by `key` instead of parsing again: it travels with the mask made
+    from it (`PersonMask.parse`, the pipeline's `PersonInputs.parse`)."""
 
-    key: str
+    framed: Image.Image
     keypoints: np.ndarray  # (18, 2) in 384x512 pixels
     labels: np.ndarray  # (512, 384)
+
+    @functools.cached_property
+    def key(self) -> str:
+        """The `view_key` of what was parsed (computed when first asked for: only a measure asks)."""
+        return view_key(parse_view(self.framed))
 
 
 class ParseOnce:
     """A Preprocessor that parses a photo once however many masks are made from it (an outfit's every pass's
-    mask), counting its parses; `made`: the latest parse, for whoever needs it next (the preservation measure)."""
+    mask, the rows of one photo in `ootd train prepare`), counting its parses."""
 
     def __init__(self, preprocessor: Preprocessor) -> None:
         self.preprocessor = preprocessor
         self.parses = 0
         self._last: tuple[str, tuple[Image.Image, np.ndarray, np.ndarray]] | None = None
-
-    @property
-    def made(self) -> PhotoParse | None:
-        if self._last is None:
-            return None
-        key, (_, keypoints, labels) = self._last
-        return PhotoParse(key, keypoints, labels)
 
     def __call__(self, person: Image.Image, category: Category, model_type: ModelType, grow: int = 0) -> MaskResult:
         key = view_key(parse_view(person))
@@ -174,6 +174,7 @@ class PersonMask:
     mask: Image.Image  # "L", 255 = repaint, at the working resolution
     masked_person: Image.Image
     intermediates: dict[str, Image.Image]  # pose, parsing (an automatic mask), mask, masked person
+    parse: PhotoParse | None = None  # the pose + parsing an automatic mask came from (the preservation measure's)
 
     def framed_like_results(self) -> dict[str, Image.Image]:
         """The intermediates with the padding cut away again, as the results are (what `ootd mask` and
@@ -189,11 +190,13 @@ def mask_person(person: Image.Image, category: Category, model_type: ModelType, 
     `mask` (framed as the photo, binarized, grown by `grow` pixels of a 512 px high frame)."""
     framed, fit_info = fit_to_aspect(person, resolution.size, fit, pad_color="edge")
     intermediates: dict[str, Image.Image] = {}
+    parse = None
     if mask is None:
         if preprocessor is None:
             raise ValueError("an automatic mask needs the pose and parsing models")
         made = preprocessor(framed, category, model_type, grow=grow)
         mask, intermediates = made.mask, dict(made.intermediates)
+        parse = PhotoParse(framed, made.keypoints, made.labels)
     else:
         mask, _ = fit_to_aspect(mask, resolution.size, fit, pad_color=0, resample=Image.NEAREST)
         mask = grow_mask(binarize_mask(mask), grow * resolution.height // PREPROCESS_RESOLUTION.height)
@@ -202,4 +205,4 @@ def mask_person(person: Image.Image, category: Category, model_type: ModelType, 
     mask = binarize_mask(mask.resize(resolution.size, Image.NEAREST))
     masked = masked_person_image(framed, mask)
     intermediates.update(mask=mask, masked_person=masked)
-    return PersonMask(category, model_type, resolution, framed, fit_info, mask, masked, intermediates)
+    return PersonMask(category, model_type, resolution, framed, fit_info, mask, masked, intermediates, parse)

@@ -163,7 +163,7 @@ def _measured(measure: PreservationChoice, tried: _Tried, inputs: JobInputs, mod
     if not measure.on:
         return None
     t = time.perf_counter()
-    kept = measure_made(tried.images, inputs, models.preprocessor, measure.review_above, tried.outcome.job.parse)
+    kept = measure_made(tried.images, inputs, models.preprocessor, measure.review_above, tried.outcome.parse)
     timings.add("preservation", time.perf_counter() - t)
     return kept
 

@@ -242,7 +242,7 @@ class BatchRunner:
         timings.add("save", time.perf_counter() - t)
         if self.preservation.on:  # with the owner's pose and parsing: the ones the pipeline's masks came from
             t = time.perf_counter()
-            self.parses.remember(outcome.job.parse)  # an outfit's masks came from a parse of the job's: not again
+            self.parses.remember(outcome.parse)  # the parse the pair's automatic mask came from: not made again
             masks = {Path(m).name: Path(m) for m in (report.pair.mask, report.pair.mask2) if m is not None}
             report.preservation = measure_pair(images, report.pair.person, self.parses, masks,
                                                self.preservation.review_above)

@@ -15,7 +15,7 @@ job (its passes, models and records).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +90,6 @@ class TryOnJob:
     passes: tuple[Pass, ...]
     targets: Targets
     parses: int = 0  # pose + parsing runs made for its automatic masks (one for every mask of the photo)
-    parse: PhotoParse | None = field(default=None, repr=False)  # that parse (the preservation measure reuses it)
 
     @property
     def model_type(self) -> ModelType:
@@ -136,11 +135,11 @@ class TryOnJob:
     def with_masks(self, preprocessor: Any) -> TryOnJob:
         """Every mask that is not the user's, made now from one pose + parsing of the photo (step 7 of the
         pre-flight; a batch makes them when the pair runs): the photo's own for a pass on the photo, one in the
-        photo's framing for a pass on another pass's results, and that parse kept (`parse`: the preservation
-        measure's). No person found: its one-line error."""
-        if not self.made_masks:
+        photo's framing for a pass on another pass's results. No person found: its one-line error."""
+        made = sum(one.made_mask for one in self.passes)
+        if not made:
             return self
-        parse = ParseOnce(preprocessor)
+        parse = ParseOnce(preprocessor) if made > 1 else preprocessor  # one mask: the preprocessor as it is
         photo = self.passes[0].request(self.inputs).pipeline_input("person")
         config, passes = self.config, []
         try:
@@ -156,7 +155,7 @@ class TryOnJob:
                     passes.append(replace(one, person_mask=made))
         except NoPersonError:
             raise no_person_error(self.inputs.person_label()) from None
-        return replace(self, passes=tuple(passes), parses=parse.parses, parse=parse.made)
+        return replace(self, passes=tuple(passes), parses=getattr(parse, "parses", 1))
 
     def run(self, models: Models, progress: Progress | None = None, callback: Callable[..., Any] | None = None,
             *, persons: InputCache | None = None, garments: InputCache | None = None) -> JobOutcome:
@@ -246,6 +245,12 @@ class JobOutcome:
     def ran(self) -> RunInfo:
         """How the last pass ran (device, precision, attention, the memory plan)."""
         return self.final[0].ran
+
+    @property
+    def parse(self) -> PhotoParse | None:
+        """The pose + parsing of the photo that the automatic mask of the pass on the photo came from (None: a
+        user's mask), which the preservation measure uses instead of parsing the photo again."""
+        return self.passes[0][0].parse
 
     @property
     def reused(self) -> dict[str, bool]:

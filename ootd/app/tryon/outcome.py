@@ -14,6 +14,7 @@ from ootd.settings import ModelType
 if TYPE_CHECKING:
     from ootd.app.tryon.config import RunConfig
     from ootd.pipeline_types import RunInfo, TryOnResult
+    from ootd.preprocessing import PhotoParse
 
 PERSON_STAGES = ("preprocess", "encode_person")  # result timings that belong to preparing the person
 GARMENT_STAGES = ("conditioning", "encode_garment", "garment_unet")  # ... and to preparing the garment
@@ -35,6 +36,7 @@ class TryOnOutcome:
     ran: RunInfo  # where and how the call ran (the result's, or a stand-in's attributes)
     reused: dict[str, bool] = field(default_factory=lambda: {"person": False, "garment": False})
     config: RunConfig | None = None
+    parse: PhotoParse | None = None  # the photo's pose + parsing its automatic mask came from (prepared person's)
 
     def timings(self) -> Timings:
         """Seconds per stage of this try-on, leaving out stages of inputs reused from an earlier one."""

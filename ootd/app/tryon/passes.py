@@ -164,4 +164,4 @@ def run_pass(pipe: TryOnPipeline, request: TryOnRequest, config: RunConfig, prog
                            modes=config.speed, **extra)
     ran = result.ran if result.ran is not None else describe_pipeline(pipe, config)  # a stand-in's: its attributes
     return TryOnOutcome(request, model_type, result, ran, {"person": not person_new, "garment": not garment_new},
-                        config)
+                        config, getattr(person, "parse", None))

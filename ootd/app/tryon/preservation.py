@@ -6,7 +6,7 @@ The result's record (ootd/app/tryon/provenance.py `recorded_framing`) says how t
 fit, mask growth), whether the picture is at the working size or the photo's (and kept outside the mask), and
 each pass's category, model and mask. The photo is framed again exactly as the try-on framed it, parsed by the
 project's pose and parsing models (`parser`: the Preprocessor, loaded by whoever calls; not at all when the
-try-on's own parse of that view is at hand: `ootd run`'s job, an outfit row of a batch) and its masks made by the
+parse the try-on's automatic mask came from is at hand: `ootd run`, a batch's pairs) and its masks made by the
 code that made them (ootd/preprocessing.py `mask_person`): an automatic mask is the same mask; a user's mask
 is read from its file (`masks`: its recorded name -> path). The parse also gives the regions
 (preprocess/regions.py). Everything is then brought to the result's own frame: the working size with the padding
@@ -362,8 +362,8 @@ def measure_pair(results: list[Path], person: Path, cache: ParseCache, masks: Ma
 def measure_made(results: Sequence[Path], inputs: JobInputs, parser: Parser, review_above: float | None = None,
                  parse: PhotoParse | None = None) -> PairPreservation:
     """What one job (`ootd run`) made changed of its person photo: `measure_pair` on its results, the photo and the
-    masks as the user gave them (paths), with `parse` (the job's own parse of the photo, `TryOnJob.parse`: the
-    photo is not parsed again) or else `parser` (the pose and parsing models the job's model owner holds).
+    masks as the user gave them (paths), with `parse` (the parse its automatic mask came from, `JobOutcome.parse`:
+    the photo is not parsed again) or else `parser` (the pose and parsing models the job's model owner holds).
     Never raises: the try-on is done and saved, so whatever stops the measuring is each result's `problem`."""
     person = inputs.photo_source
     if not isinstance(person, str | Path):

@@ -126,8 +126,8 @@ def test_the_steps_run_in_their_order_and_the_first_failing_one_speaks(models, t
     with pytest.raises(UsageError, match="max_memory"):  # 6 before 7
         prepare_job(config, one(x))
 
-    class Nobody:  # pose + parsing that find nobody
-        def parse(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    class Nobody:
+        def __call__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
             raise NoPersonError("nobody")
 
     models.use(lambda model_type: pytest.fail("loaded"), Nobody())

@@ -108,6 +108,22 @@ def test_batch_measures_each_pair_marks_for_review_and_keeps_the_exit_code(model
     assert "2 made earlier not measured now" in shown.stdout
 
 
+def test_batch_measures_each_pair_from_the_parse_its_automatic_mask_came_from(
+        models, tmp_path: Path, pipe_hd, tiny_tree: Path, example_images, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+) -> None:
+    pre, runs = counted_preprocessor()
+    monkeypatch.setattr(pipe_hd, "_preprocessor", pre)  # the pipeline's own pose + parsing make a batch's masks
+    models.use(pipe_hd, preprocessor=pre)
+    people, garments = images_tree(tmp_path, example_images, 1, 2)
+    out = tmp_path / "out"
+    result = invoke("batch", "--models", people, "--cloths", garments, "-k", "upper", "--checkpoints", tiny_tree,
+                    "-o", out, *RUN)
+    assert result.exit_code == 0, result.output
+    lines = read_report(out / "batch_report.jsonl")
+    assert len(lines) == 2 and all(line["preservation"]["score"] is not None for line in lines), lines
+    assert runs == {"pose": 1, "parsing": 1}  # one person: one parse, for both masks and both pairs' figures
+
+
 @pytest.mark.slow
 def test_batch_kept_outside_the_mask_is_unchanged_and_no_preservation_measures_nothing(
         models, tmp_path: Path, pipe_hd, tiny_tree: Path, example_images) -> None:  # noqa: ANN001
