@@ -340,6 +340,9 @@ def test_a_setting_the_server_cannot_run_is_a_400_that_says_so(tiny_tree: Path,
                                   data={"category": "upper", **FAST}, timeout=60)
             assert_one_line_error(response, 400, "this server cannot run that: attention flash cannot run here")
             assert "retry-after" not in response.headers
+        contract = httpx.get(live.url + "openapi.json", timeout=10).json()
+        described = contract["paths"]["/api/tryon"]["post"]["responses"]["400"]["description"]
+        assert "a setting this server cannot run" in described
 
 
 @pytest.mark.parametrize(("one_model", "expected"), [(False, [["hd"], ["hd", "dc"], ["hd", "dc"]]),
