@@ -252,7 +252,9 @@ class Models:
     def trainable(self, model_type: ModelType, settings: TrainSettings, progress: Progress | None = None, *,
                   merged: LoraChoice | None = None) -> TrainingModels:
         """A fine-tune's models (ootd/models/training.py) in the runtime's precision, the adapters added; `merged`:
-        an `ootd train` adapter merged into the UNets first, at its scale (a distillation's teacher)."""
+        an `ootd train` adapter merged into the UNets first, at its scale (a distillation's teacher). Each ask
+        hands them with the adapters as made (`TrainingModels.restart`), whatever a run before trained into them:
+        they serve one run at a time."""
         from ootd.models.build import load_training_components, training_files
         from ootd.models.training import build_training_models, training_components
         from ootd.weights.lora import apply_lora, read_adapter
@@ -272,7 +274,9 @@ class Models:
         def files() -> tuple[Path, ...]:
             return training_files(self.checkpoints, model_type) + ((merged.path,) if merged is not None else ())
 
-        return self._get((Kind.TRAINABLE, model_type, settings, merged), build, progress, files=files)
+        trained = self._get((Kind.TRAINABLE, model_type, settings, merged), build, progress, files=files)
+        trained.restart()
+        return trained
 
     def metrics(self, weights: MetricWeights, progress: Progress | None = None) -> Networks | None:
         """The evaluation's networks (InceptionV3 features, LPIPS) on the runtime's device; None where the eval
