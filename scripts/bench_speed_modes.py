@@ -215,14 +215,15 @@ def main() -> None:
 
     import torch
 
-    from ootd.hardware.device import detect_device
     from ootd.memory.planner import memory_budget
+    from ootd.models import Models
+    from ootd.runtime import RuntimeRequest
 
     if args.threads:
         torch.set_num_threads(args.threads)
     modes = [parse_mode(m) for m in args.modes.split(",")]
     target = args.extrapolate or args.steps
-    info = detect_device("cpu")
+    info = Models(None, RuntimeRequest(device="cpu")).runtime().device  # the device as a run resolves it
     # the budget as a run would see it, before any weights are in memory (run_bench, given built components,
     # would otherwise plan for what is left beside them and switch VAE tiling on where a run would not)
     budget = memory_budget(info)
