@@ -227,7 +227,21 @@ def main() -> None:
     # the budget as a run would see it, before any weights are in memory (run_bench, given built components,
     # would otherwise plan for what is left beside them and switch VAE tiling on where a run would not)
     budget = memory_budget(info)
-    folder = Path(tempfile.mkdtemp(prefix="ootd-speed-modes-"))
+    with tempfile.TemporaryDirectory(prefix="ootd-speed-modes-") as folder:  # the pictures compared, then gone
+        rows = run_modes(args, modes, info, budget, Path(folder))
+    _table(rows, target)
+    _cpu_table(rows, target)
+    if args.out:
+        args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1,
+                                       default=str) + "\n")
+
+
+def run_modes(args: argparse.Namespace, modes: list[dict[str, Any]], info: Any, budget: int,
+              folder: Path) -> list[dict[str, Any]]:
+    """Each mode's row, its pictures written under `folder` and compared with the first mode's."""
+    import torch
+
+    target = args.extrapolate or args.steps
     rows, reference, built = [], None, {}
     common = {"checkpoints": Path("."), "device": "cpu", "resolution": args.resolution, "samples": args.samples,
               "seed": args.seed, "attention": "sdpa", "max_memory": str(budget)}
@@ -242,11 +256,7 @@ def main() -> None:
         compared = differences(reference[0], folder / mode["name"]) if reference[1] == steps else None
         rows.append(mode_row(mode, report, target, steps, compared, loads))
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "mode"}, default=str), flush=True)
-    _table(rows, target)
-    _cpu_table(rows, target)
-    if args.out:
-        args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1,
-                                       default=str) + "\n")
+    return rows
 
 
 def _table(rows: list[dict[str, Any]], target: int) -> None:
