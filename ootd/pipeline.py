@@ -266,7 +266,7 @@ class TryOnPipeline:
         prompt = self._conditioning(garment_r, category)
         timings.add("conditioning", time.perf_counter() - t)
         t = time.perf_counter()
-        self.residency.plan_for_encodes(resolution.size)
+        self.residency.plan_for_encodes(resolution.size, guidance)  # the garment UNet's pass runs under it too
         (garment_latents,) = self.residency.run("encode", lambda: self._encode([garment_r]))
         timings.add("encode_garment", time.perf_counter() - t)
         t = time.perf_counter()

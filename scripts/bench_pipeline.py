@@ -104,13 +104,14 @@ def main(argv: list[str] | None = None) -> int:
 
     max_memory = int(args.max_memory_gib * 2**30) if args.max_memory_gib else None
     if args.plan_only:
-        from ootd.hardware.device import detect_device
         from ootd.hardware.policy import choose_precision
         from ootd.memory.estimate import PlanRequest
         from ootd.memory.planner import make_plan
         from ootd.memory.sizes import ModelSizes
+        from ootd.models import Models
 
-        info = detect_device(args.device)
+        # the device as a run resolves it, before any weights are loaded (as run_bench plans)
+        info = Models(None, _config(args, max_memory).runtime_request).runtime().device
         precision = choose_precision(info, args.dtype)
         plan = make_plan(PlanRequest(info, parse_resolution(args.resolution).size, args.samples, args.scale >= 1,
                                      precision.unet, args.attention, ModelSizes.released(), max_memory,

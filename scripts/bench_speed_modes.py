@@ -130,7 +130,7 @@ def differences(reference: Path, folder: Path) -> dict[str, float]:
             "psnr_db": min(c.psnr for c in compared), "ssim": min(c.ssim for c in compared)}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--resolution", default="384x512")
     p.add_argument("--samples", type=int, default=2)
@@ -142,81 +142,121 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kind", default="full", choices=("full", "tiny"), help="tiny: a quick check of the script")
     p.add_argument("--out", type=Path, default=None, help="write the JSON report there")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def log(line: str) -> None:
+    print("   ", line, flush=True)
+
+
+def components_for(mode: dict[str, Any], built: dict[str, Any], args: argparse.Namespace, info: Any) -> Any:
+    """The random-weight models of `mode`'s precision: those built for it before, else a fresh build (always for
+    a quantized mode, whose quantization changes them; kept for the next mode otherwise)."""
+    from ootd.hardware.policy import choose_precision
+    from ootd.tools.bench.random_weights import build_random_components
+
+    if mode["quantize"] == "none" and mode["dtype"] in built:
+        return built[mode["dtype"]]
+    built.clear()
+    gc.collect()
+    components = build_random_components(args.kind, choose_precision(info, mode["dtype"]), "cpu", args.seed)
+    if mode["quantize"] == "none":
+        built[mode["dtype"]] = components
+    return components
+
+
+def bench_mode(mode: dict[str, Any], components: Any, built: dict[str, Any], args: argparse.Namespace,
+               common: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """One mode's call (its images into folder/<mode>), and the original formulation's after the exact fp32
+    one where --original-steps asks for it: run_bench's report."""
+    from ootd.app.tryon.config import build_config
+    from ootd.tools.bench.drivers import BenchOptions, run_bench
+
+    few = {"scheduler": "lcm", "scale": 0.0} if mode["few_step"] else {}
+    if mode["few_step"]:
+        merge_random_adapter(components, args.seed)
+        built.clear()  # the merged adapter stays in these models
+    config = build_config(**common, precision=mode["dtype"], steps=mode["steps"] or args.steps,
+                          cache_interval=mode["cache_interval"], token_merge=mode["token_merge"],
+                          quantize=mode["quantize"], channels_last=mode["channels_last"], **few)
+    report = run_bench(config, components=components, log=log, options=BenchOptions(save_images=folder / mode["name"]))
+    if args.original_steps and mode["name"].startswith("exact-fp32"):
+        print(f"== the original formulation, fp32, {args.original_steps} step(s)", flush=True)
+        original = build_config(**common, precision="fp32", steps=args.original_steps)
+        report["original"] = run_bench(original, components=components, log=log,
+                                       options=BenchOptions(run_ours=False, compare_original=True))["original"]
+    return report
+
+
+def mode_row(mode: dict[str, Any], report: dict[str, Any], target: int, steps: int,
+             compared: dict[str, float] | None, loads: dict[str, list[float] | None]) -> dict[str, Any]:
+    """A mode's row of the report: its figures, `compared` (its images against the first mode's, None where the
+    step counts differ), the load average `loads` before and after, and the original formulation's figures where
+    it ran."""
+    import torch
+
+    ours = report["ours"]
+    row = {"mode": mode, "s_per_step": ours["s_per_it"], "steps": ours["steps"], "wall": ours["wall"],
+           "stages": {s: ours.get(s) for s in FIXED_STAGES}, "denoise": ours.get("denoise"),
+           "cpu": cpu_figures(ours, target, mode), "load_average": loads,
+           "threads": torch.get_num_threads(), "peak_rss_gib": ours["peak_memory"] / 2**30,
+           f"whole_{target}": ours["wall"] if mode["few_step"] else whole_call(ours, target, mode["cache_interval"]),
+           "diff_from_first": compared, "steps_run": steps}
+    if report.get("original") is not None:
+        orig = report["original"]
+        row["original"] = {"s_per_step": orig["s_per_it"], "steps": orig["steps"],
+                           "stages": {s: orig.get(s) for s in FIXED_STAGES},
+                           f"whole_{target}": whole_call(orig, target, 1), "peak_rss_gib": orig["peak_memory"] / 2**30}
+    return row
+
+
+def main() -> None:
+    args = parse_args()
 
     import torch
 
-    from ootd.app.tryon.config import build_config
-    from ootd.hardware.device import detect_device
-    from ootd.hardware.policy import choose_precision
     from ootd.memory.planner import memory_budget
-    from ootd.tools.bench.drivers import BenchOptions, run_bench
-    from ootd.tools.bench.random_weights import build_random_components
+    from ootd.models import Models
+    from ootd.runtime import RuntimeRequest
 
     if args.threads:
         torch.set_num_threads(args.threads)
     modes = [parse_mode(m) for m in args.modes.split(",")]
     target = args.extrapolate or args.steps
-    info = detect_device("cpu")
+    info = Models(None, RuntimeRequest(device="cpu")).runtime().device  # the device as a run resolves it
     # the budget as a run would see it, before any weights are in memory (run_bench, given built components,
     # would otherwise plan for what is left beside them and switch VAE tiling on where a run would not)
     budget = memory_budget(info)
-    folder = Path(tempfile.mkdtemp(prefix="ootd-speed-modes-"))
-    rows, reference, built = [], None, {}
-    common = {"checkpoints": Path("."), "device": "cpu", "resolution": args.resolution, "samples": args.samples,
-              "seed": args.seed, "attention": "sdpa", "max_memory": str(budget)}
-
-    def log(line: str) -> None:
-        print("   ", line, flush=True)
-    for mode in modes:
-        if mode["quantize"] != "none" or mode["dtype"] not in built:
-            built.clear()
-            gc.collect()
-            components = build_random_components(args.kind, choose_precision(info, mode["dtype"]), "cpu", args.seed)
-            if mode["quantize"] == "none":
-                built[mode["dtype"]] = components
-        else:
-            components = built[mode["dtype"]]
-        print(f"== {mode['name']} (load average {load()}, {torch.get_num_threads()} thread(s))", flush=True)
-        load_before = load()
-        steps = mode["steps"] or args.steps
-        few = {"scheduler": "lcm", "scale": 0.0} if mode["few_step"] else {}
-        if mode["few_step"]:
-            merge_random_adapter(components, args.seed)
-            built.clear()  # the merged adapter stays in these models
-        config = build_config(**common, precision=mode["dtype"], steps=steps, cache_interval=mode["cache_interval"],
-                              token_merge=mode["token_merge"], quantize=mode["quantize"],
-                              channels_last=mode["channels_last"], **few)
-        report = run_bench(config, components=components, log=log,
-                           options=BenchOptions(save_images=folder / mode["name"]))
-        if args.original_steps and mode["name"].startswith("exact-fp32"):
-            print(f"== the original formulation, fp32, {args.original_steps} step(s)", flush=True)
-            original = build_config(**common, precision="fp32", steps=args.original_steps)
-            report["original"] = run_bench(original, components=components, log=log,
-                                           options=BenchOptions(run_ours=False, compare_original=True))["original"]
-        ours = report["ours"]
-        reference = reference or (folder / mode["name"], steps)
-        row = {"mode": mode, "s_per_step": ours["s_per_it"], "steps": ours["steps"], "wall": ours["wall"],
-               "stages": {s: ours.get(s) for s in FIXED_STAGES}, "denoise": ours.get("denoise"),
-               "cpu": cpu_figures(ours, target, mode), "load_average": {"before": load_before, "after": load()},
-               "threads": torch.get_num_threads(), "peak_rss_gib": ours["peak_memory"] / 2**30,
-               f"whole_{target}": ours["wall"] if mode["few_step"] else whole_call(ours, target,
-                                                                                    mode["cache_interval"]),
-               "diff_from_first": differences(reference[0], folder / mode["name"]) if reference[1] == steps else None,
-               "steps_run": steps}
-        if report.get("original") is not None:
-            orig = report["original"]
-            row["original"] = {"s_per_step": orig["s_per_it"], "steps": orig["steps"],
-                               "stages": {s: orig.get(s) for s in FIXED_STAGES},
-                               f"whole_{target}": whole_call(orig, target, 1),
-                               "peak_rss_gib": orig["peak_memory"] / 2**30}
-        rows.append(row)
-        print(json.dumps({k: v for k, v in row.items() if k != "mode"}, default=str), flush=True)
+    with tempfile.TemporaryDirectory(prefix="ootd-speed-modes-") as folder:  # the pictures compared, then gone
+        rows = run_modes(args, modes, info, budget, Path(folder))
     _table(rows, target)
     _cpu_table(rows, target)
     if args.out:
         args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1,
                                        default=str) + "\n")
+
+
+def run_modes(args: argparse.Namespace, modes: list[dict[str, Any]], info: Any, budget: int,
+              folder: Path) -> list[dict[str, Any]]:
+    """Each mode's row, its pictures written under `folder` and compared with the first mode's."""
+    import torch
+
+    target = args.extrapolate or args.steps
+    rows, reference, built = [], None, {}
+    common = {"checkpoints": Path("."), "device": "cpu", "resolution": args.resolution, "samples": args.samples,
+              "seed": args.seed, "attention": "sdpa", "max_memory": str(budget)}
+    for mode in modes:
+        components = components_for(mode, built, args, info)
+        print(f"== {mode['name']} (load average {load()}, {torch.get_num_threads()} thread(s))", flush=True)
+        load_before = load()
+        steps = mode["steps"] or args.steps
+        report = bench_mode(mode, components, built, args, common, folder)
+        reference = reference or (folder / mode["name"], steps)
+        loads = {"before": load_before, "after": load()}
+        compared = differences(reference[0], folder / mode["name"]) if reference[1] == steps else None
+        rows.append(mode_row(mode, report, target, steps, compared, loads))
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "mode"}, default=str), flush=True)
+    return rows
 
 
 def _table(rows: list[dict[str, Any]], target: int) -> None:

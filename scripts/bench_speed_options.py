@@ -42,17 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ootd.attention import install_attention, sdpa_attention
-    from ootd.hardware.device import detect_device
-    from ootd.hardware.policy import choose_precision
     from ootd.method.fusion import TryOnFusion, capture_block_inputs
-    from ootd.settings import parse_resolution
+    from ootd.models import Models
+    from ootd.runtime import RuntimeRequest
+    from ootd.settings import PrecisionName, parse_resolution
     from ootd.speedups.execution import as_memory_format, compile_module, set_memory_format
     from ootd.tools.bench.random_weights import build_random_components
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    info = detect_device("cpu")
-    precision = choose_precision(info, "fp32")
+    precision = Models(None, RuntimeRequest(device="cpu", precision=PrecisionName.FP32)).runtime().precision
     c = build_random_components(args.random_weights, precision)
     width, height = parse_resolution(args.resolution).size
     h, w = height // 8, width // 8

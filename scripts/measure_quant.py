@@ -22,9 +22,10 @@ import time
 import torch
 
 from ootd.attention import build_attention, install_attention
-from ootd.hardware.device import detect_device
 from ootd.hardware.dtypes import DTYPES
 from ootd.method.fusion import TryOnFusion, capture_block_inputs
+from ootd.models import Models
+from ootd.runtime import RuntimeRequest
 from ootd.settings import QuantizeName, parse_resolution
 from ootd.speedups.quantize import module_weight_bytes, quantize_unets
 from ootd.tools.bench.architectures import ARCHITECTURES
@@ -58,7 +59,7 @@ def main() -> None:
                         help="hold every variant at once and call them in turn (fairer on a shared machine)")
     args = parser.parse_args()
     width, height = parse_resolution(args.resolution).size
-    info = detect_device("cpu")
+    info = Models(None, RuntimeRequest(device="cpu")).runtime().device  # the device as a run resolves it
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randn(1, 2, ARCHITECTURES[args.arch].unet["cross_attention_dim"], generator=gen)

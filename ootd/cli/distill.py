@@ -3,7 +3,7 @@
 Thin, as `ootd train run` (ootd/cli/train.py), whose options it shares: its settings are that command's
 (`train.TRAIN_OPTIONS`, with the distillation's defaults) and the distillation's own, declared here, each named as
 its DistillSettings field, so `DistillSettings.from_words` takes them as they are and its errors name the flags
-here; the run's other options are the same declarations as `ootd train run`'s.
+here; the run's other options are `ootd train run`'s (`train.RUN_CHOICES`), taken apart as `train.RunChoices`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,6 @@ from ootd.cli import train
 from ootd.cli.errors import guarded_command
 from ootd.cli.options import (
     LOGGING_OPTIONS,
-    AttentionOpt,
-    CheckpointsOpt,
-    DeviceOpt,
-    JsonOpt,
     Shared,
     choices,
     with_options,
@@ -70,7 +66,7 @@ def _opt(*names: str, **kwargs: Any) -> Any:
 
 
 @guarded_command
-@with_options(RUN_SETTINGS, DISTILL_OPTIONS, LOGGING_OPTIONS)
+@with_options(train.RUN_CHOICES, RUN_SETTINGS, DISTILL_OPTIONS, LOGGING_OPTIONS)
 def distill_command(
     cache: train.CacheArg,
     output: Annotated[Path, typer.Option("--output", "-o", metavar="RUN", show_default=False,
@@ -81,15 +77,6 @@ def distill_command(
                                               "RUN/lora.safetensors then holds it too.")] = None,
     teacher_lora_scale: Annotated[float, _opt("--teacher-lora-scale", metavar="S", help=f"How much of it, 0 to "
                                               f"{MAX_LORA_SCALE:g}.")] = 1.0,
-    resume: train.ResumeOpt = False,
-    explain: train.ExplainOpt = False,
-    engine: train.EngineOpt = "local",
-    workers: train.WorkersOpt = 2,
-    gpus: train.GpusOpt = False,
-    checkpoints: CheckpointsOpt = None,
-    device: DeviceOpt = None,
-    attention: AttentionOpt = "auto",
-    json_out: JsonOpt = False,
     *,
     shared: Shared,
 ) -> None:
@@ -102,11 +89,12 @@ def distill_command(
     from ootd.weights.layout import default_checkpoints_dir
     from ootd.weights.lora import LoraChoice
 
-    settings = DistillSettings.from_words(**shared.words)
-    chosen_engine = EngineName.parse(engine, "engine")
-    check_mixed_precision(settings.mixed_precision, device)
+    run, words = train.RunChoices.split(shared)
+    settings = DistillSettings.from_words(**words)
+    chosen_engine = EngineName.parse(run.engine, "engine")
+    check_mixed_precision(settings.mixed_precision, run.device)
     teacher = LoraChoice.parse(teacher_lora, teacher_lora_scale, names=("teacher_lora", "teacher_lora_scale"))
-    chosen = DistillOptions(cache, output, checkpoints or default_checkpoints_dir(), settings,
-                            check_device_spec(device), AttentionName.parse(attention, "attention backend"), resume,
-                            teacher)
-    train.run_training(chosen, chosen_engine, workers, gpus, explain=explain, json_out=json_out, quiet=shared.quiet)
+    chosen = DistillOptions(cache, output, run.checkpoints or default_checkpoints_dir(), settings,
+                            check_device_spec(run.device), AttentionName.parse(run.attention, "attention backend"),
+                            run.resume, teacher)
+    train.run_training(chosen, chosen_engine, run, quiet=shared.quiet)

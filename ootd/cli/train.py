@@ -7,6 +7,7 @@ run's options from here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -143,32 +144,57 @@ TRAIN_OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
-# the options of a run that are not its settings, as `ootd train run` and `ootd train distill` take them
+@dataclass(frozen=True)
+class RunChoices:
+    """The options of a run that are not its settings, as typed (their defaults are RUN_CHOICES'): `split` takes
+    them out of a command's shared options and leaves the settings' words."""
+
+    resume: bool = False
+    explain: bool = False
+    engine: str = "local"
+    workers: int = 2
+    gpus: bool = False
+    checkpoints: Path | None = None
+    device: str | None = None
+    attention: str = "auto"
+    json_out: bool = False
+
+    @classmethod
+    def split(cls, shared: Shared) -> tuple[RunChoices, dict[str, Any]]:
+        """(these options, the settings' words) of `shared`."""
+        names = {one.name for one in fields(cls)}
+        return (cls(**{name: word for name, word in shared.words.items() if name in names}),
+                {name: word for name, word in shared.words.items() if name not in names})
+
+
+R = RunChoices()  # the defaults
 CacheArg = Annotated[Path, typer.Argument(help="A cache made by `ootd train prepare`.", metavar="CACHE",
                                           show_default=False)]
-ResumeOpt = Annotated[bool, _opt("--resume", panel=RUNS, help="Continue RUN from its latest checkpoint.")]
-ExplainOpt = Annotated[bool, _opt("--explain", panel=RUNS, help="Print the device and memory estimate first.")]
-EngineOpt = Annotated[str, _opt("--engine", panel=TRAIN, metavar=choices(EngineName),
-                                help="local, or ray: data-parallel over Ray Train (the ray-train extra).")]
-WorkersOpt = Annotated[int, _opt("--workers", panel=TRAIN, metavar="N", help="Ray Train workers.")]
-GpusOpt = Annotated[bool, _opt("--gpus/--no-gpus", panel=TRAIN, help="A GPU per Ray worker.")]
+# the options of a run that are not its settings, as `ootd train run` and `ootd train distill` take them (after
+# their own parameters, before the settings)
+RUN_CHOICES: dict[str, tuple[Any, Any]] = {
+    "resume": (Annotated[bool, _opt("--resume", panel=RUNS, help="Continue RUN from its latest checkpoint.")],
+               R.resume),
+    "explain": (Annotated[bool, _opt("--explain", panel=RUNS, help="Print the device and memory estimate first.")],
+                R.explain),
+    "engine": (Annotated[str, _opt("--engine", panel=TRAIN, metavar=choices(EngineName),
+                                   help="local, or ray: data-parallel over Ray Train (the ray-train extra).")],
+               R.engine),
+    "workers": (Annotated[int, _opt("--workers", panel=TRAIN, metavar="N", help="Ray Train workers.")], R.workers),
+    "gpus": (Annotated[bool, _opt("--gpus/--no-gpus", panel=TRAIN, help="A GPU per Ray worker.")], R.gpus),
+    "checkpoints": (CheckpointsOpt, R.checkpoints),
+    "device": (DeviceOpt, R.device),
+    "attention": (AttentionOpt, R.attention),
+    "json_out": (JsonOpt, R.json_out),
+}
 
 
 @guarded_command
-@with_options(TRAIN_OPTIONS, LOGGING_OPTIONS)
+@with_options(RUN_CHOICES, TRAIN_OPTIONS, LOGGING_OPTIONS)
 def run_command(
     cache: CacheArg,
     output: Annotated[Path, _opt("--output", "-o", panel=RUNS, metavar="RUN", show_default=False,
                                  help="The run folder: checkpoints, lora.safetensors, loss log, validation.")],
-    resume: ResumeOpt = False,
-    explain: ExplainOpt = False,
-    engine: EngineOpt = "local",
-    workers: WorkersOpt = 2,
-    gpus: GpusOpt = False,
-    checkpoints: CheckpointsOpt = None,
-    device: DeviceOpt = None,
-    attention: AttentionOpt = "auto",
-    json_out: JsonOpt = False,
     *,
     shared: Shared,
 ) -> None:
@@ -178,26 +204,28 @@ def run_command(
     from ootd.settings import AttentionName
     from ootd.weights.layout import default_checkpoints_dir
 
-    settings = TrainSettings.from_words(**shared.words)
-    chosen_engine = EngineName.parse(engine, "engine")
-    check_mixed_precision(settings.mixed_precision, device)
-    train = TrainOptions(cache, output, checkpoints or default_checkpoints_dir(), settings,
-                         check_device_spec(device), AttentionName.parse(attention, "attention backend"), resume)
-    run_training(train, chosen_engine, workers, gpus, explain=explain, json_out=json_out, quiet=shared.quiet)
+    run, words = RunChoices.split(shared)
+    settings = TrainSettings.from_words(**words)
+    chosen_engine = EngineName.parse(run.engine, "engine")
+    check_mixed_precision(settings.mixed_precision, run.device)
+    train = TrainOptions(cache, output, run.checkpoints or default_checkpoints_dir(), settings,
+                         check_device_spec(run.device), AttentionName.parse(run.attention, "attention backend"),
+                         run.resume)
+    run_training(train, chosen_engine, run, quiet=shared.quiet)
 
 
-def run_training(train: Any, engine: EngineName, workers: int, gpus: bool, *, explain: bool, json_out: bool,
-                 quiet: bool) -> None:
+def run_training(train: Any, engine: EngineName, run: RunChoices, *, quiet: bool) -> None:
     """A fine-tune's or a distillation's run (`train`: its checked options) on the engine asked for, and its
     summary: one line, or --json."""
-    with Display(show_progress(quiet, json_out)) as display:
+    explain = run.explain and not run.json_out
+    with Display(show_progress(quiet, run.json_out)) as display:
         if engine is EngineName.RAY:
             from ootd.app.train.ray_engine import train_ray
 
-            report = train_ray(train, workers, gpus, explain=explain and not json_out, echo=display.print)
+            report = train_ray(train, run.workers, run.gpus, explain=explain, echo=display.print)
         else:
-            report = _train_local(train, explain and not json_out, display)
-    _run_summary(report, train.output, json_out)
+            report = _train_local(train, explain, display)
+    _run_summary(report, train.output, run.json_out)
 
 
 def _run_summary(report: Any, output: Path, json_out: bool) -> None:

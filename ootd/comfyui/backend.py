@@ -97,9 +97,6 @@ class SharedModels:
     loads: dict[str, int] = field(default_factory=dict)  # what was loaded, how often (a test reads it)
 
     def __post_init__(self) -> None:
-        self.owner = self._new_owner()
-
-    def _new_owner(self) -> Models:
         from ootd.app.tryon.loader import models_for
         from ootd.models import Keep, ModelSource
         from ootd.models.source import current_source
@@ -107,7 +104,7 @@ class SharedModels:
         source = current_source()
         if _PREPROCESSOR is not None:
             source = replace(source or ModelSource(), preprocessor=_PREPROCESSOR)
-        return models_for(self.config, Keep(pipelines=len(ModelType), classifier=True), source)
+        self.owner = models_for(self.config, Keep(pipelines=len(ModelType), classifier=True), source)
 
     def pipeline(self, model_type: ModelType, config: RunConfig, progress: Progress | None = None
                  ) -> TryOnPipeline:
@@ -129,15 +126,15 @@ class SharedModels:
         return self._load(self.owner.classifier)
 
     def _load(self, get: Callable[[], T]) -> T:
-        """`get()` from the owner, and the host told (`sync`). A failed load is not kept (the owner would raise it
-        again at once): in ComfyUI the user fixes the file and queues the prompt again, so the next prompt gets an
-        owner that loads anew (what this one held is released)."""
+        """`get()` from the owner, and the host told (`sync`). A failed load raises its error (the node's) and
+        leaves every model loaded before in place (reloading them would cost the user minutes): the owner raises
+        that error again at once while the files it read are unchanged, and loads anew once they changed, so in
+        ComfyUI the user fixes the file and queues the prompt again (ootd/models/files.py)."""
         start = time.perf_counter()
         try:
             model = get()
         except OotdError:
-            self.release()
-            self.owner = self._new_owner()
+            self.sync()  # what the owner let go to make room for the load is no longer counted
             raise
         self.sync(time.perf_counter() - start)
         return model

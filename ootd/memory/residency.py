@@ -93,13 +93,15 @@ class Residency:
         """The memory plan of a call (nothing is put into effect)."""
         return make_plan(self.request(resolution, num_samples, guidance, max_memory, photo_pixels))
 
-    def plan_for_encodes(self, resolution: tuple[int, int]) -> None:
+    def plan_for_encodes(self, resolution: tuple[int, int], guidance: bool = True) -> None:
         """The plan of the encodes before a call: one image at `resolution`, whatever the latest call was (a plan
-        made for more samples or another budget would batch or tile the encodes differently)."""
+        made for more samples or another budget would batch or tile the encodes differently). `guidance`: whether
+        the call guides, which the garment UNet's pass after the garment's encode follows (two garment items with
+        guidance, one without); the person's encodes, which do not depend on it, plan as if it did."""
         request = self.plan.request if self.plan is not None else None
-        wanted = (tuple(resolution), 1, True, self.max_memory)
+        wanted = (tuple(resolution), 1, guidance, self.max_memory)
         if request is None or (request.resolution, request.num_samples, request.guidance, request.max_memory) != wanted:
-            self.apply(self.make_plan(resolution, 1, True))
+            self.apply(self.make_plan(resolution, 1, guidance))
 
     def apply(self, plan: Plan) -> None:
         """Put the plan's choices into effect: chunk budget, VAE slicing/tiling, where the models live."""

@@ -19,16 +19,19 @@ What it guarantees: the runtime is resolved once, when the first model loads; ea
 asked for and is then held; what may stay in memory together is decided here (`Keep`, `DISPLACES`: one try-on
 pipeline at a time unless told otherwise, the classifier dropped when a try-on pipeline loads, the metric networks
 and a fine-tune's models never beside a try-on pipeline); a load that failed with an OotdError is remembered and
-raised again at once; every load reports ("load", done, total) to the getter's `progress` and its seconds to
-`seconds` and `loads` (`timed()` measures the loads of a block). Under each try-on pipeline its own
-ootd/memory/residency.py places the networks per memory plan, as ComfyUI's loaded models sit under its model
-management.
+raised again at once while the files it read are unchanged (a repaired or replaced checkpoint loads anew at the
+next request, without a restart); a fine-tune's models are handed to each run with their adapters as made (a run
+trains them in place; the next starts from the same adapter as the first); every load reports ("load", done,
+total) to the getter's `progress` and its seconds to `seconds` and `loads` (`timed()` measures the loads of a
+block). Under each try-on pipeline its own ootd/memory/residency.py places the networks per memory plan, as
+ComfyUI's loaded models sit under its model management.
 
 Tests and embedding applications hand in models instead of the checkpoints with a `ModelSource`, given to one
 owner or to every owner made inside a `use_models` block.
 
 Modules: owner.py (`Models`, `Keep`, `Kind`), source.py (`ModelSource`, `use_models`), build.py (each kind built
-from the checkpoints on the resolved runtime), training.py (`TrainingModels`, a fine-tune's models).
+from the checkpoints on the resolved runtime, and the files each reads), files.py (their state, what a failed load
+is remembered against), training.py (`TrainingModels`, a fine-tune's models).
 """
 
 from ootd.models.owner import DISPLACES, Keep, Kind, LoadTime, Models

@@ -1,7 +1,9 @@
 """Each kind of model the owner holds, built on the resolved runtime: from the checkpoints through
 ootd/weights/loading.py (strict: every key matched, every weight finite) or from networks a source handed in.
 
-Only ootd/models/owner.py calls these; everything else asks the owner.
+Only ootd/models/owner.py calls these; everything else asks the owner. Beside each loader, the files and folders
+it reads (`*_files`): what a failed load is remembered against (ootd/models/files.py), so a loader that comes to
+read another file names it there too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ootd.pipeline_types import Progress
 from ootd.settings import ModelType, ParsingProvider, QuantizeName
 from ootd.speedups.modes import SpeedModes
 from ootd.training.encode import Encoders
+from ootd.weights.layout import Layout
 
 if TYPE_CHECKING:
     from ootd.evaluation.networks import Networks
@@ -30,6 +33,17 @@ if TYPE_CHECKING:
     from ootd.runtime import Runtime
     from ootd.weights.loading import Components
     from ootd.weights.lora import LoraChoice
+
+
+def network_files(checkpoints: Path | None, model_type: ModelType) -> tuple[Path, ...]:
+    """What `read_components` reads (ootd/weights/loading.py `load_components`), and a few-step adapter's check
+    of its base weights (the UNets' weight files)."""
+    if checkpoints is None:
+        return ()
+    layout = Layout(checkpoints)
+    return (layout.tokenizer, layout.text_encoder, layout.clip, layout.vae, layout.unet_garm(model_type),
+            layout.unet_vton(model_type), layout.scheduler, layout.model_index)
+
 
 def read_components(checkpoints: Path, model_type: ModelType, precision: Precision,
                     progress: Progress | None) -> Components:
@@ -66,6 +80,14 @@ def build_pipeline(components: Callable[[], Components], model_type: ModelType, 
     return pipe
 
 
+def preprocessor_files(checkpoints: Path | None) -> tuple[Path, ...]:
+    """What `load_preprocessor` reads."""
+    if checkpoints is None:
+        return ()
+    layout = Layout(checkpoints)
+    return layout.body_pose, layout.parsing_atr, layout.parsing_lip
+
+
 def load_preprocessor(checkpoints: Path, runtime: Runtime, provider: ParsingProvider) -> Preprocessor:
     """Pose + parsing on the device the pipelines use, ONNX Runtime with the runtime's thread count."""
     from ootd.preprocessing import Preprocessor
@@ -73,12 +95,16 @@ def load_preprocessor(checkpoints: Path, runtime: Runtime, provider: ParsingProv
     return Preprocessor.from_checkpoints(checkpoints, runtime.device.torch_device, provider, runtime.threads)
 
 
+def classifier_files(checkpoints: Path | None) -> tuple[Path, ...]:
+    """What `load_classifier` reads: the CLIP folder."""
+    return (Layout(checkpoints).clip,) if checkpoints is not None else ()
+
+
 def load_classifier(checkpoints: Path) -> GarmentClassifier:
     """CLIP's text tower (its per-category features computed, then the tower dropped), image tower and image
     processor, on the CPU in fp32: one ViT-L/14 image embedding per garment (docs/benchmarks.md)."""
     from ootd.hardware.torch_builds import require_usable_torchvision
     from ootd.method.classify import GarmentClassifier, category_texts
-    from ootd.weights.layout import Layout
     from ootd.weights.loading import load_image_encoder, load_image_processor, load_text_tower, load_tokenizer
 
     require_usable_torchvision()  # transformers imports it with CLIP: a mismatch is one line, not CLIP's error
@@ -92,10 +118,17 @@ def load_classifier(checkpoints: Path) -> GarmentClassifier:
     return GarmentClassifier(texts, load_image_processor(layout), encoder, time.perf_counter() - started)
 
 
+def encoder_files(checkpoints: Path | None) -> tuple[Path, ...]:
+    """What `load_encoders` reads."""
+    if checkpoints is None:
+        return ()
+    layout = Layout(checkpoints)
+    return layout.vae, layout.tokenizer, layout.text_encoder, layout.clip
+
+
 def load_encoders(checkpoints: Path, runtime: Runtime) -> Encoders:
     """The VAE and the CLIP encoders in the runtime's dtypes, on its device (no UNet)."""
     from ootd.weights import loading
-    from ootd.weights.layout import Layout
 
     layout, dtypes, device = Layout(checkpoints), runtime.precision.dtypes(), runtime.device.torch_device
     return Encoders(
@@ -105,11 +138,19 @@ def load_encoders(checkpoints: Path, runtime: Runtime) -> Encoders:
         image_encoder=loading.load_image_encoder(layout, dtypes["image_encoder"]).to(device).eval(), device=device)
 
 
+def training_files(checkpoints: Path | None, model_type: ModelType) -> tuple[Path, ...]:
+    """What `load_training_components` reads."""
+    if checkpoints is None:
+        return ()
+    layout = Layout(checkpoints)
+    return (layout.vae, layout.unet_garm(model_type), layout.unet_vton(model_type), layout.scheduler,
+            layout.model_index)
+
+
 def load_training_components(checkpoints: Path, model_type: ModelType, runtime: Runtime) -> Components:
     """What a fine-tune runs: the two UNets in the trained dtype, the VAE in the runtime's, the scheduler config
     (no CLIP encoder: the prompt embeddings are in the cache)."""
     from ootd.weights import loading
-    from ootd.weights.layout import Layout
 
     layout, dtype = Layout(checkpoints), runtime.precision.unet
     return loading.Components(

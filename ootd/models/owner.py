@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ootd.errors import OotdError, UsageError
+from ootd.models.files import Failure, files_state
 from ootd.models.source import ModelSource, current_source
 from ootd.pipeline_types import Progress
 from ootd.settings import ModelType, ParsingProvider
@@ -112,7 +113,7 @@ class Models:
         self._attention = attention
         self._runtime: Runtime | None = None
         self._held: OrderedDict[tuple, Any] = OrderedDict()  # least recently used first
-        self._failed: dict[tuple, OotdError] = {}
+        self._failed: dict[tuple, Failure] = {}  # stands while the files the load read are unchanged
         self._pipeline_loads: dict[str, int] = {}  # by model type
         self._pipeline_seconds = 0.0
         self._timers: list[tuple[LoadTime, frozenset[Kind]]] = []
@@ -196,7 +197,7 @@ class Models:
         key = (Kind.PIPELINE, model_type, lora)
         if self.source is not None and self.source.pipeline is not None:
             return self._get(key, lambda tick: self.source.pipeline(model_type), progress)
-        from ootd.models.build import build_pipeline
+        from ootd.models.build import build_pipeline, network_files
 
         def build(tick: Progress | None) -> TryOnPipeline:
             runtime = self.runtime()
@@ -207,44 +208,54 @@ class Models:
                                   parsing_provider=self.parsing_provider, max_memory=self.max_memory, lora=lora,
                                   checkpoints=self.checkpoints)
 
-        return self._get(key, build, progress, reports=True)
+        def files() -> tuple[Path, ...]:
+            return network_files(self.checkpoints, model_type) + ((lora.path,) if lora is not None else ())
+
+        return self._get(key, build, progress, reports=True, files=files)
 
     def preprocessor(self, progress: Progress | None = None) -> Preprocessor:
         """Pose + parsing, on the device the pipelines use (they share it)."""
         if self.source is not None and self.source.preprocessor is not None:
             return self._get((Kind.PREPROCESSOR,), lambda tick: self.source.preprocessor(), progress)
-        from ootd.models.build import load_preprocessor
+        from ootd.models.build import load_preprocessor, preprocessor_files
 
         return self._get((Kind.PREPROCESSOR,), lambda tick: load_preprocessor(
-            self._checkpoints(), self.runtime(), self.parsing_provider), progress)
+            self._checkpoints(), self.runtime(), self.parsing_provider), progress,
+            files=lambda: preprocessor_files(self.checkpoints))
 
     def classifier(self, progress: Progress | None = None) -> GarmentClassifier:
         """CLIP's zero-shot garment classifier (`--category auto`), on the CPU in fp32."""
-        from ootd.models.build import load_classifier
+        from ootd.models.build import classifier_files, load_classifier
 
-        return self._get((Kind.CLASSIFIER,), lambda tick: load_classifier(self._checkpoints()), progress)
+        return self._get((Kind.CLASSIFIER,), lambda tick: load_classifier(self._checkpoints()), progress,
+                         files=lambda: classifier_files(self.checkpoints))
 
     def encoders(self, progress: Progress | None = None) -> Encoders:
         """The VAE and CLIP encoders on the device, in the runtime's dtypes (`ootd train prepare`)."""
-        from ootd.models.build import load_encoders
+        from ootd.models.build import encoder_files, load_encoders
 
         return self._get((Kind.ENCODERS,), lambda tick: load_encoders(self._checkpoints(), self.runtime()),
-                         progress)
+                         progress, files=lambda: encoder_files(self.checkpoints))
 
     def components(self, model_type: ModelType, precision: Precision | None = None,
                    progress: Progress | None = None) -> Components:
         """Every network of one model type on the CPU, in `precision` (None: the runtime's): what the benchmark
         builds its own calls from."""
+        from ootd.models.build import network_files
+
         runtime = self.runtime()
         chosen = precision or runtime.precision
         return self._get((Kind.COMPONENTS, model_type, tuple(chosen.dtypes().values())),
-                         lambda tick: self._components(model_type, chosen, tick), progress, reports=True)
+                         lambda tick: self._components(model_type, chosen, tick), progress, reports=True,
+                         files=lambda: network_files(self.checkpoints, model_type))
 
     def trainable(self, model_type: ModelType, settings: TrainSettings, progress: Progress | None = None, *,
                   merged: LoraChoice | None = None) -> TrainingModels:
         """A fine-tune's models (ootd/models/training.py) in the runtime's precision, the adapters added; `merged`:
-        an `ootd train` adapter merged into the UNets first, at its scale (a distillation's teacher)."""
-        from ootd.models.build import load_training_components
+        an `ootd train` adapter merged into the UNets first, at its scale (a distillation's teacher). Each ask
+        hands them with the adapters as made (`TrainingModels.restart`), whatever a run before trained into them:
+        they serve one run at a time."""
+        from ootd.models.build import load_training_components, training_files
         from ootd.models.training import build_training_models, training_components
         from ootd.weights.lora import apply_lora, read_adapter
 
@@ -260,7 +271,12 @@ class Models:
             apply_lora(components, model_type, adapter, merged.scale if merged is not None else 1.0)
             return build_training_models(components, model_type, runtime, settings)
 
-        return self._get((Kind.TRAINABLE, model_type, settings, merged), build, progress)
+        def files() -> tuple[Path, ...]:
+            return training_files(self.checkpoints, model_type) + ((merged.path,) if merged is not None else ())
+
+        trained = self._get((Kind.TRAINABLE, model_type, settings, merged), build, progress, files=files)
+        trained.restart()
+        return trained
 
     def metrics(self, weights: MetricWeights, progress: Progress | None = None) -> Networks | None:
         """The evaluation's networks (InceptionV3 features, LPIPS) on the runtime's device; None where the eval
@@ -300,7 +316,7 @@ class Models:
     def failure(self, model_type: ModelType) -> OotdError | None:
         """The error loading a pipeline of `model_type` failed with (remembered), else None."""
         with self._lock:
-            return next((exc for key, exc in self._failed.items()
+            return next((failed.error for key, failed in self._failed.items()
                          if key[0] is Kind.PIPELINE and key[1] is model_type), None)
 
     @property
@@ -328,7 +344,8 @@ class Models:
     def release(self, *kinds: Kind, model_type: ModelType | None = None) -> None:
         """Drop what is held of `kinds` (none given: everything) and give its memory back (ComfyUI's "free
         memory"); `model_type`: only the try-on pipelines of that model type (a host that unloads its models one
-        at a time). A released model loads again when next asked for; remembered failures stay."""
+        at a time). A released model loads again when next asked for; a remembered failure stays (while its files are
+        unchanged, `_get`)."""
         with self._lock:
             self._drop([key for key in self._held if (not kinds or key[0] in kinds)
                         and (model_type is None or (key[0] is Kind.PIPELINE and key[1] is model_type))])
@@ -354,39 +371,43 @@ class Models:
         return next((model for key, model in self._held.items() if key[0] is kind), None)
 
     def _get(self, key: tuple, build: Callable[[Progress | None], T], progress: Progress | None,
-             reports: bool = False) -> T:
-        """The model under `key`: held, or built now (`reports`: the build reports its own progress)."""
+             reports: bool = False, files: Callable[[], tuple[Path, ...]] = tuple) -> T:
+        """The model under `key`: held, or built now (`reports`: the build reports its own progress). A load that
+        failed is not tried again while the files it read (`files`) are as they were: its error is raised at
+        once; once they changed (a repaired or replaced checkpoint), the next request loads anew."""
         with self._lock:
             if key in self._held:
                 self._held.move_to_end(key)
                 return self._held[key]
-            if key in self._failed:  # a fresh traceback: raised again, each would chain onto the last
-                raise self._failed[key].with_traceback(None)
             lock = self._key_locks.setdefault(key, threading.Lock())
         with lock:  # one load per key, however many threads ask at once
             with self._lock:
                 if key in self._held:
                     return self._held[key]
-                if key in self._failed:
-                    raise self._failed[key].with_traceback(None)
+                failed = self._failed.get(key)
+            if failed is not None and failed.stands():  # a fresh traceback: each would chain onto the last
+                raise failed.error.with_traceback(None)
+            with self._lock:
                 self._make_room(key[0])
-            return self._load(key, build, progress, reports)
+            return self._load(key, build, progress, reports, files())
 
     def _load(self, key: tuple, build: Callable[[Progress | None], T], progress: Progress | None,
-              reports: bool) -> T:
+              reports: bool, files: tuple[Path, ...]) -> T:
         tick = progress or _silent
         tick("load", 0, 1)
+        state = files_state(files)  # before the build reads them: a repair made meanwhile is a change
         start = time.perf_counter()
         try:
             model = build(progress if reports else None)
-        except OotdError as exc:  # the same error for every later request, without retrying
+        except OotdError as exc:  # the same error for later requests, while the files are unchanged
             with self._lock:
-                self._failed[key] = exc
+                self._failed[key] = Failure(exc, files, state)
             raise
         seconds = time.perf_counter() - start
         kind = key[0]
         with self._lock:
             self._held[key] = model
+            self._failed.pop(key, None)
             if kind is Kind.PIPELINE:
                 self._pipeline_loads[key[1].value] = self._pipeline_loads.get(key[1].value, 0) + 1
                 self._pipeline_seconds += seconds

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 @dataclass
 class TrainingModels:
     """The models of one worker's fine-tune: `pipe` for validation, `objective` for the loss, the adapters'
-    `params` (the only trainable ones), the adapted UNets by name (ootd/weights/lora.py UNET_NAMES)."""
+    `params` (the only trainable ones), the adapted UNets by name (ootd/weights/lora.py UNET_NAMES), and
+    `initial`: the adapters' values as made, on the CPU (`restart` puts them back: a run trains `params` in place)."""
 
     pipe: TryOnPipeline
     objective: TryOnObjective | ConsistencyObjective  # a fine-tune's, or a distillation's (ootd train distill)
@@ -37,6 +38,15 @@ class TrainingModels:
     unets: dict[str, torch.nn.Module]
     device: torch.device
     autocast: torch.dtype | None
+    initial: list[torch.Tensor] = field(repr=False)
+
+    def restart(self) -> None:
+        """The adapters back to their values as made, without gradients: what the model owner hands each run
+        (the optimizer of the run before changed them in place). Bit for bit: a copy, not a draw again."""
+        with torch.no_grad():
+            for param, value in zip(self.params, self.initial, strict=True):
+                param.copy_(value)
+                param.grad = None
 
     @contextlib.contextmanager
     def validating(self) -> Iterator[TryOnPipeline]:
@@ -85,4 +95,5 @@ def build_training_models(components: Components, model_type: ModelType, runtime
     objective.train()
     dtype = weight_dtype(settings.mixed_precision)
     autocast = None if settings.mixed_precision is MixedPrecision.NO else dtype
-    return TrainingModels(pipe, objective, params, unets, runtime.device.torch_device, autocast)
+    initial = [p.detach().to("cpu", copy=True) for p in params]  # small: the adapters alone
+    return TrainingModels(pipe, objective, params, unets, runtime.device.torch_device, autocast, initial)

@@ -66,8 +66,9 @@ RESULT_EXAMPLE = {
 FORM_FAILURES = {
     400: "a body that is not well-formed multipart, an upload that is not a usable image (not decodable, too "
          "small or too large, a mask of another shape), no person found, or an impossible combination (the hd "
-         "model with a lower-body garment, an outfit of two garments of one kind, `auto` unsure of the garment): "
-         "what the pictures contain, which no schema states",
+         "model with a lower-body garment, an outfit of two garments of one kind, `auto` unsure of the garment), "
+         "what the pictures contain, which no schema states; or a setting this server cannot run (a device, "
+         "precision or extra its machine lacks: no use retrying)",
     413: "the request is larger than the server's upload limit",
     415: "the body is not multipart/form-data",
     422: "a field is missing, unknown, repeated past the form's size, not of its type, out of range, or not "

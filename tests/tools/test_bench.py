@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -194,12 +195,15 @@ def test_speed_options_script_on_tiny_weights() -> None:
 
 @pytest.mark.slow
 def test_speed_modes_script_on_tiny_weights(tmp_path: Path) -> None:
-    out = tmp_path / "modes.json"
+    out, scratch = tmp_path / "modes.json", tmp_path / "tmp"
+    scratch.mkdir()
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speed_modes.py"), "--kind", "tiny",
                            "--resolution", "384x512", "--samples", "1", "--steps", "3", "--extrapolate", "20",
                            "--modes", "exact-fp32,exact-fp32,fast-fp32,tome0.5-fp32@2", "--original-steps", "1",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO)
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env={**os.environ, "TMPDIR": str(scratch)})
     assert proc.returncode == 0, proc.stderr
+    assert not [p for p in scratch.iterdir() if p.name.startswith("ootd-")]  # its pictures went with it
     rows = json.loads(out.read_text())["rows"]
     assert [r["mode"]["name"] for r in rows] == ["exact-fp32", "exact-fp32", "fast-fp32", "tome0.5-fp32@2"]
     assert rows[1]["diff_from_first"]["max_pixel"] == 0  # the same mode twice: the same images

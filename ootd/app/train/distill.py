@@ -13,7 +13,7 @@ student at 1, 2, 4 and 8 steps beside the teacher at 20 (ootd/app/train/distill_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -76,17 +76,18 @@ def load_distill_models(models: Models, model_type: ModelType, settings: Distill
                         teacher: LoraChoice | None = None) -> TrainingModels:
     """A distillation's models, from the model owner: a fine-tune's (ootd/models/training.py), the teacher's
     adapter merged into the UNets before the student's LoRA is added, and the consistency objective in place of
-    the fine-tune's."""
+    the fine-tune's: in a copy of the holder, so that what the owner holds and hands to its next user keeps the
+    fine-tune's objective (the networks are shared, not copied)."""
     from ootd.training.distill import ConsistencyObjective
 
     read_teacher(teacher, model_type)  # checked before any model loads
     trained = models.trainable(model_type, settings, merged=teacher)
     c = trained.pipe.components
-    trained.objective = ConsistencyObjective(c.unet_garm, c.unet_vton, trained.pipe.fusion, c.scheduler_config,
-                                             trained.params, guidance=settings.guidance, huber_c=settings.huber_c,
-                                             garment_grad=settings.train_garment)
-    trained.objective.train()
-    return trained
+    objective = ConsistencyObjective(c.unet_garm, c.unet_vton, trained.pipe.fusion, c.scheduler_config,
+                                     trained.params, guidance=settings.guidance, huber_c=settings.huber_c,
+                                     garment_grad=settings.train_garment)
+    objective.train()  # the networks are in training mode already (the fine-tune's objective set it)
+    return replace(trained, objective=objective)
 
 
 class DistillTrainer(Trainer):

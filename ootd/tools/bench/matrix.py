@@ -14,8 +14,9 @@ import torch
 from ootd.app.tryon.config import RunConfig
 from ootd.attention import build_attention
 from ootd.errors import UsageError
-from ootd.hardware.device import DeviceInfo, detect_device
+from ootd.hardware.device import DeviceInfo
 from ootd.hardware.policy import Precision, choose_precision
+from ootd.models import Models
 from ootd.settings import AttentionName, PrecisionName
 from ootd.tools.bench.drivers import BenchOptions, Log, run_bench
 from ootd.tools.bench.flops import count_step_flops
@@ -54,7 +55,7 @@ def run_matrix(
         raise UsageError(f"unknown speed variants {sorted(unknown)}: use {', '.join(SPEED_VARIANTS)}")
     sampling = config.sampling
     res, num_samples, steps = sampling.resolution.size, sampling.num_samples, sampling.steps
-    info = detect_device(config.device)
+    info = Models(None, config.runtime_request).runtime().device  # as run_bench's owner resolves it
     matrix = _Matrix(info, config, warmup, time_limit, log, on_update)
     matrix.out["config"] = {"random_weights": random_weights, "resolution": list(res), "num_samples": num_samples,
                             "steps": steps, "warmup": warmup}

@@ -69,6 +69,23 @@ def test_a_resumed_distillation_ends_with_the_uninterrupted_weights(cache: Path,
         train_local(DistillOptions(cache, resumed, tiny_tree, _settings(ema_decay=0.9), resume=True))
 
 
+def test_two_distillations_on_one_owner_end_with_the_student_and_target_of_each_alone(cache: Path, tiny_tree: Path,
+                                                                                      tmp_path: Path) -> None:
+    """The first distillation trains the student's adapter the owner holds in place; the second, of the same
+    settings on the same owner, starts from the adapter as made (its target network too) and ends where the
+    first did, bit for bit."""
+    from ootd.app.train.loop import training_models
+
+    settings = _settings(steps=2, checkpoint_every=2)
+    index = read_index(cache)
+    owner = training_models(DistillOptions(cache, tmp_path / "unused", tiny_tree, settings))
+    for name in ("first", "second"):
+        options = DistillOptions(cache, tmp_path / name, tiny_tree, settings)
+        train_local(options, models=options.load_models(index, owner), index=index)
+    a, b = _files(tmp_path / "first", 2), _files(tmp_path / "second", 2)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_a_signal_during_the_optimizer_step_checkpoints_the_step_and_its_target(cache: Path, tiny_tree: Path,
                                                                                tmp_path: Path) -> None:
     """SIGTERM inside optimizer.step: the checkpoint is labelled with the step taken, and its target network has

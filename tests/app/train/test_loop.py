@@ -109,6 +109,25 @@ def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(cache: Path
         train_local(TrainOptions(cache, resumed, tiny_tree, _settings()))
 
 
+def test_two_runs_on_one_owner_each_start_from_the_adapter_as_made(cache: Path, tiny_tree: Path,
+                                                                   tmp_path: Path) -> None:
+    """A run trains the adapter the owner holds in place; the owner hands the next run of the same settings the
+    adapter as it made it (not reloaded), so both runs end with the same weights, bit for bit, as a run alone."""
+    settings = _settings(steps=2, checkpoint_every=100, train_garment=False)
+    index = read_index(cache)
+    owner = training_models(TrainOptions(cache, tmp_path / "unused", tiny_tree, settings))
+    held = owner.trainable(ModelType.HD, settings)
+    made = [p.detach().clone() for p in held.params]
+    for name in ("first", "second"):
+        options = TrainOptions(cache, tmp_path / name, tiny_tree, settings)
+        train_local(options, models=options.load_models(index, owner), index=index)
+        assert any(not torch.equal(p, p0) for p, p0 in zip(held.params, made, strict=True))  # trained in place
+    a, b = (load_file(str(tmp_path / name / "lora.safetensors")) for name in ("first", "second"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert owner.trainable(ModelType.HD, settings) is held  # the same models, their adapters as made again
+    assert all(torch.equal(p, p0) and p.grad is None for p, p0 in zip(held.params, made, strict=True))
+
+
 def test_a_run_writes_its_adapter_log_plot_and_sheets(tiny_tree: Path, example_images: dict, tmp_path: Path) -> None:
     cache = prepared_cache(tmp_path / "data", tiny_tree, example_images, split=0.5)
     run = tmp_path / "run"

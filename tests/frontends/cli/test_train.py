@@ -1,6 +1,6 @@
 """`ootd train` at the command line: bad input is one line and an exit code; `--explain` prints the same memory
 estimate on both engines; `--epochs` runs its steps; SIGTERM during training leaves a loadable checkpoint of the
-last finished step and nothing half-written, and exits 143."""
+last finished step and nothing half-written, and exits 143; `ootd train distill` takes the run's options."""
 
 from __future__ import annotations
 
@@ -148,3 +148,16 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(tmp_path: Path, tiny_tree: Pat
     assert invoke("train", "run", cache, "-o", run, "--checkpoints", tiny_tree, "--steps", str(saved.step + 1),
                   "--validation-pairs", "0", "--resume", "--device", "cpu").exit_code == 0
     assert time.perf_counter() - started < 120
+
+
+@pytest.mark.slow
+def test_distill_takes_the_run_options(cache: Path, tiny_tree: Path, tmp_path: Path) -> None:
+    """`ootd train distill` takes the run's options as `ootd train run` does (--checkpoints, --device, --json here)
+    and its settings (--steps, --validation-pairs) beside them: a one-step distillation's JSON summary."""
+    run = tmp_path / "fast"
+    result = invoke("train", "distill", cache, "-o", run, "--checkpoints", tiny_tree, "--device", "cpu", "--steps",
+                    "1", "--validation-pairs", "0", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["run"], summary["from_step"], summary["steps"]) == (str(run), 0, 1)
+    assert (run / "lora.safetensors").is_file()

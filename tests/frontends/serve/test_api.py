@@ -25,6 +25,7 @@ from PIL import Image  # noqa: E402
 
 from ootd.models import ModelSource  # noqa: E402
 from ootd.serve.limits import Auth, Limits  # noqa: E402
+from ootd.settings import ModelType  # noqa: E402
 from tests.helpers import REPO  # noqa: E402
 from tests.helpers.serving import (  # noqa: E402
     assert_one_line_error,
@@ -325,6 +326,31 @@ def test_missing_checkpoints_get_503_and_the_server_stays_up(tmp_path: Path, exa
         assert httpx.get(live.url + "api/health", timeout=10).json()["models_loaded"] == []
 
 
+def test_a_checkpoint_repaired_while_the_server_runs_loads_at_the_next_request(
+        tiny_tree: Path, tmp_path: Path, example_images: dict[str, Path]) -> None:
+    """A damaged UNet is a 503, the same one again while it stays damaged (the owner remembers the failure);
+    once the file is repaired in place, the next request loads it and answers 200, without a restart."""
+    import shutil
+
+    from ootd.weights.layout import Layout
+
+    tree = tmp_path / "checkpoints"
+    shutil.copytree(tiny_tree, tree, ignore=shutil.ignore_patterns("ootd_dc"))
+    weights = Layout(tree).unet_vton(ModelType.HD) / "diffusion_pytorch_model.safetensors"
+    good = weights.read_bytes()
+    weights.write_bytes(good[: len(good) // 2])
+    with live_server(tiny_config(tree, model_type="hd")) as live:
+        for _ in range(2):
+            response = httpx.post(live.url + "api/tryon", files=with_mask(example_images),
+                                  data={"category": "upper", **FAST}, timeout=60)
+            assert_one_line_error(response, 503, "cannot run this model", "cannot load the try-on UNet")
+        weights.write_bytes(good)
+        response = httpx.post(live.url + "api/tryon", files=with_mask(example_images),
+                              data={"category": "upper", **FAST}, timeout=120)
+        assert response.status_code == 200, response.text
+        assert httpx.get(live.url + "api/health", timeout=10).json()["models_loaded"] == ["hd"]
+
+
 def test_a_setting_the_server_cannot_run_is_a_400_that_says_so(tiny_tree: Path,
                                                                example_images: dict[str, Path]) -> None:
     """UnsupportedError (exit 3 in the CLI: a device, precision or extra this machine lacks) is no passing
@@ -340,6 +366,9 @@ def test_a_setting_the_server_cannot_run_is_a_400_that_says_so(tiny_tree: Path,
                                   data={"category": "upper", **FAST}, timeout=60)
             assert_one_line_error(response, 400, "this server cannot run that: attention flash cannot run here")
             assert "retry-after" not in response.headers
+        contract = httpx.get(live.url + "openapi.json", timeout=10).json()
+        described = contract["paths"]["/api/tryon"]["post"]["responses"]["400"]["description"]
+        assert "a setting this server cannot run" in described
 
 
 @pytest.mark.parametrize(("one_model", "expected"), [(False, [["hd"], ["hd", "dc"], ["hd", "dc"]]),

@@ -9,7 +9,16 @@ import torch
 
 from ootd.hardware.device import DeviceInfo
 from ootd.hardware.units import size_text
-from ootd.memory.estimate import GIB, MIB, OFFLOAD_LEVELS, STAGES, PlanRequest, attention_workspace, estimate
+from ootd.memory.estimate import (
+    GIB,
+    GPU_OVERHEAD,
+    MIB,
+    OFFLOAD_LEVELS,
+    STAGES,
+    PlanRequest,
+    attention_workspace,
+    estimate,
+)
 from ootd.memory.planner import apply_plan_to_vae, make_plan, memory_budget
 from ootd.memory.sizes import RELEASED_SIZES, ModelSizes
 from ootd.memory.trace import trace_activations
@@ -141,6 +150,24 @@ def test_no_guidance_never_splits() -> None:
     plan = _plan(DEVICES["gpu8"], (768, 1024), 4, False, torch.float16, "sdpa", RELEASED_SIZES,
                      max_memory=1 * GIB)
     assert not plan.guidance_split
+
+
+def test_without_guidance_the_garment_pass_counts_the_garment_alone() -> None:
+    """The garment UNet runs on [garment, zeros] with guidance and on [garment] alone without
+    (TryOnPipeline.garment_features): the garment stage counts one item's activations and attention workspace
+    fewer, and the features held through the loop are half."""
+    def stages(guidance: bool) -> dict[str, int]:
+        return estimate(PlanRequest(DEVICES["gpu24"], (768, 1024), 1, guidance, torch.float16, "sdpa",
+                                    RELEASED_SIZES))
+
+    on, off = stages(True), stages(False)
+    sizes = RELEASED_SIZES
+    tokens = (768 // sizes.vae_factor) * (1024 // sizes.vae_factor)
+    attn_tokens = int(tokens * sizes.attn_token_scale)
+    one_item = (tokens * sizes.garm_activation * 2
+                + attention_workspace("sdpa", 1, sizes.attn_heads, attn_tokens, attn_tokens, torch.float16, GIB))
+    assert on["garment_unet"] - off["garment_unet"] == pytest.approx(GPU_OVERHEAD * one_item, abs=8)
+    assert on["garment_features"] == pytest.approx(2 * off["garment_features"], abs=2)
 
 
 def test_estimate_behaves() -> None:

@@ -76,6 +76,31 @@ def test_encodes_plan_for_one_image_whatever_the_call_before(pipe_hd, example_im
     assert not pipe_hd.plan.vae_tiling
 
 
+def test_the_garment_pass_runs_under_a_plan_for_its_own_items(pipe_hd, example_images, monkeypatch) -> None:  # noqa: ANN001
+    """The garment UNet runs on [garment, zeros] with guidance and on [garment] alone without: the plan in force
+    for that pass counts as many garment items as it runs on, so without guidance its garment stage is the guided
+    one's less one item's share (tests/library/memory/test_planner.py: what that share is)."""
+    resolution = Resolution(384, 512)
+    monkeypatch.setattr(pipe_hd.residency, "max_memory", None)
+    seen: dict[bool, tuple[bool, int, int]] = {}
+    features = pipe_hd.garment_features
+
+    def spy(latents, prompt, unconditional=True):  # noqa: ANN001, ANN202
+        made = features(latents, prompt, unconditional)
+        plan = pipe_hd.plan
+        seen[unconditional] = (plan.request.guidance, plan.estimate["garment_unet"],
+                               next(iter(made.values())).shape[0])
+        return made
+
+    monkeypatch.setattr(pipe_hd, "garment_features", spy)
+    for guidance in (True, False):
+        pipe_hd.prepare_garment(example_images["tshirt"], Category.UPPER, resolution=resolution, guidance=guidance)
+    (planned_on, stage_on, items_on), (planned_off, stage_off, items_off) = seen[True], seen[False]
+    assert (items_on, items_off) == (2, 1)
+    assert (planned_on, planned_off) == (True, False)
+    assert stage_off < stage_on
+
+
 def test_out_of_memory_in_denoising_is_retried_once(pipe_hd, example_images, monkeypatch, caplog) -> None:  # noqa: ANN001
     real = pipe_hd._denoise
     calls = {"n": 0}

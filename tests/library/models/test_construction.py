@@ -1,8 +1,9 @@
 """Only the model owner makes networks: read from the source, no module outside ootd/models/ (and the loaders under
 it) constructs one (`from_pretrained` of a model class, an ONNX Runtime session, a network class instantiated) or
 resolves the runtime, and the loaders' entry points are called from the owner alone. Network skeletons on the meta
-device (shapes for memory estimates: no weights, nothing runs) are not models. A control shows the scan finds each
-kind of construction."""
+device (shapes for memory estimates: no weights, nothing runs) are not models. The device is found by the runtime
+alone, in the scripts too (a benchmark measures on the device a run would get, as a run gets it). A control shows
+the scans find each kind of construction and detection."""
 
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ CONSTRUCTION_SITES = ("ootd/models/", "ootd/weights/loading.py", "ootd/evaluatio
                       "ootd/preprocessing.py", "preprocess/", "ootd/tools/bench/random_weights.py")
 LOADER_CALLERS = ("ootd/models/", "ootd/weights/loading.py", "ootd/evaluation/networks.py", "ootd/preprocessing.py",
                   "ootd/runtime.py")
+
+# Where the device is found: the runtime (ootd/runtime.py, resolved once per owner), the module that says how
+# (ootd/hardware/), and the doctor, which reports every GPU as the machine shows it and runs no model
+DEVICE_FINDERS = {"detect_device", "peek_device"}
+DEVICE_SITES = ("ootd/runtime.py", "ootd/hardware/", "ootd/tools/doctor/")
 
 
 def _name(node: ast.expr) -> str:
@@ -62,6 +68,12 @@ def loader_calls(source: str) -> list[str]:
     """`line: name` for each call of a loader's entry point in `source` (definitions are not calls)."""
     return [f"{node.lineno}: {_name(node.func)}" for node in ast.walk(ast.parse(source))
             if isinstance(node, ast.Call) and _name(node.func) in LOADERS]
+
+
+def device_detections(source: str) -> list[str]:
+    """`line: name` for each call that finds the device itself in `source` (not through the runtime)."""
+    return [f"{node.lineno}: {_name(node.func)}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and _name(node.func) in DEVICE_FINDERS]
 
 
 def _sources() -> dict[str, str]:
@@ -104,6 +116,28 @@ def test_the_scan_finds_each_kind_of_construction() -> None:
     ])) == []
     assert loader_calls("components = load_components(root, 'hd', dtypes)\ndef load_vae(layout, dtype): ...") == [
         "1: load_components"]
+
+
+def test_the_device_is_found_by_the_runtime_alone() -> None:
+    """The library, its front ends and the scripts get their device from a model owner's runtime (or, before
+    anything loads, its `hardware()`), as a run does: none detects it on its own."""
+    scripts = {path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8")
+               for path in REPO.glob("scripts/**/*.py")}
+    assert scripts  # the scan reads them
+    outside = {path: found for path, source in {**_sources(), **scripts}.items()
+               if not _allowed(path, DEVICE_SITES) and (found := device_detections(source))}
+    assert outside == {}
+
+
+def test_the_device_scan_finds_each_way_to_detect_it() -> None:
+    """A control: direct calls, by name or through the module, are caught; the owner's runtime is not."""
+    assert device_detections("\n".join([
+        "info = detect_device('cpu')",
+        "info = device.detect_device(args.device)",
+        "seen = peek_device(None)",
+        "info = Models(None, RuntimeRequest(device='cpu')).runtime().device",
+        "hardware = models.hardware()",
+    ])) == ["1: detect_device", "2: detect_device", "3: peek_device"]
 
 
 def test_the_old_ways_to_get_a_model_are_gone() -> None:

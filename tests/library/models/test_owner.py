@@ -83,6 +83,40 @@ def test_a_failed_load_is_remembered_and_raised_again_at_once() -> None:
     assert models.failure(ModelType.DC) is None
 
 
+def test_a_failed_load_stands_until_its_files_change(tiny_tree: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a copy of the tiny tree: a damaged checkpoint fails, and fails again without being read; damaged
+    otherwise, it fails with the fresh error; repaired in place (a server that stays up), it loads at the next ask."""
+    import shutil
+
+    import ootd.weights.loading as loading
+    from ootd.runtime import RuntimeRequest
+    from ootd.weights.layout import Layout
+
+    tree = tmp_path / "checkpoints"
+    shutil.copytree(tiny_tree, tree, ignore=shutil.ignore_patterns("ootd_dc"))
+    weights = Layout(tree).unet_vton(ModelType.HD) / "diffusion_pytorch_model.safetensors"
+    good = weights.read_bytes()
+    weights.write_bytes(good[: len(good) // 2])
+    reads: list[str] = []
+    real = loading.load_unet
+    monkeypatch.setattr(loading, "load_unet", lambda folder, *a: reads.append(folder.name) or real(folder, *a))
+    models = Models(tree, RuntimeRequest(device="cpu"))
+    for _ in range(3):
+        with pytest.raises(CheckpointError, match="cannot load the try-on UNet"):
+            models.pipeline(ModelType.HD)
+    assert reads == ["unet_garm", "unet_vton"]  # one load read the files; the asks after it read nothing
+    weights.write_bytes(b"")  # another damage: a fresh load and its own error, remembered in turn
+    for _ in range(2):
+        with pytest.raises(CheckpointError, match="is empty"):
+            models.pipeline(ModelType.HD)
+    assert reads == ["unet_garm", "unet_vton"] * 2
+    weights.write_bytes(good)  # repaired in place: the same path and inode
+    pipe = models.pipeline(ModelType.HD)
+    assert models.pipeline(ModelType.HD) is pipe and models.held() == ["hd"] and models.loads == {"hd": 1}
+    assert reads == ["unet_garm", "unet_vton"] * 3 and models.failure(ModelType.HD) is None
+
+
 def test_loads_report_progress_and_time_once_and_release_gives_them_back() -> None:
     ticks: list[tuple] = []
     models = Models(None, source=ModelSource(lambda model_type: time.sleep(0.02) or FakePipe(model_type)))

@@ -80,6 +80,27 @@ def test_one_step_of_the_consistency_loss_is_the_reference(tiny_tree: Path) -> N
     assert all(torch.equal(p, v) for p, v in zip(objective.student, student, strict=True))  # the student is back
 
 
+def test_the_distillation_leaves_the_owners_models_as_they_were(tiny_tree: Path) -> None:
+    """The owner's fine-tune models go to its next user (a `train run`, another distillation) as they were: the
+    distillation's objective is in a copy of the holder, over the same networks (nothing copied)."""
+    from ootd.training.distill import ConsistencyObjective
+
+    settings = DistillSettings.from_words(rank=4, alpha=4)
+    owner = Models(tiny_tree, RuntimeRequest(device="cpu", precision=PrecisionName.FP32))
+    held = owner.trainable(ModelType.HD, settings)
+    members = {name: id(value) for name, value in vars(held).items()}
+    params, modes = list(held.params), [m.training for m in held.objective.modules()]
+    flags = [p.requires_grad for p in held.objective.parameters()]
+    models = load_distill_models(owner, ModelType.HD, settings)
+    assert isinstance(models.objective, ConsistencyObjective) and models is not held
+    assert models.pipe is held.pipe and models.params is held.params and models.unets is held.unets  # shared
+    assert owner.trainable(ModelType.HD, settings) is held  # still the one held, not loaded again
+    assert isinstance(held.objective, TryOnObjective)
+    assert {name: id(value) for name, value in vars(held).items()} == members and held.params == params
+    assert [m.training for m in held.objective.modules()] == modes
+    assert [p.requires_grad for p in held.objective.parameters()] == flags
+
+
 def test_the_grid_and_the_boundary_are_lcm_schedulers(tiny_tree: Path) -> None:
     """What the student learns is what LCMScheduler samples: its timesteps lie on the grid, its scalings are the
     objective's."""
