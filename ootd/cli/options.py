@@ -102,11 +102,7 @@ VerboseOpt = Annotated[bool, _opt("--verbose", "-v", panel=LOGGING, help="Debug 
 QuietOpt = Annotated[bool, _opt("--quiet", "-q", panel=LOGGING, help="No progress display, errors only.")]
 DebugOpt = Annotated[bool, _opt("--debug", panel=LOGGING, help="Print tracebacks for errors.")]
 # what `ootd run` and `ootd batch` measure of each try-on (docs/preservation.md); `preservation_choice` checks them
-PreservationOpt = Annotated[bool, _opt(
-    "--preservation/--no-preservation", panel=OUTPUTS,
-    help="Measure what each try-on changed of its person photo, region by region (face, hands, ...: "
-         "docs/preservation.md), into --json and the summary (a batch: each pair's report line, the contact sheet, "
-         "worst first); needs the pose and parsing models, no network.")]
+PreservationOpt = option_of(SETTINGS["preservation"])
 ReviewAboveOpt = Annotated[float | None, _opt(
     "--review-above", metavar="PERCENT", panel=OUTPUTS, default_shown=False,
     help="Mark for review the try-ons where more than PERCENT of a region outside the mask changed (the "

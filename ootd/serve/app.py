@@ -86,6 +86,7 @@ def result_json(job: Job, base_url: str | None) -> dict[str, Any]:
         "mask": ref(done.mask), "masked_person": ref(done.masked_person), "person_mask": ref(done.person_mask),
         "model_type": done.model_type, "timings": timings, "settings": settings,
         **{f"person_mask{number}": ref(name) for number, name in enumerate(done.more_masks, 2)},
+        "preservation": done.preservation.to_json() if done.preservation is not None else None,
         **({"replica": done.replica} if done.replica is not None else {}),
     }
 

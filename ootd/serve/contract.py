@@ -32,6 +32,26 @@ ERROR_SCHEMA = {"type": "object", "required": ["error"], "additionalProperties":
                 "properties": {"error": {"type": "string", "minLength": 1,
                                          "description": "what went wrong, one line, in the API's words"}}}
 STATES = [QUEUED, RUNNING, DONE, FAILED, CANCELLED]
+PRESERVATION_REF = {"$ref": "#/components/schemas/Preservation"}
+_SHARE = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
+# what a finished job's results changed of its photo (docs/preservation.md): `ootd run --json`'s `preservation`
+PRESERVATION_SCHEMA = {
+    "type": ["object", "null"], "required": ["score", "summary", "review", "results"],
+    "description": "what the pictures changed of the person photo, region by region (docs/preservation.md), as "
+                   "`ootd run --json` gives it; a picture that could not be measured has its `problem`",
+    "properties": {
+        "score": {**_SHARE, "description": "the worst picture's: the largest share of a region outside the mask "
+                                           "that changed (null: none measured)"},
+        "summary": {"type": "string", "description": "`hands 6.1% changed`, or `not measured: why`"},
+        "review": {"type": "boolean"},
+        "results": {"type": "array", "items": {
+            "type": "object", "required": ["result"],
+            "properties": {"result": {"type": "string", "description": "the picture's name (`names`)"},
+                           "problem": {"type": "string", "description": "why it was not measured"},
+                           "size": {"type": "string"}, "seam": {"type": "integer", "minimum": 0},
+                           "changed_delta_e": {"type": "number"}, "score": _SHARE, "summary": {"type": "string"},
+                           "regions": {"type": "object", "description": "each region's kept and redrawn figures, "
+                                       "or {\"absent\": true}"}}}}}}
 # the media types of the formats the server decodes (ootd/imaging/opener.py), for the form's file parts
 IMAGE_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "AVIF": "image/avif",
                "BMP": "image/bmp", "TIFF": "image/tiff", "GIF": "image/gif", "PPM": "image/x-portable-pixmap"}
@@ -98,11 +118,13 @@ def _answers(path: str, method: str, auth: bool) -> dict[str, Any]:
         if operation == "createJob":
             answers[202] = _json(job, "the job's id and place in line", links=_links())
         else:
-            answers[200] = _json({"type": "object", "required": ["images", "names", "seed"]},
-                                 "the pictures, as data: URLs")
+            answers[200] = _json({"type": "object", "required": ["images", "names", "seed", "preservation"],
+                                  "properties": {"preservation": PRESERVATION_REF}},
+                                 "the pictures, as data: URLs, and what they changed of the photo")
         return {**common, **answers}
     if operation == "getJob":
-        status = {**job, "required": [*job["required"], "stage", "done", "total"]}
+        status = {**job, "required": [*job["required"], "stage", "done", "total"],
+                  "properties": {**job["properties"], "preservation": PRESERVATION_REF}}  # once done
         result = {"GetFile": {"operationId": "getJobFile",
                               "parameters": {"job_id": "$response.body#/id", "name": "$response.body#/names/0"}},
                   **_links()}
@@ -127,6 +149,7 @@ def document(app: FastAPI, config: RunConfig, limits: Limits, auth: bool) -> dic
     """The app's OpenAPI document with the whole contract (see the module's docstring)."""
     doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     doc.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    doc["components"]["schemas"]["Preservation"] = PRESERVATION_SCHEMA
     doc["components"]["schemas"].pop("HTTPValidationError", None)  # FastAPI's; never answered here
     doc["components"]["schemas"].pop("ValidationError", None)
     if auth:

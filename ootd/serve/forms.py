@@ -190,7 +190,7 @@ def build_spec(form: Any, base: RunConfig, folder: Path, limits: Limits, models:
         raise
     except OotdError as exc:
         raise BadRequest(client_words(worded(exc, api_name), saved)) from None
-    return JobSpec(job, job.inputs.person.size)
+    return JobSpec(job, job.inputs.person.size, inputs)
 
 
 def client_words(message: str, saved: dict[str, tuple[Path, str]]) -> str:

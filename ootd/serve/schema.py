@@ -61,6 +61,11 @@ RESULT_EXAMPLE = {
     "timings": {"queue": 0.01, "run": 41.2, "total": 41.21, "denoise": 37.5, "decode": 2.1},
     "settings": {"model_type": "hd", "category": "upper", "samples": 1, "steps": 20, "scale": 2.0, "seed": 42,
                  "resolution": "768x1024", "scheduler": "unipc", "fit": "pad", "mask": "auto"},
+    "preservation": {"score": 0.002, "summary": "face 0.2% changed", "review": False, "results": [
+        {"result": "person__tshirt__0.png", "size": "768x1024", "seam": 8, "changed_delta_e": 10.0, "score": 0.002,
+         "summary": "face 0.2% changed", "regions": {"face": {"absent": False, "pixels": 20480, "kept": {
+             "pixels": 19000, "share": 0.024, "ssim": 0.97, "delta_e": 1.1, "changed": 0.002}, "redrawn": {
+             "pixels": 0, "share": 0.0, "ssim": None, "delta_e": None, "changed": None}}, "legs": {"absent": True}}}]},
 }
 # what the try-on form's routes answer with an error, in the document's words (contract.py publishes them)
 FORM_FAILURES = {

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ootd.app.tryon.config import RunConfig
+from ootd.app.tryon.inputs import JobInputs
 from ootd.app.tryon.job import JobOutcome, TryOnJob
 from ootd.app.tryon.loader import models_for
 from ootd.app.tryon.masking import mask_in_person_frame
 from ootd.app.tryon.outputs import attention_used
 from ootd.app.tryon.preflight import check_job
+from ootd.app.tryon.preservation import Measured, PairPreservation, measure_made
 from ootd.app.tryon.tempfiles import clean_stale_temps
 from ootd.imaging.atomic import save_png_atomic
 from ootd.models import Keep, ModelSource
@@ -34,6 +37,7 @@ class JobSpec:
 
     job: TryOnJob
     person_size: tuple[int, int]  # the photo's size (EXIF orientation applied), for the editor's mask
+    uploads: JobInputs | None = None  # the inputs as files in the job folder (what preservation reads again)
 
     @property
     def config(self) -> RunConfig:
@@ -55,6 +59,7 @@ class Finished:
     files: dict[str, Path] = field(default_factory=dict)  # every servable name -> its path
     replica: str | None = None  # the Ray Serve replica that ran it (the Ray engine); None: this process
     more_masks: tuple[str, ...] = ()  # an outfit's: `person_mask` is the first garment's, these the others'
+    preservation: PairPreservation | None = None  # what the results changed of the photo, each named by its file
 
 
 class TryOnService:
@@ -105,8 +110,27 @@ class TryOnService:
         finished = write_outcome(prepared, outcome, spec.person_size)
         timings.extend(outcome.timings())
         timings.add("encode", time.perf_counter() - start)
+        if spec.config.extra("preservation") is not False:  # the request's `preservation` (default on)
+            start = time.perf_counter()
+            finished.preservation = measured(spec, outcome, finished, self.models.preprocessor)
+            timings.add("preservation", time.perf_counter() - start)
         finished.timings = timings
         return finished
+
+
+def measured(spec: JobSpec, outcome: JobOutcome, finished: Finished, parser: Callable[[], Any]
+             ) -> PairPreservation:
+    """What the job's results changed of its photo (docs/preservation.md), as `ootd run` measures them: from the
+    parse its automatic mask came from (`parser`, the owner's pose and parsing models, only for an uploaded mask),
+    while the uploads are still there. Never raises (a problem is each result's reason); the results and the
+    photo are named as the client knows them, never by this server's folders."""
+    inputs = spec.uploads or spec.job.inputs
+    kept = measure_made([finished.files[name] for name in finished.names], inputs, parser, parse=outcome.parse)
+    photo, name = inputs.photo_source, spec.job.inputs.person_name
+    return PairPreservation(tuple(
+        Measured(Path(m.result).name, m.figures,
+                 m.problem.replace(str(photo), name or "the person photo") if m.problem else None)
+        for m in kept.results), kept.review)
 
 
 def checkpoints_note(config: RunConfig) -> str | None:

@@ -313,5 +313,11 @@ SETTINGS = Settings(
             f"{DEFAULT_FEATHER}.", minimum=0, maximum=MAX_FEATHER, flags=("--feather",), metavar="N",
             panel=OUTPUTS, offered=_ALL_RUN | _REQUEST, home="photo.feather", omitted=DEFAULT_FEATHER,
             default_text=str(DEFAULT_FEATHER), record=_photo("feather")),
+    # what each try-on changed of its photo (docs/preservation.md): measured by the front ends after the job, never
+    # changing its pictures (so neither recorded nor compared); `ootd run` and `ootd batch` also take --review-above
+    Setting("preservation", bool, True, "Measure what each try-on changed of its person photo, region by region "
+            "(face, hands, ...: docs/preservation.md), into --json and the summary (a batch: each pair's report "
+            "line, the contact sheet, worst first); needs the pose and parsing models, no network.",
+            flags=("--preservation/--no-preservation",), panel=OUTPUTS, offered=frozenset({RUN, BATCH, API})),
 )
 

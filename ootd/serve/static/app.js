@@ -429,7 +429,8 @@ function renderRun(entry) {
   const outfit = Boolean(job.person_mask2);
   about.textContent = `${outfit ? "outfit · " : ""}seed ${job.seed} · model ${job.model_type} · ${steps} · `
     + `mask${outfit ? "s" : ""} ${job.settings.mask === "uploaded" ? "yours" : "automatic"} · `
-    + `${job.timings.run.toFixed(1)} s`;
+    + `${job.timings.run.toFixed(1)} s`
+    + (job.preservation ? ` · ${job.preservation.summary}` : "");  // what it changed outside the mask
   const edit = document.createElement("button");
   edit.type = "button";
   edit.className = "edit-mask";
