@@ -316,8 +316,8 @@ SETTINGS = Settings(
     # what each try-on changed of its photo (docs/preservation.md): measured by the front ends after the job, never
     # changing its pictures (so neither recorded nor compared); `ootd run` and `ootd batch` also take --review-above
     Setting("preservation", bool, True, "Measure what each try-on changed of its person photo, region by region "
-            "(face, hands, ...: docs/preservation.md), into --json and the summary (a batch: each pair's report "
-            "line, the contact sheet, worst first); needs the pose and parsing models, no network.",
+            "(face, hands, ...: docs/preservation.md), and report it with the results (a batch: in each pair's "
+            "report line and on the contact sheet, worst first); needs the pose and parsing models, no network.",
             flags=("--preservation/--no-preservation",), panel=OUTPUTS, offered=frozenset({RUN, BATCH, API})),
 )
 

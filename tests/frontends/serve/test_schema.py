@@ -71,3 +71,14 @@ def test_a_setting_added_to_the_form_is_in_the_contract(tmp_path: Path, monkeypa
     field = form_of(tmp_path)["properties"]["knob"]
     assert field == {"type": "number", "description": "A throwaway knob, see `steps`.", "minimum": 0.25,
                      "maximum": 0.75}
+
+
+def test_the_forms_descriptions_name_fields_not_command_line_flags(tmp_path: Path) -> None:
+    """A setting's help names other settings as `{@name}`, which the API words as its fields: a command-line flag
+    written into a help text would reach the client's document as words it cannot use."""
+    import re
+
+    fields = form_of(tmp_path)["properties"]
+    flags = {name: re.findall(r"(?<![\w-])--[a-z][\w-]*", field.get("description", ""))
+             for name, field in fields.items()}
+    assert not {name: found for name, found in flags.items() if found}
