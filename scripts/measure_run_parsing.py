@@ -129,6 +129,8 @@ def main() -> None:
         same = len({json.dumps(f, sort_keys=True) for runs in figures.values() for f in runs}) == 1
         print(f"# preservation figures identical across every run and checkout: {same}")
         print(f"# load average at the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("STAND-IN: pose is the full-size OpenPose body network with random weights and parsing the tiny tree's "
+          "ONNX files, priced for their cost; the person they return is a fixed synthetic one")
 
 
 if __name__ == "__main__":

@@ -91,6 +91,8 @@ def main() -> None:
         tree = make_tiny_checkpoints(Path(tmp) / "tree", seed=0)
         measure(tree, args.threads, args.resolution, args.steps, args.repeats)
     print(f"# load average at the end {load_average()}")
+    print("STAND-IN: pose and parsing as in scripts/measure_run_parsing.py (priced for their cost, a fixed "
+          "synthetic person returned), and the tiny tree's try-on: the stage's share is an upper bound")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The measurement scripts whose figures docs/benchmarks.md quotes, run whole on their smallest settings:
-scripts/measure_preservation.py (two and four results at 384x512) and scripts/measure_eval.py (two and four pairs
+scripts/measure_preservation.py (two and four results at 384x512), measure_run_parsing.py and
+measure_serve_preservation.py (one run of each case) and scripts/measure_eval.py (two and four pairs
 at 96x128; it needs the eval extra's networks: without them it says so in one line, and its run is skipped here, as
 scripts/test_eval_stack.sh runs it); their rows, table and growth line, and bad settings refused in one line."""
 
@@ -47,6 +48,26 @@ def test_preservation_script_on_two_and_four_results() -> None:
     assert sum(line.startswith("| 384x512 |") for line in lines) == 2
     assert any(line.startswith("384x512: per result at 4 / at 2: CPU ") for line in lines)
     assert lines[-1].startswith("STAND-IN: pose and parsing are fixed maps")
+
+
+@pytest.mark.slow
+def test_run_parsing_script_counts_one_parse_and_says_what_stands_in() -> None:
+    proc = run_script("measure_run_parsing.py", "--repeats", "1", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = [line for line in proc.stdout.splitlines() if " #1: wall " in line]
+    assert len(runs) == 1 and "pose runs 1, parsing runs 1" in runs[0] and "preservation " in runs[0], proc.stdout
+    assert "# preservation figures identical across every run and checkout: True" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("STAND-IN: ")
+
+
+@pytest.mark.slow
+def test_serve_preservation_script_measures_each_case_and_says_what_stands_in() -> None:
+    proc = run_script("measure_serve_preservation.py", "--repeats", "1", "--threads", "1", "--steps", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert {"automatic mask", "uploaded mask", "automatic mask, off", "uploaded mask, off"} <= set(table)
+    assert "| 0.000 s |" in table["uploaded mask, off"] and "| 0.000 s |" not in table["automatic mask"]
+    assert proc.stdout.splitlines()[-1].startswith("STAND-IN: ")
 
 
 @pytest.mark.parametrize(("args", "says"), [(("--sizes", "96x128"), "unsupported resolution 96x128"),
