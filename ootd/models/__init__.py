@@ -21,7 +21,8 @@ pipeline at a time unless told otherwise, the classifier dropped when a try-on p
 and a fine-tune's models never beside a try-on pipeline); a load that failed with an OotdError is remembered and
 raised again at once while the files it read are unchanged (a repaired or replaced checkpoint loads anew at the
 next request, without a restart); a fine-tune's models are handed to each run with their adapters as made (a run
-trains them in place; the next starts from the same adapter as the first); every load reports ("load", done,
+trains them in place; the next starts from the same adapter as the first; asking for them while a run holds them
+is an error); every load reports ("load", done,
 total) to the getter's `progress` and its seconds to `seconds` and `loads` (`timed()` measures the loads of a
 block). Under each try-on pipeline its own ootd/memory/residency.py places the networks per memory plan, as
 ComfyUI's loaded models sit under its model management.

@@ -254,7 +254,8 @@ class Models:
         """A fine-tune's models (ootd/models/training.py) in the runtime's precision, the adapters added; `merged`:
         an `ootd train` adapter merged into the UNets first, at its scale (a distillation's teacher). Each ask
         hands them with the adapters as made (`TrainingModels.restart`), whatever a run before trained into them:
-        they serve one run at a time."""
+        they serve one run at a time, and an ask while a run holds them (`TrainingModels.in_run`) is an OotdError
+        rather than a silent reset of that run's weights."""
         from ootd.models.build import load_training_components, training_files
         from ootd.models.training import build_training_models, training_components
         from ootd.weights.lora import apply_lora, read_adapter

@@ -9,12 +9,14 @@ conditioning is an error that says so).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
+from ootd.errors import OotdError
 from ootd.settings import ModelType
 from ootd.training.settings import MixedPrecision, TrainSettings
 
@@ -26,11 +28,21 @@ if TYPE_CHECKING:
     from ootd.weights.loading import Components
 
 
+class Lease:
+    """Which run trains a fine-tune's models now (`TrainingModels.in_run`): one at a time. Shared by the copies a
+    distillation makes of the holder (`dataclasses.replace` keeps the same object), so the owner's holder sees it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.run: str | None = None  # the run folder of the run that holds the models, None while none does
+
+
 @dataclass
 class TrainingModels:
     """The models of one worker's fine-tune: `pipe` for validation, `objective` for the loss, the adapters'
     `params` (the only trainable ones), the adapted UNets by name (ootd/weights/lora.py UNET_NAMES), and
-    `initial`: the adapters' values as made, on the CPU (`restart` puts them back: a run trains `params` in place)."""
+    `initial`: the adapters' values as made, on the CPU (`restart` puts them back: a run trains `params` in place).
+    A run holds them from its start to its end (`in_run`); asking the owner for them meanwhile is an error."""
 
     pipe: TryOnPipeline
     objective: TryOnObjective | ConsistencyObjective  # a fine-tune's, or a distillation's (ootd train distill)
@@ -39,14 +51,38 @@ class TrainingModels:
     device: torch.device
     autocast: torch.dtype | None
     initial: list[torch.Tensor] = field(repr=False)
+    lease: Lease = field(default_factory=Lease, repr=False, compare=False)
 
     def restart(self) -> None:
         """The adapters back to their values as made, without gradients: what the model owner hands each run
-        (the optimizer of the run before changed them in place). Bit for bit: a copy, not a draw again."""
-        with torch.no_grad():
-            for param, value in zip(self.params, self.initial, strict=True):
-                param.copy_(value)
-                param.grad = None
+        (the optimizer of the run before changed them in place). Bit for bit: a copy, not a draw again. Refused
+        while a run holds them (`in_run`): it would silently undo what that run has trained so far."""
+        with self.lease.lock:
+            if self.lease.run is not None:
+                raise OotdError(f"the fine-tune's models are in use by the training run in {self.lease.run}: "
+                                "asking the model owner for them again (Models.trainable) would put their adapter "
+                                "back as made in the middle of that run; ask once it has ended, or use another "
+                                "model owner")
+            with torch.no_grad():
+                for param, value in zip(self.params, self.initial, strict=True):
+                    param.copy_(value)
+                    param.grad = None
+
+    @contextlib.contextmanager
+    def in_run(self, run: str) -> Iterator[TrainingModels]:
+        """Held by the run `run` (its folder) from its start (the trainer made, a checkpoint restored) to its end,
+        however it ends; a second run, or a `restart` (an ask of the owner), meanwhile is an error."""
+        with self.lease.lock:
+            if self.lease.run is not None:
+                raise OotdError(f"the fine-tune's models are in use by the training run in {self.lease.run}: "
+                                f"the run in {run} cannot train them at the same time; start it once that run has "
+                                "ended, or give it models of another model owner")
+            self.lease.run = run
+        try:
+            yield self
+        finally:
+            with self.lease.lock:
+                self.lease.run = None
 
     @contextlib.contextmanager
     def validating(self) -> Iterator[TryOnPipeline]:

@@ -325,7 +325,8 @@ def train_local(options: TrainOptions, progress: Progress | None = None, models:
     index = index or read_index(options.cache)
     open_run(options, index)
     models = models or options.load_models(index)
-    trainer = options.make_trainer(models, index)
-    if options.resume:
-        trainer.restore()
-    return run_loop(trainer, progress)
+    with models.in_run(printable(options.output)):  # from here to its end the run alone trains them
+        trainer = options.make_trainer(models, index)
+        if options.resume:
+            trainer.restore()
+        return run_loop(trainer, progress)

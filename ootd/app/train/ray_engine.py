@@ -51,14 +51,15 @@ def _worker(config: dict[str, Any]) -> None:
     index = read_index(options.cache)
     device = options.device if config["gpus"] else "cpu"
     models = load_trainable(replace(options, device=device), index)  # the worker's own model owner
-    model = ray.train.torch.prepare_model(models.objective, move_to_device=False)
-    trainer = options.make_trainer(models, index, rank=rank, workers=workers, model=model)
-    if options.resume:
-        trainer.restore()
-    try:
-        steps = run_loop(trainer, stop=StopCheck(options.output, rank, models.device)).steps
-    except StopRequested:  # the driver's stop: rank 0 has checkpointed the last finished step
-        steps = trainer.step
+    with models.in_run(str(options.output)):  # from here to its end the run alone trains them
+        model = ray.train.torch.prepare_model(models.objective, move_to_device=False)
+        trainer = options.make_trainer(models, index, rank=rank, workers=workers, model=model)
+        if options.resume:
+            trainer.restore()
+        try:
+            steps = run_loop(trainer, stop=StopCheck(options.output, rank, models.device)).steps
+        except StopRequested:  # the driver's stop: rank 0 has checkpointed the last finished step
+            steps = trainer.step
     ray.train.report({"steps": steps})  # the losses and sheets are in the run folder, as locally
 
 

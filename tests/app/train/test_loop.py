@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from ootd.app.signals import sigterm_as_interrupt
 from ootd.app.train.checkpoints import checkpoints, load_checkpoint
 from ootd.app.train.loop import Trainer, TrainOptions, open_run, run_loop, train_local, training_models
-from ootd.errors import OutputError, UsageError
+from ootd.errors import OotdError, OutputError, UsageError
 from ootd.settings import ModelType
 from ootd.training.cache import read_index
 from ootd.training.data import load_batch
@@ -126,6 +126,37 @@ def test_two_runs_on_one_owner_each_start_from_the_adapter_as_made(cache: Path, 
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert owner.trainable(ModelType.HD, settings) is held  # the same models, their adapters as made again
     assert all(torch.equal(p, p0) and p.grad is None for p, p0 in zip(held.params, made, strict=True))
+
+
+def test_asking_the_owner_again_during_a_run_fails_and_keeps_what_the_run_trained(cache: Path, tiny_tree: Path,
+                                                                                  tmp_path: Path) -> None:
+    """The owner hands a fine-tune's models back with the adapter as made: during a run that would undo what the
+    run has trained, so it is an error that names the run (the run's weights untouched), and so is a second run
+    of the same models at once; once the run has ended, however, the next ask and the next run work."""
+    settings = _settings(steps=2, checkpoint_every=100, train_garment=False)
+    index = read_index(cache)
+    owner = training_models(TrainOptions(cache, tmp_path / "unused", tiny_tree, settings))
+    held = owner.trainable(ModelType.HD, settings)
+    made = [p.detach().clone() for p in held.params]
+    asked: list[bool] = []
+
+    def ask_again(stage: str, done: int, total: int) -> None:
+        if stage == "train" and done == 1:  # one step trained
+            trained = [p.detach().clone() for p in held.params]
+            with pytest.raises(OotdError, match=r"in use by the training run in .*first.*Models\.trainable"):
+                owner.trainable(ModelType.HD, settings)
+            with pytest.raises(OotdError, match=r"run in .*second cannot train them at the same time"):
+                train_local(TrainOptions(cache, tmp_path / "second", tiny_tree, settings), models=held, index=index)
+            asked.append(all(torch.equal(p, t) for p, t in zip(held.params, trained, strict=True)))
+
+    options = TrainOptions(cache, tmp_path / "first", tiny_tree, settings)
+    train_local(options, ask_again, models=options.load_models(index, owner), index=index)
+    assert asked == [True]  # both refused, the run's weights as trained
+    assert owner.trainable(ModelType.HD, settings) is held  # the run ended: the models are handed out again
+    assert all(torch.equal(p, p0) for p, p0 in zip(held.params, made, strict=True))
+    with pytest.raises(KeyboardInterrupt), held.in_run("stopped"):  # a run that ends with an error lets go too
+        raise KeyboardInterrupt
+    train_local(TrainOptions(cache, tmp_path / "third", tiny_tree, settings), models=held, index=index)
 
 
 def test_a_run_writes_its_adapter_log_plot_and_sheets(tiny_tree: Path, example_images: dict, tmp_path: Path) -> None:

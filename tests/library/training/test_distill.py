@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ootd.app.train.distill import load_distill_models
+from ootd.errors import OotdError
 from ootd.models import Models
 from ootd.runtime import RuntimeRequest
 from ootd.settings import ModelType, PrecisionName
@@ -35,6 +36,17 @@ def _f(x: torch.Tensor, eps: torch.Tensor, t: torch.Tensor, alphas: torch.Tensor
     c_skip = (0.25 / (scaled**2 + 0.25)).float().view(-1, 1, 1, 1)
     c_out = (scaled / (scaled**2 + 0.25).sqrt()).float().view(-1, 1, 1, 1)
     return c_skip * x + c_out * (x - (1 - a).sqrt() * eps) / a.sqrt()
+
+
+def test_while_a_distillation_runs_its_models_are_not_handed_out_again(tiny_tree: Path) -> None:
+    """A distillation trains a copy of the holder the owner keeps (its own objective): the run holds both, so the
+    owner refuses to reset the adapter under it, and hands it out again once the run ends."""
+    settings = DistillSettings.from_words(rank=4, alpha=4)
+    owner = Models(tiny_tree, RuntimeRequest(device="cpu", precision=PrecisionName.FP32))
+    models = load_distill_models(owner, ModelType.HD, settings)
+    with models.in_run("RUN"), pytest.raises(OotdError, match="in use by the training run in RUN"):
+        load_distill_models(owner, ModelType.HD, settings)
+    assert load_distill_models(owner, ModelType.HD, settings).params is models.params
 
 
 def test_one_step_of_the_consistency_loss_is_the_reference(tiny_tree: Path) -> None:
