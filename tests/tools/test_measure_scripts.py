@@ -1,6 +1,7 @@
 """The measurement scripts whose figures docs/benchmarks.md quotes, run whole on their smallest settings:
 scripts/measure_preservation.py (two and four results at 384x512), measure_run_parsing.py and
-measure_serve_preservation.py (one run of each case) and scripts/measure_eval.py (two and four pairs
+measure_serve_preservation.py (one run of each case), measure_sweep.py (folders of 20 and 200 results) and
+scripts/measure_eval.py (two and four pairs
 at 96x128; it needs the eval extra's networks: without them it says so in one line, and its run is skipped here, as
 scripts/test_eval_stack.sh runs it); their rows, table and growth line, and bad settings refused in one line."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,6 +77,31 @@ def test_serve_preservation_script_measures_each_case_and_says_what_stands_in() 
                                            (("--sizes", "384by512"), "--sizes: '384by512' is not WIDTHxHEIGHT")])
 def test_preservation_script_refuses_bad_settings_in_one_line(args: tuple[str, ...], says: str) -> None:
     proc = run_script("measure_preservation.py", *args, timeout=60)
+    assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.slow
+def test_sweep_script_on_two_folder_sizes_removes_its_folder() -> None:
+    proc = run_script("measure_sweep.py", "--counts", "20,200", "--stale", "3", "--repeats", "2", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = rows_of(proc.stdout)
+    assert [(r["count"], r["files"], r["stale"]) for r in rows] == [(20, 23, 3), (200, 203, 3)]
+    for row in rows:
+        for case in ("sweep", "settled", "settled_every_0"):
+            assert row[f"{case}_cpu_s"] >= 0 and row[f"{case}_total_s"] > 0, (case, row)
+    lines = proc.stdout.splitlines()
+    assert sum(line.startswith(("| 20 |", "| 200 |")) for line in lines) == 2
+    assert lines[-1].startswith("per file or pair at 200 / at 20: CPU sweep ") and "settled_every_0 " in lines[-1]
+    folder = Path(next(line for line in lines if line.startswith("# folder ")).split(" ", 2)[2])
+    assert folder.name.startswith("ootd-sweep-") and not folder.exists()
+
+
+@pytest.mark.parametrize(("args", "says"), [(("--counts", "1000,x"), "--counts: '1000,x' is not whole numbers"),
+                                           (("--stale", "0"), "--stale: 0 is not between 1 and the smallest count"),
+                                           (("--repeats", "0"), "--repeats: 0 is not at least 1")])
+def test_sweep_script_refuses_bad_settings_in_one_line(args: tuple[str, ...], says: str) -> None:
+    proc = run_script("measure_sweep.py", *args, timeout=60)
     assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stdout == ""
 
