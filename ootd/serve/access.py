@@ -15,7 +15,7 @@ import time
 from http import HTTPStatus
 
 from ootd.errors import escaped
-from ootd.serve.limits import ASGIApp, Message, Receive, Scope, Send
+from ootd.serve.limits import HttpMiddleware, Message, Receive, Scope, Send
 
 logger = logging.getLogger("ootd.serve.access")
 
@@ -31,16 +31,10 @@ def phrase(status: int) -> str:
         return ""
 
 
-class AccessLog:
+class AccessLog(HttpMiddleware):
     """Logs each HTTP request once it is answered (or fails): client, request line, status, milliseconds."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         status = 500  # what the server answers when the app fails before starting a response
 

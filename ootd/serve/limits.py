@@ -95,17 +95,31 @@ def too_large_message(limit: int) -> str:
     return f"request too large: the limit is {limit / MiB:.0f} MiB for all files together"
 
 
-class BodyLimit:
-    """413 for bodies over `limit` bytes: from Content-Length before reading, or while streaming."""
+class HttpMiddleware:
+    """An ASGI middleware that acts on HTTP requests (`http`); every other scope (lifespan, websocket) passes
+    through to `app` untouched."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class BodyLimit(HttpMiddleware):
+    """413 for bodies over `limit` bytes: from Content-Length before reading, or while streaming."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        super().__init__(app)
+        self.limit = limit
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await send_json(send, 413, {"error": too_large_message(self.limit)}, {"connection": "close"})
@@ -170,15 +184,15 @@ class Auth:
         return user_ok & secrets.compare_digest(password.encode(), self.secret.encode())
 
 
-class RequireAuth:
+class RequireAuth(HttpMiddleware):
     """401 (with a Basic challenge, so browsers prompt) for any request without the right credentials."""
 
     def __init__(self, app: ASGIApp, auth: Auth) -> None:
-        self.app = app
+        super().__init__(app)
         self.auth = auth
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.auth.allows(header(scope, b"authorization")):
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.auth.allows(header(scope, b"authorization")):
             await send_json(send, 401, {"error": "authentication required"},
                             {"www-authenticate": 'Basic realm="ootd", charset="UTF-8"'})
             return

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ootd.errors import UsageError
-from ootd.serve.limits import ASGIApp, Receive, Scope, Send, header, send_json
+from ootd.serve.limits import ASGIApp, HttpMiddleware, Receive, Scope, Send, header, send_json
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ANY = "*"
@@ -114,17 +114,14 @@ class Access:
         return ", ".join(names[:4]) + (" or any IP address" if self.any_address else "")
 
 
-class BrowserGuard:
+class BrowserGuard(HttpMiddleware):
     """421 for a Host this server does not answer to; 403 for a state-changing request from another site."""
 
     def __init__(self, app: ASGIApp, access: Access) -> None:
-        self.app = app
+        super().__init__(app)
         self.access = access
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         host = header(scope, b"host")
         if not self.access.allows_host(host):
             await send_json(send, 421, {"error": (

@@ -110,27 +110,19 @@ class RayWorker(Worker):
         self._refresh()
         self._monitor.start()
 
-    def check_room(self) -> None:
-        """QueueFull before the body is read when every replica runs a job and the handle's line is full."""
-        with self._cond:
-            if self._in_flight() >= self._capacity():
-                raise QueueFull(len(self._waiting), self._retry_after())
+    def _full(self) -> bool:
+        """Every replica runs a job and the handle's line is full (the local worker's `check_room` and `submit`
+        refuse a job then, before its body is read and when it is put in line)."""
+        return self._in_flight() >= self._capacity()
 
     def _capacity(self) -> int:
         return self.options.replicas + self.options.max_queued
 
-    def submit(self, job: Job) -> int:
-        with self._cond:
-            if self._stopping:
-                raise ShuttingDown()
-            if self._in_flight() >= self._capacity():
-                raise QueueFull(len(self._waiting), self._retry_after())
-            self._waiting.append(job)
-            self._jobs[job.id] = job
-            thread = threading.Thread(target=self._drive, args=(job,), name=f"ootd-job-{job.id[:8]}", daemon=True)
-            self._threads.add(thread)
-            thread.start()
-            return len(self._waiting)
+    def _admitted(self, job: Job) -> None:
+        """A stream of its own to the deployment, on a thread of its own."""
+        thread = threading.Thread(target=self._drive, args=(job,), name=f"ootd-job-{job.id[:8]}", daemon=True)
+        self._threads.add(thread)
+        thread.start()
 
     def _in_flight(self) -> int:
         return sum(1 for job in self._jobs.values() if not job.is_finished)

@@ -187,20 +187,30 @@ class Worker:
     def check_room(self) -> None:
         """QueueFull now, before a request's body is even read, when the line is already full."""
         with self._cond:
-            if len(self._waiting) >= self.max_queue:
-                raise QueueFull(len(self._waiting), self._retry_after())
+            self._refuse_if_full()
 
     def submit(self, job: Job) -> int:
-        """Put a job in line; its place (1 = next). QueueFull when `max_queue` jobs already wait."""
+        """Put a job in line; its place (1 = next). QueueFull when the line is full (`_full`)."""
         with self._cond:
             if self._stopping:
                 raise ShuttingDown()
-            if len(self._waiting) >= self.max_queue:
-                raise QueueFull(len(self._waiting), self._retry_after())
+            self._refuse_if_full()
             self._waiting.append(job)
             self._jobs[job.id] = job
-            self._cond.notify_all()
+            self._admitted(job)
             return len(self._waiting)
+
+    def _full(self) -> bool:
+        """Whether a new job is refused now (called holding the lock): `max_queue` jobs already wait."""
+        return len(self._waiting) >= self.max_queue
+
+    def _refuse_if_full(self) -> None:
+        if self._full():
+            raise QueueFull(len(self._waiting), self._retry_after())
+
+    def _admitted(self, job: Job) -> None:
+        """A job has joined the line (called holding the lock): the worker's thread takes it."""
+        self._cond.notify_all()
 
     def get(self, job_id: str) -> Job | None:
         with self._cond:

@@ -94,6 +94,31 @@ def test_ray_serve_failures_become_their_answers(tmp_path: Path, event: BaseExce
     assert not (job.folder / "results").exists()
 
 
+def test_a_job_beyond_the_replicas_and_their_lines_is_refused_until_one_ends(tmp_path: Path) -> None:
+    """One replica, no line at the handle: while a job is in flight a second is refused (503 busy) before its body
+    is read and when put in line; once the first ends, a job gets in again."""
+    release = threading.Event()
+
+    def events() -> Any:
+        yield START
+        release.wait(10)
+
+    handle = Handle([])
+    handle.remote = lambda spec, job_id: Stream(events())
+    worker = RayWorker(handle, RayOptions(replicas=1, max_queued_per_replica=0))
+    jobs = [Job(None, tmp_path / name) for name in ("first", "second", "third")]
+    assert worker.submit(jobs[0]) == 1
+    with pytest.raises(QueueFull):
+        worker.check_room()
+    with pytest.raises(QueueFull):
+        worker.submit(jobs[1])
+    release.set()
+    assert jobs[0].wait(10) and not jobs[1].is_finished and worker.get(jobs[1].id) is None
+    worker.check_room()
+    worker.submit(jobs[2])
+    assert jobs[2].wait(10)
+
+
 def test_a_replica_error_comes_back_as_its_kind(tmp_path: Path) -> None:
     job = run(tmp_path, [START, {"kind": "error", "error": _portable(NoPersonError("no person detected in p.png"))}])
     assert isinstance(job.error, NoPersonError) and classify(job.error)[0] == 400
