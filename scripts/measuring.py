@@ -15,12 +15,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cpu_name(unknown: str = "unknown CPU") -> str:
-    """The CPU's model name from /proc/cpuinfo, or `unknown`."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return unknown
+# the instruction sets that decide a CPU's speed here (fp32 vector width, bf16 matrix units), as /proc/cpuinfo names
+# them, and the words the figures' header gives them
+VECTOR_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "avx512_bf16", "amx_tile": "AMX"}
+
+
+def cpu_name(unknown: str = "unknown CPU", cpuinfo: str | None = None) -> str:
+    """The CPU's model name from /proc/cpuinfo (or `unknown`), with its family and model numbers and the vector
+    instruction sets it has: a virtual machine's name ("AMD EPYC") alone does not tell one machine kind from
+    another, and the figures depend on which."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return unknown
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name")
+    if not name:
+        return unknown
+    numbers = [f"{key} {fields[key]}" for key in ("cpu family", "model") if fields.get(key)]
+    flags = set(fields.get("flags", "").split())
+    sets = [word for flag, word in VECTOR_FLAGS.items() if flag in flags]
+    details = "; ".join(part for part in (", ".join(numbers), ", ".join(sets)) if part)
+    return f"{name} ({details})" if details else name
 
 
 def cpu_seconds() -> float:

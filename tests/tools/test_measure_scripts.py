@@ -7,6 +7,7 @@ scripts/test_eval_stack.sh runs it); their rows, table and growth line, and bad 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -136,3 +137,19 @@ def test_eval_script_without_the_networks_says_so_in_one_line() -> None:
     assert proc.returncode == 3 and proc.stdout == "", proc.stderr[-3000:]
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "the metric networks (LPIPS, FID, KID) cannot run here" in proc.stderr and "eval" in proc.stderr
+
+
+def test_the_cpu_is_named_with_its_family_and_vector_units() -> None:
+    """A virtual machine's model name alone ("AMD EPYC") does not say which kind of CPU gave a figure."""
+    spec = importlib.util.spec_from_file_location("measuring", SCRIPTS / "measuring.py")
+    measuring = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(measuring)
+    cpu_name = measuring.cpu_name
+
+    two = ("processor : 0\nvendor_id : AuthenticAMD\ncpu family : 26\nmodel : 2\nmodel name : AMD EPYC\n"
+           "flags : fpu sse2 avx2 fma avx512f avx512_bf16\n\nprocessor : 1\ncpu family : 26\nmodel : 2\n"
+           "model name : AMD EPYC\nflags : fpu sse2 avx2 fma avx512f avx512_bf16\n")
+    assert cpu_name(cpuinfo=two) == "AMD EPYC (cpu family 26, model 2; AVX2, AVX-512, avx512_bf16)"
+    assert cpu_name(cpuinfo="model name : Some CPU\nflags : sse2\n") == "Some CPU"
+    assert cpu_name("?", cpuinfo="processor : 0\n") == "?"
+
