@@ -110,7 +110,7 @@ class TryOnService:
         finished = write_outcome(prepared, outcome, spec.person_size)
         timings.extend(outcome.timings())
         timings.add("encode", time.perf_counter() - start)
-        if spec.config.extra("preservation") is not False:  # the request's `preservation` (default on)
+        if spec.config.preservation:  # the request's `preservation` (default on)
             start = time.perf_counter()
             finished.preservation = measured(spec, outcome, finished, self.models.preprocessor)
             timings.add("preservation", time.perf_counter() - start)

@@ -66,6 +66,7 @@ class RunConfig:
     name_template: str = _default("name")  # output names (fields: ootd.app.tryon.naming.NAME_FIELDS)
     grid: bool = _default("grid")  # also write a contact sheet (person | garment | mask | samples) per try-on
     category_margin: float = _default("category_margin")  # `auto`: the lead over the 2nd category it needs
+    preservation: bool = _default("preservation")  # measure what each try-on changed of its photo (after the job)
     seed_random: bool = False  # the seed was drawn, not given: a resumed batch keeps the seed its files record
     lora: LoraChoice | None = None  # an adapter `ootd train` wrote, merged at its scale when the models load
     # -- few-step adapters (`ootd train distill`): the sampling settings taken from the adapter, not given ------

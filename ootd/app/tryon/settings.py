@@ -318,6 +318,7 @@ SETTINGS = Settings(
     Setting("preservation", bool, True, "Measure what each try-on changed of its person photo, region by region "
             "(face, hands, ...: docs/preservation.md), and report it with the results (a batch: in each pair's "
             "report line and on the contact sheet, worst first); needs the pose and parsing models, no network.",
-            flags=("--preservation/--no-preservation",), panel=OUTPUTS, offered=frozenset({RUN, BATCH, API})),
+            flags=("--preservation/--no-preservation",), panel=OUTPUTS, offered=frozenset({RUN, BATCH, API}),
+            home="preservation", parse=bool),
 )
 
