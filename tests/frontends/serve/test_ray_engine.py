@@ -88,7 +88,9 @@ def test_requests_spread_over_both_replicas_and_a_full_line_gets_503(deployment:
             assert_one_line_error(full, 503, "busy")
             assert int(full.headers["retry-after"]) >= 1
             assert len(list((live.workdir / "jobs").iterdir())) == 4
-            # another front end on the same handle counts nothing itself: Ray Serve's max_queued_requests refuses
+            # another front end on the same handle counts nothing itself: Ray Serve's max_queued_requests refuses,
+            # once this front end's waiting jobs are in the handle's line (each is sent from a thread of its own)
+            until(lambda: len(live.app.state.worker._streams) == 4, timeout=30)
             refused = httpx.post(other.url + "api/tryon", files=tryon_files(example_images), data=FAST, timeout=60)
             assert_one_line_error(refused, 503, "busy")
             assert int(refused.headers["retry-after"]) >= 1
