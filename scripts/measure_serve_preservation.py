@@ -21,7 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+try:
+    import fastapi  # noqa: F401 - the server this script starts
+    import httpx
+except ModuleNotFoundError as missing:
+    sys.exit(f"measure_serve_preservation.py: it needs the server and its test client ({missing.name} is missing): "
+             "python -m pip install -e '.[serve,serve-test]'")
 from measure_run_parsing import priced_preprocessor
 from measuring import ROOT, cpu_name
 

@@ -65,6 +65,8 @@ def test_run_parsing_script_counts_one_parse_and_says_what_stands_in() -> None:
 
 @pytest.mark.slow
 def test_serve_preservation_script_measures_each_case_and_says_what_stands_in() -> None:
+    pytest.importorskip("fastapi", reason="the serve extra is not installed (pip install -e .[serve])")
+    pytest.importorskip("httpx", reason="the serve-test extra is not installed (pip install -e .[serve-test])")
     proc = run_script("measure_serve_preservation.py", "--repeats", "1", "--threads", "1", "--steps", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
